@@ -1,0 +1,1 @@
+"""geojax training application: ``python -m train``."""
