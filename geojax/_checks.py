@@ -20,6 +20,12 @@ def check_rank(x, name: str, rank: int | Sequence[int]) -> None:
         raise ValueError(f"{name} must have rank {want}, got shape {tuple(jnp.shape(x))}")
 
 
+def check_min_rank(x, name: str, rank: int) -> None:
+    """Raise unless ``x.ndim ≥ rank``."""
+    if jnp.ndim(x) < rank:
+        raise ValueError(f"{name} must have rank ≥ {rank}, got shape {tuple(jnp.shape(x))}")
+
+
 def check_matrix(x, name: str) -> None:
     """Raise unless ``x`` is a 2-D array ``[N, D]`` with N ≥ 1 and D ≥ 1."""
     check_rank(x, name, 2)

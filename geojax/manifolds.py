@@ -1,0 +1,116 @@
+"""Projections onto the embedding manifolds: hypersphere, Clifford torus, flat torus, atlas of charts.
+
+Conventions (DESIGN §4): flat-torus angles are in *turns*, t ∈ [0, 1). The Clifford layout stores adjacent
+pairs (cos 2πt_k, sin 2πt_k), scaled so that the whole vector has unit norm.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+
+from geojax import _checks
+
+# Squared-norm floor of the safe normalisations: keeps x / ‖x‖ and its gradient finite at x = 0.
+_NORM_FLOOR = 1e-24
+
+
+def _safe_normalize(x: jax.Array, axis: int = -1) -> jax.Array:
+    """x / ‖x‖ along ``axis``; zero vectors map to zero with a finite gradient."""
+    sq = jnp.sum(jnp.square(x.astype(jnp.float32)), axis=axis, keepdims=True)
+    return (x * jax.lax.rsqrt(jnp.maximum(sq, _NORM_FLOOR))).astype(x.dtype)
+
+
+def sphere(x: jax.Array) -> jax.Array:
+    """L2 normalisation onto the unit hypersphere S^{D-1} (seed 000, Table 1).
+
+    x: [..., D] → [..., D] with unit norm (zero rows stay zero, gradient finite).
+    """
+    _checks.check_min_rank(x, "x", 1)
+    _checks.check_floating(x, "x")
+    return _safe_normalize(x)
+
+
+def wrap(t: jax.Array) -> jax.Array:
+    """Wrap angles in turns onto the flat torus [0, 1) (t mod 1, never returning 1.0 after rounding).
+
+    t: [...] → [...].
+    """
+    _checks.check_floating(t, "t")
+    r = t - jnp.floor(t)
+    return jnp.where(r >= 1.0, jnp.zeros_like(r), r)
+
+
+def torus_clifford(t: jax.Array) -> jax.Array:
+    """torusC: the Clifford projection of seed 000 eq. (2), angles in turns, pairs (cos, sin), scale √(1/D).
+
+    t: [..., D] turns → [..., 2D] on the Clifford torus (unit norm).
+    """
+    _checks.check_min_rank(t, "t", 1)
+    _checks.check_floating(t, "t")
+    d = t.shape[-1]
+    angle = (2.0 * math.pi) * t
+    pairs = jnp.stack([jnp.cos(angle), jnp.sin(angle)], axis=-1)
+    return pairs.reshape(*t.shape[:-1], 2 * d) * math.sqrt(1.0 / d)
+
+
+angles_to_clifford = torus_clifford
+
+
+def torus_l2p(x: jax.Array) -> jax.Array:
+    """torusN: pairwise L2 normalisation of seed 000 eq. (3), each adjacent pair to norm √(2/D).
+
+    x: [..., D] (D even) → [..., D] on the Clifford torus. The identity on Clifford vectors.
+    """
+    _checks.check_min_rank(x, "x", 1)
+    _checks.check_floating(x, "x")
+    d = x.shape[-1]
+    _checks.check_even(d, "x.shape[-1]")
+    pairs = _safe_normalize(x.reshape(*x.shape[:-1], d // 2, 2))
+    return pairs.reshape(x.shape) * math.sqrt(2.0 / d)
+
+
+def clifford_to_angles(z: jax.Array) -> jax.Array:
+    """Flat-torus angles of a Clifford vector: atan2(z[2k+1], z[2k]) / 2π mod 1 (seed 000 §3.3).
+
+    z: [..., 2K] → [..., K] turns in [0, 1). Inverse of ``torus_clifford``; used on torusN outputs too.
+    """
+    _checks.check_min_rank(z, "z", 1)
+    _checks.check_floating(z, "z")
+    _checks.check_even(z.shape[-1], "z.shape[-1]")
+    pairs = z.reshape(*z.shape[:-1], z.shape[-1] // 2, 2)
+    return wrap(jnp.arctan2(pairs[..., 1], pairs[..., 0]) / (2.0 * math.pi))
+
+
+def atlas_split(h: jax.Array, *, charts: int, dim: int) -> tuple[jax.Array, jax.Array]:
+    """Split an atlas head's raw output into chart coordinates and memberships (seed 001 §2.1, §2.4).
+
+    h: [..., charts·dim + charts] → (coords [..., charts, dim] pre-sigmoid, q [..., charts] softmax).
+    Chart i's coordinate map is φ_i = sigmoid(coords[..., i, :]) ∈ [0, 1]^dim.
+    """
+    _checks.check_positive_int(charts, "charts")
+    _checks.check_positive_int(dim, "dim")
+    _checks.check_min_rank(h, "h", 1)
+    _checks.check_floating(h, "h")
+    want = charts * dim + charts
+    if h.shape[-1] != want:
+        raise ValueError(f"h.shape[-1] must be charts*dim + charts = {want}, got {h.shape[-1]}")
+    coords = h[..., : charts * dim].reshape(*h.shape[:-1], charts, dim)
+    q = jax.nn.softmax(h[..., charts * dim :].astype(jnp.float32), axis=-1)
+    return coords, q
+
+
+def atlas_code(coords: jax.Array, q: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Compressed atlas code (seed 001 §2.1): coordinates in the most probable chart and its index.
+
+    coords: [N, n, d] pre-sigmoid, q: [N, n] → (sigmoid(coords[i, i*]) [N, d], i* [N] int32), i* = argmax q.
+    """
+    _checks.check_rank(coords, "coords", 3)
+    _checks.check_rank(q, "q", 2)
+    if q.shape != coords.shape[:2]:
+        raise ValueError(f"q must have shape {coords.shape[:2]} (coords' [N, n]), got {q.shape}")
+    chart = jnp.argmax(q, axis=-1).astype(jnp.int32)
+    chosen = jnp.take_along_axis(coords, chart[:, None, None], axis=1)[:, 0]
+    return jax.nn.sigmoid(chosen), chart
