@@ -1,0 +1,347 @@
+"""Compact codes for embeddings (seed 000 §4 and Experiment 2, Table 3): uint8 flat-torus codes, a fitted
+n-bit grid, packed sign bits, and product quantisation (Jégou et al. 2011) with k-means in jnp.
+
+Conventions (DESIGN §4): torus angles are in turns, uint8 code = round(256·t) mod 256 so that integer
+overflow *is* the torus; sign(0) = +1; bits are packed little-endian into uint8 (``numpy.packbits(...,
+bitorder='little')``: bit j of a byte is coordinate 8·byte + j).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from geojax import _checks
+
+_F32 = jnp.float32
+# Elements of the largest [rows, centroids] distance block held at once by the chunked PQ steps (64 MiB).
+_BLOCK_ELEMENTS = 1 << 24
+_MAX_PQ_BITS = 16
+
+
+# --------------------------------------------------------------------------------------------------------
+# Flat-torus uint8 codes.
+# --------------------------------------------------------------------------------------------------------
+
+
+def torus_uint8(t: jax.Array) -> jax.Array:
+    """uint8 code of flat-torus angles, round(256·t) mod 256 (seed 000 §4; no fitted range).
+
+    t: [...] turns (any real value; wrapped) → [...] uint8.
+    """
+    _checks.check_floating(t, "t")
+    return jnp.mod(jnp.round(jnp.asarray(t, _F32) * 256.0), 256.0).astype(jnp.uint8)
+
+
+def torus_from_uint8(codes: jax.Array) -> jax.Array:
+    """Angles in turns of uint8 torus codes, codes / 256 (inverse of :func:`torus_uint8` on the grid).
+
+    codes: [...] uint8 → [...] float32 in [0, 1).
+    """
+    _checks.check_dtype(codes, "codes", jnp.uint8)
+    return codes.astype(_F32) / 256.0
+
+
+# --------------------------------------------------------------------------------------------------------
+# n-bit grid with a per-dimension range fitted on the reference set.
+# --------------------------------------------------------------------------------------------------------
+
+
+@functools.partial(jax.tree_util.register_dataclass, data_fields=["lo", "hi"], meta_fields=["nbits"])
+@dataclasses.dataclass(frozen=True)
+class Grid:
+    """A fitted n-bit grid: per-dimension range lo [D], hi [D] and bits per dimension ``nbits``."""
+
+    lo: jax.Array
+    hi: jax.Array
+    nbits: int
+
+
+def _code_dtype(nbits: int):
+    return jnp.uint8 if nbits <= 8 else jnp.uint16
+
+
+def grid_fit(x: jax.Array, *, nbits: int = 8) -> Grid:
+    """Fit the n-bit grid of seed 000 Experiment 2: per-dimension [min, max] of the reference set.
+
+    x: [N, D] float → Grid(lo [D], hi [D], nbits). A collapsed range (max = min) is widened to one unit
+    width so that encoding stays finite.
+    """
+    _checks.check_matrix(x, "x")
+    _checks.check_floating(x, "x")
+    _checks.check_positive_int(nbits, "nbits")
+    if nbits > _MAX_PQ_BITS:
+        raise ValueError(f"nbits must be at most {_MAX_PQ_BITS}, got {nbits}")
+    x = jnp.asarray(x, _F32)
+    lo, hi = jnp.min(x, axis=0), jnp.max(x, axis=0)
+    return Grid(lo=lo, hi=jnp.where(hi > lo, hi, lo + 1.0), nbits=int(nbits))
+
+
+def grid_encode(grid: Grid, x: jax.Array) -> jax.Array:
+    """Grid cell index floor((x − lo)/(hi − lo)·2^nbits), clipped to [0, 2^nbits − 1].
+
+    x: [N, D] float → [N, D] uint8 (nbits ≤ 8) or uint16.
+    """
+    _checks.check_matrix(x, "x")
+    _checks.check_floating(x, "x")
+    _checks.check_length(jnp.asarray(grid.lo), "grid.lo", x.shape[1], "one per column of x")
+    levels = 1 << grid.nbits
+    cell = jnp.floor((jnp.asarray(x, _F32) - grid.lo) / (grid.hi - grid.lo) * levels)
+    return jnp.clip(cell, 0, levels - 1).astype(_code_dtype(grid.nbits))
+
+
+def grid_decode(grid: Grid, codes: jax.Array) -> jax.Array:
+    """Centre of each grid cell, lo + (code + ½)·(hi − lo)/2^nbits.
+
+    codes: [N, D] unsigned integer → [N, D] float32.
+    """
+    _checks.check_matrix(codes, "codes")
+    _checks.check_dtype(codes, "codes", _code_dtype(grid.nbits))
+    _checks.check_length(jnp.asarray(grid.lo), "grid.lo", codes.shape[1], "one per column of codes")
+    return grid.lo + (codes.astype(_F32) + 0.5) * (grid.hi - grid.lo) / (1 << grid.nbits)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Sign bits.
+# --------------------------------------------------------------------------------------------------------
+
+
+def pack_bits(bits: jax.Array) -> jax.Array:
+    """Pack 0/1 values little-endian into bytes, as ``numpy.packbits(bits, axis=-1, bitorder='little')``.
+
+    bits: [..., B] bool or integer 0/1, B a multiple of 8 → [..., B/8] uint8.
+    """
+    _checks.check_integer(bits, "bits")
+    if jnp.ndim(bits) < 1:
+        raise ValueError(f"bits must have rank ≥ 1, got shape {tuple(jnp.shape(bits))}")
+    _checks.check_multiple_of(jnp.shape(bits)[-1], "bits.shape[-1]", 8)
+    b = (jnp.asarray(bits) != 0).astype(jnp.uint8)
+    b = b.reshape(*b.shape[:-1], b.shape[-1] // 8, 8)
+    weights = jnp.left_shift(jnp.uint8(1), jnp.arange(8, dtype=jnp.uint8))
+    return jnp.sum(b * weights, axis=-1, dtype=jnp.uint8)
+
+
+def unpack_bits(packed: jax.Array) -> jax.Array:
+    """Inverse of :func:`pack_bits`: little-endian bits of each byte.
+
+    packed: [..., n] uint8 → [..., 8n] uint8 in {0, 1}.
+    """
+    _checks.check_dtype(packed, "packed", jnp.uint8)
+    if jnp.ndim(packed) < 1:
+        raise ValueError(f"packed must have rank ≥ 1, got shape {tuple(jnp.shape(packed))}")
+    bits = jnp.right_shift(packed[..., None], jnp.arange(8, dtype=jnp.uint8)) & jnp.uint8(1)
+    return bits.reshape(*packed.shape[:-1], packed.shape[-1] * 8)
+
+
+def one_bit(x: jax.Array) -> jax.Array:
+    """1-bit grid of seed 000 Experiment 2 (sign bits, sign(0) = +1 → bit 1), packed little-endian.
+
+    x: [N, D] float, D a multiple of 8 → [N, D/8] uint8.
+    """
+    _checks.check_matrix(x, "x")
+    _checks.check_floating(x, "x")
+    _checks.check_multiple_of(x.shape[1], "x.shape[1]", 8)
+    return pack_bits(x >= 0)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Product quantisation.
+# --------------------------------------------------------------------------------------------------------
+
+
+@functools.partial(jax.tree_util.register_dataclass, data_fields=["codebooks", "objective"], meta_fields=[])
+@dataclasses.dataclass(frozen=True)
+class PQ:
+    """A fitted product quantiser: codebooks [m, 2^nbits, D/m] and the k-means objective history
+    [m, iters] (mean squared distance of the training rows to their centroid, per sub-space, measured at
+    each assignment step)."""
+
+    codebooks: jax.Array
+    objective: jax.Array
+
+    @property
+    def m(self) -> int:
+        return self.codebooks.shape[0]
+
+    @property
+    def nbits(self) -> int:
+        return int(self.codebooks.shape[1]).bit_length() - 1
+
+
+def _subspaces(x: jax.Array, m: int) -> jax.Array:
+    """[N, D] → [m, N, D/m] (sub-vector j is columns j·D/m … (j+1)·D/m − 1)."""
+    n, d = x.shape
+    return jnp.transpose(x.reshape(n, m, d // m), (1, 0, 2))
+
+
+def _rows_per_block(m: int, k: int) -> int:
+    return max(1, _BLOCK_ELEMENTS // (m * k))
+
+
+def _map_rows(fn, xs: jax.Array, block: int):
+    """Apply ``fn`` ([m, b, ·] → pytree of [m, b, ...]) over row blocks of xs [m, N, ·] (last one padded)."""
+    m, n = xs.shape[:2]
+    block = min(block, n)
+    nb = -(-n // block)
+    padded = jnp.pad(xs, ((0, 0), (0, nb * block - n), (0, 0)))
+    blocks = jnp.moveaxis(padded.reshape(m, nb, block, *xs.shape[2:]), 1, 0)
+    out = lax.map(fn, blocks)
+
+    def unblock(o):
+        return jnp.moveaxis(o, 0, 1).reshape(m, nb * block, *o.shape[3:])[:, :n]
+
+    return jax.tree_util.tree_map(unblock, out)
+
+
+def _nearest(xs: jax.Array, codebooks: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Nearest centroid per sub-space, in row blocks that bound memory.
+
+    xs: [m, N, ds], codebooks: [m, K, ds] → (index [m, N] int32, squared distance [m, N] float32).
+    """
+    half_sq = 0.5 * jnp.sum(jnp.square(codebooks), axis=-1)  # [m, K]
+
+    def block(xb):  # [m, b, ds]
+        score = jnp.einsum("mbd,mkd->mbk", xb, codebooks, preferred_element_type=_F32) - half_sq[:, None]
+        idx = jnp.argmax(score, axis=-1).astype(jnp.int32)
+        best = jnp.take_along_axis(score, idx[..., None], axis=-1)[..., 0]
+        return idx, jnp.maximum(jnp.sum(jnp.square(xb), axis=-1) - 2.0 * best, 0.0)
+
+    return _map_rows(block, xs, _rows_per_block(*codebooks.shape[:2]))
+
+
+def _kmeans_pp(key: jax.Array, x: jax.Array, k: int) -> jax.Array:
+    """k-means++ seeding (Arthur & Vassilvitskii 2007) of one sub-space. x: [N, ds] → [k, ds]."""
+    n = x.shape[0]
+    k0, key = jax.random.split(key)
+    first = x[jax.random.randint(k0, (), 0, n)]
+    centroids = jnp.zeros((k, x.shape[1]), x.dtype).at[0].set(first)
+    d2 = jnp.sum(jnp.square(x - first), axis=-1)
+
+    def step(i, carry):
+        centroids, d2 = carry
+        # Sample a row with probability ∝ D²; all-zero D² (fewer distinct rows than k) picks the last row.
+        cum = jnp.cumsum(d2)
+        u = jax.random.uniform(jax.random.fold_in(key, i)) * cum[-1]
+        pick = jnp.minimum(jnp.searchsorted(cum, u, side="right"), n - 1)
+        c = x[pick]
+        return centroids.at[i].set(c), jnp.minimum(d2, jnp.sum(jnp.square(x - c), axis=-1))
+
+    return lax.fori_loop(1, k, step, (centroids, d2))[0]
+
+
+def _kmeans_random(key: jax.Array, x: jax.Array, k: int) -> jax.Array:
+    """k distinct training rows drawn uniformly. x: [N, ds] → [k, ds]."""
+    return x[jax.random.permutation(key, x.shape[0])[:k]]
+
+
+def _lloyd_step(xs: jax.Array, codebooks: jax.Array):
+    """One Lloyd iteration on every sub-space; empty clusters re-seeded at the worst-fitted rows.
+
+    xs: [m, N, ds], codebooks: [m, K, ds] → (new codebooks, objective [m] before the update).
+    """
+    m, k = codebooks.shape[:2]
+    idx, dist = _nearest(xs, codebooks)
+
+    def update(x, a, d, c):  # one sub-space: x [N, ds], a [N], d [N], c [K, ds]
+        sums = jax.ops.segment_sum(x, a, num_segments=k)
+        counts = jax.ops.segment_sum(jnp.ones_like(d), a, num_segments=k)
+        empty = counts == 0
+        # The j-th empty cluster moves onto the j-th farthest row from its centroid (a row's move cannot
+        # raise the objective: that cluster held no row, and the next assignment only lowers distances).
+        far = lax.top_k(d, k)[1]
+        rank = jnp.cumsum(empty) - 1
+        reseed = x[far[jnp.clip(rank, 0, k - 1)]]
+        means = sums / jnp.maximum(counts, 1.0)[:, None]
+        return jnp.where(empty[:, None], reseed, means)
+
+    new = jax.vmap(update)(xs, idx, dist, codebooks)
+    return new, jnp.mean(dist, axis=1)
+
+
+@functools.partial(jax.jit, static_argnames=("m", "nbits", "iters", "init"))
+def _pq_fit(x, key, *, m, nbits, iters, init):
+    xs = _subspaces(jnp.asarray(x, _F32), m)
+    k = 1 << nbits
+    seed = _kmeans_pp if init == "kmeans++" else _kmeans_random
+    codebooks = jax.vmap(seed, in_axes=(0, 0, None))(jax.random.split(key, m), xs, k)
+
+    def body(c, _):
+        new, objective = _lloyd_step(xs, c)
+        return new, objective
+
+    codebooks, objective = lax.scan(body, codebooks, None, length=iters)
+    return PQ(codebooks=codebooks, objective=objective.T)
+
+
+def pq_fit(
+    x: jax.Array, *, m: int, nbits: int, key: jax.Array, iters: int = 25, init: str = "kmeans++"
+) -> PQ:
+    """Product quantiser of Jégou et al. (2011) §III (seed 000 Table 3): k-means with 2^nbits centroids on
+    each of m sub-vectors, all sub-spaces at once (vmapped), ``iters`` Lloyd iterations, empty clusters
+    re-seeded.
+
+    x: [N, D] float, D divisible by m, N ≥ 2^nbits → PQ(codebooks [m, 2^nbits, D/m], objective [m, iters]).
+    init: 'kmeans++' or 'random' (distinct training rows). Distances are computed in row blocks, so
+    nbits = 16 (65,536 centroids) fits in memory.
+    """
+    _checks.check_matrix(x, "x")
+    _checks.check_floating(x, "x")
+    _checks.check_positive_int(m, "m")
+    _checks.check_positive_int(nbits, "nbits")
+    _checks.check_positive_int(iters, "iters")
+    _checks.check_choice(init, "init", ("kmeans++", "random"))
+    n, d = x.shape
+    if d % m:
+        raise ValueError(f"m must divide x.shape[1] = {d}, got m = {m}")
+    if nbits > _MAX_PQ_BITS:
+        raise ValueError(f"nbits must be at most {_MAX_PQ_BITS}, got {nbits}")
+    if n < (1 << nbits):
+        raise ValueError(
+            f"nbits = {nbits} needs at least 2^nbits = {1 << nbits} training rows for k-means, x has {n}"
+        )
+    return _pq_fit(x, key, m=int(m), nbits=int(nbits), iters=int(iters), init=init)
+
+
+def _check_pq(pq: PQ) -> None:
+    _checks.check_rank(pq.codebooks, "pq.codebooks", 3)
+    k = pq.codebooks.shape[1]
+    if k & (k - 1) or k > (1 << _MAX_PQ_BITS):
+        raise ValueError(f"pq.codebooks must have 2^nbits (≤ 2^16) centroids per sub-space, got {k}")
+
+
+def pq_encode(pq: PQ, x: jax.Array) -> jax.Array:
+    """PQ codes: index of the nearest centroid of each sub-vector (Jégou et al. 2011 eq. 9).
+
+    x: [N, D] float → [N, m] uint8 (nbits ≤ 8) or uint16.
+    """
+    _check_pq(pq)
+    _checks.check_matrix(x, "x")
+    _checks.check_floating(x, "x")
+    m, _, ds = pq.codebooks.shape
+    if x.shape[1] != m * ds:
+        raise ValueError(f"x must have {m * ds} columns (pq's m·D/m), got shape {tuple(x.shape)}")
+    return _pq_encode(pq, x)
+
+
+@jax.jit
+def _pq_encode(pq: PQ, x: jax.Array) -> jax.Array:
+    idx, _ = _nearest(_subspaces(jnp.asarray(x, _F32), pq.m), pq.codebooks)
+    return idx.T.astype(_code_dtype(pq.nbits))
+
+
+def pq_decode(pq: PQ, codes: jax.Array) -> jax.Array:
+    """Reconstruction from PQ codes: the concatenated centroids.
+
+    codes: [N, m] uint8/uint16 → [N, D] float32.
+    """
+    _check_pq(pq)
+    _checks.check_matrix(codes, "codes")
+    _checks.check_dtype(codes, "codes", _code_dtype(pq.nbits))
+    if codes.shape[1] != pq.m:
+        raise ValueError(f"codes must have {pq.m} columns (one per PQ sub-space), got {tuple(codes.shape)}")
+    parts = jax.vmap(lambda c, i: c[i], in_axes=(0, 1), out_axes=1)(pq.codebooks, codes.astype(jnp.int32))
+    return parts.reshape(codes.shape[0], -1)

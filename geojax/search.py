@@ -1,0 +1,398 @@
+"""Exact top-k scans over compact codes (seed 000 §4; Jégou et al. 2011 §III-A for PQ), chunked and jit-able.
+
+Every search returns ``(distances [Q, k], indices [Q, k] int32)`` in faiss's order: ascending distance, ties
+to the lower database index. Queries run in blocks of ``query_block`` rows against database chunks of
+``chunk`` rows (``lax.map`` over query blocks, ``lax.scan`` over chunks), so memory stays bounded.
+
+Within a chunk the exact top-k is found in two stages: the minimum distance of each group of ``_GROUP``
+consecutive rows (fused with the distance computation), the k best groups by (minimum, group index), and the
+top-k of the k·_GROUP distances of those groups, recomputed. The k nearest rows always lie in those groups
+(any group outside them is beaten by k group minima, each a distinct row). Candidates are kept in database
+order and merged with the running result placed first, so ``lax.top_k``'s lower-index-first rule carries
+the tie order across chunks. Integer distances are ranked as float32 keys (exact below 2^24; ``lax.top_k``
+on int32 is far slower on CPU), falling back to int32 keys when the bound is larger.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from geojax import _checks
+from geojax.quantize import PQ
+
+_F32 = jnp.float32
+_GROUP = 32
+_EXACT_F32 = 1 << 24
+
+
+# --------------------------------------------------------------------------------------------------------
+# Distance kernels: kernel(qdata [b, W, ...], rows, shared) -> [b, n] distances. With shared=True, rows are
+# one database chunk stored column-major [W, n] (every query of the block against every row: the loops run
+# along contiguous rows, which vectorises); with shared=False, rows are [b, n, W], row i's for query i.
+# --------------------------------------------------------------------------------------------------------
+
+_H = 0x80808080  # high bit of each byte
+_LOW_BITS = 0x01010101
+_EVEN_BYTES = 0x00FF00FF
+_MAX_UNROLL = 128
+
+
+def _sum_columns(term, q: jax.Array, rows: jax.Array, shared: bool, acc_dtype) -> jax.Array:
+    """Σ_w term(q[:, w], rows' column w) → [b, n], unrolled for narrow codes, a fori_loop for wide ones."""
+    width = q.shape[1]
+
+    def column(w):
+        qw = lax.dynamic_index_in_dim(q, w, axis=1, keepdims=False)[:, None]
+        if shared:
+            return term(qw, lax.dynamic_index_in_dim(rows, w, axis=0, keepdims=True)).astype(acc_dtype)
+        return term(qw, lax.dynamic_index_in_dim(rows, w, axis=2, keepdims=False)).astype(acc_dtype)
+
+    if width <= _MAX_UNROLL:
+        total = column(0)
+        for w in range(1, width):
+            total = total + column(w)
+        return total
+    return lax.fori_loop(1, width, lambda w, acc: acc + column(w), column(0))
+
+
+def _wrap_byte_distance(a: jax.Array, b: jax.Array) -> jax.Array:
+    """Per-byte flat-torus distance min((a−b) mod 256, (b−a) mod 256) on uint8 (overflow is the torus)."""
+    return jnp.minimum(a - b, b - a)
+
+
+def _wrap_word_distance(a: jax.Array, b: jax.Array) -> jax.Array:
+    """The same on four bytes packed in a uint32 word (SWAR), summed into two 16-bit lanes.
+
+    d = a − b per byte without borrows between bytes; min(d, 256 − d) = (d XOR 0xFF·s) + s with s = d ≥ 128,
+    which never carries out of a byte; then bytes 0+1 and 2+3 are added into the low and high 16 bits.
+    """
+    hi, low = jnp.uint32(_H), jnp.uint32(_LOW_BITS)
+    d = ((a | hi) - (b & ~hi)) ^ ((a ^ ~b) & hi)
+    s = (d >> 7) & low
+    r = (d ^ (s * jnp.uint32(0xFF))) + s
+    even = jnp.uint32(_EVEN_BYTES)
+    return (r & even) + ((r >> 8) & even)
+
+
+def _torus_words_kernel(q: jax.Array, rows: jax.Array, shared: bool) -> jax.Array:
+    """Wraparound L1 on uint8 codes viewed as uint32 words (≤ 255 words, so 16-bit lanes cannot overflow)."""
+    lanes = _sum_columns(_wrap_word_distance, q, rows, shared, jnp.uint32)
+    return ((lanes & jnp.uint32(0xFFFF)) + (lanes >> 16)).astype(jnp.int32)
+
+
+def _torus_bytes_kernel(q: jax.Array, rows: jax.Array, shared: bool, *, p: int) -> jax.Array:
+    """Wraparound Lp^p on uint8 codes, one byte column at a time, int32 sums."""
+
+    def term(a, b):
+        d = _wrap_byte_distance(a, b).astype(jnp.int32)
+        return d if p == 1 else d * d
+
+    return _sum_columns(term, q, rows, shared, jnp.int32)
+
+
+# One object per p, so that jit's static-argument cache hits on repeated calls.
+_TORUS_BYTES_KERNELS = {p: functools.partial(_torus_bytes_kernel, p=p) for p in (1, 2)}
+
+
+def _hamming_kernel(q: jax.Array, rows: jax.Array, shared: bool) -> jax.Array:
+    """Hamming distance of uint32 words: Σ popcount(a XOR b), int32."""
+    return _sum_columns(lambda a, b: lax.population_count(a ^ b), q, rows, shared, jnp.uint32).astype(
+        jnp.int32
+    )
+
+
+def _pq_kernel(tables: jax.Array, rows: jax.Array, shared: bool) -> jax.Array:
+    """Asymmetric distance Σ_j T[q, j, code_j] (Jégou et al. 2011 eq. 13), j = 0 … m−1 in order.
+
+    tables: [b, m, K]; shared rows: codes [m, n]; otherwise [b, n, m].
+    """
+    codes = rows.astype(jnp.int32)
+    total = None
+    for j in range(tables.shape[1]):
+        if shared:
+            part = jnp.take(tables[:, j], codes[j], axis=1)
+        else:
+            part = jnp.take_along_axis(tables[:, j], codes[:, :, j], axis=1)
+        total = part if total is None else total + part
+    return total
+
+
+def _pq_tables(codebooks: jax.Array, queries: jax.Array) -> jax.Array:
+    """Squared distances of each query sub-vector to every centroid.
+
+    codebooks: [m, K, D/m], queries: [b, D] → [b, m, K] float32.
+    """
+    m, _, ds = codebooks.shape
+    qs = queries.astype(_F32).reshape(queries.shape[0], m, ds)
+    cross = jnp.einsum("bmd,mkd->bmk", qs, codebooks, preferred_element_type=_F32)
+    sq = jnp.sum(jnp.square(qs), -1)[..., None] + jnp.sum(jnp.square(codebooks), -1)[None]
+    return jnp.maximum(sq - 2.0 * cross, 0.0)
+
+
+# --------------------------------------------------------------------------------------------------------
+# The chunked scan.
+# --------------------------------------------------------------------------------------------------------
+
+
+def _chunk_topk(kernel, qdata, rows, cols, start, n, k, group, key_dtype, big):
+    """Top-k (keys = −distance) of one query block against one database chunk.
+
+    rows: the chunk [c, W] (row-major, for gathering candidates); cols: the same chunk [W, c].
+    """
+    c = rows.shape[0]
+
+    def keys(dist, index):
+        return jnp.where(index < n, -dist.astype(key_dtype), -big)
+
+    full = keys(kernel(qdata, cols, True), start + jnp.arange(c)[None])
+    if group == 1:
+        v, i = lax.top_k(full, k)
+        return v, start + i
+    b = full.shape[0]
+    # Stage 1: per-group maxima of the keys (the distance kernel fuses into this reduction).
+    _, best_groups = lax.top_k(jnp.max(full.reshape(b, c // group, group), axis=-1), k)
+    best_groups = jnp.sort(best_groups, axis=-1)  # database order, for the tie rule
+    cand = (best_groups[:, :, None] * group + jnp.arange(group)).reshape(b, k * group)
+    # Stage 2: exact keys of the candidate rows, recomputed.
+    v, j = lax.top_k(keys(kernel(qdata, rows[cand], False), start + cand), k)
+    return v, start + jnp.take_along_axis(cand, j, axis=1)
+
+
+def _scan_topk(kernel, qdata, db, k, *, chunk, group, key_dtype, big):
+    """Top-k over the whole database for one query block, merging chunk results in database order."""
+    n = db.shape[0]
+    n_chunks = -(-n // chunk)
+    padded = jnp.pad(db, ((0, n_chunks * chunk - n), (0, 0)))
+    chunks = padded.reshape(n_chunks, chunk, db.shape[1])
+    col_chunks = jnp.transpose(chunks, (0, 2, 1))
+    b = jax.tree_util.tree_leaves(qdata)[0].shape[0]
+
+    def step(carry, xs):
+        rows, cols, start = xs
+        v, i = _chunk_topk(kernel, qdata, rows, cols, start, n, k, group, key_dtype, big)
+        if n_chunks == 1:
+            return (v, i), None
+        merged_v = jnp.concatenate([carry[0], v], axis=1)  # earlier chunks first: lower indices win ties
+        merged_i = jnp.concatenate([carry[1], i], axis=1)
+        mv, mj = lax.top_k(merged_v, k)
+        return (mv, jnp.take_along_axis(merged_i, mj, axis=1)), None
+
+    init = (jnp.full((b, k), -big, key_dtype), jnp.zeros((b, k), jnp.int32))
+    starts = jnp.arange(n_chunks, dtype=jnp.int32) * chunk
+    (v, i), _ = lax.scan(step, init, (chunks, col_chunks, starts))
+    return v, i
+
+
+def _plan(n: int, k: int, chunk: int) -> tuple[int, int]:
+    """(chunk rows, group size): groups of _GROUP rows when k·_GROUP candidates are few against the chunk."""
+    rows = max(min(chunk, n), k)
+    if k * _GROUP * 4 <= rows:
+        return -(-rows // _GROUP) * _GROUP, _GROUP
+    return rows, 1
+
+
+@functools.partial(
+    jax.jit, static_argnames=("kernel", "prepare", "k", "chunk", "query_block", "exact", "integer")
+)
+def _search(queries, db, aux, *, kernel, prepare, k, chunk, query_block, exact, integer):
+    """Blocked search: ``prepare(aux, query_block)`` gives the kernel's per-query data (PQ: tables)."""
+    q = queries.shape[0]
+    rows, group = _plan(db.shape[0], k, chunk)
+    key_dtype = _F32 if exact else jnp.int32
+    big = jnp.finfo(_F32).max if exact else jnp.iinfo(jnp.int32).max
+    qb = min(query_block, q)
+    n_blocks = -(-q // qb)
+    padded = jnp.pad(queries, ((0, n_blocks * qb - q),) + ((0, 0),) * (queries.ndim - 1))
+
+    def block(qx):
+        qdata = prepare(aux, qx)
+        return _scan_topk(kernel, qdata, db, k, chunk=rows, group=group, key_dtype=key_dtype, big=big)
+
+    v, i = lax.map(block, padded.reshape(n_blocks, qb, *queries.shape[1:]))
+    v, i = v.reshape(n_blocks * qb, k)[:q], i.reshape(n_blocks * qb, k)[:q]
+    d = -v
+    return (d.astype(jnp.int32) if integer else d), i
+
+
+# --------------------------------------------------------------------------------------------------------
+# Validation shared by the public functions.
+# --------------------------------------------------------------------------------------------------------
+
+
+def _check_codes(queries, db, query_name: str = "queries", db_name: str = "db") -> None:
+    for x, name in ((queries, query_name), (db, db_name)):
+        _checks.check_matrix(x, name)
+        _checks.check_dtype(x, name, jnp.uint8)
+    _checks.check_same_width(queries, db, query_name, db_name)
+
+
+def _check_search(k, n: int, chunk, query_block) -> None:
+    _checks.check_k(k, "k", n, "database rows")
+    _checks.check_positive_int(chunk, "chunk")
+    _checks.check_positive_int(query_block, "query_block")
+
+
+def _check_p(p) -> None:
+    _checks.check_choice(p, "p", (1, 2))
+
+
+def _as_words(codes: jax.Array) -> jax.Array:
+    """Packed bytes [N, B] → uint32 words [N, ceil(B/4)] (zero bytes appended: they add no distance)."""
+    n, nbytes = codes.shape
+    pad = -nbytes % 4
+    codes = jnp.pad(codes, ((0, 0), (0, pad)))
+    return lax.bitcast_convert_type(codes.reshape(n, (nbytes + pad) // 4, 4), jnp.uint32)
+
+
+def _queries_as_is(aux, q):
+    return q
+
+
+def _torus_codes(p: int, codes: jax.Array) -> tuple[object, jax.Array]:
+    """(kernel, operand) for torus codes [N, D]: SWAR on uint32 words for L1 up to 1,020 bytes, else bytes."""
+    if p == 1 and -(-codes.shape[1] // 4) <= 255:
+        return _torus_words_kernel, _as_words(codes)
+    return _TORUS_BYTES_KERNELS[p], codes
+
+
+# --------------------------------------------------------------------------------------------------------
+# Public API.
+# --------------------------------------------------------------------------------------------------------
+
+
+def torus_distances(a: jax.Array, b: jax.Array, *, p: int = 1) -> jax.Array:
+    """Flat-torus Lp^p distance on uint8 codes with wraparound (seed 000 §4; 250 vs 5 → 11).
+
+    a: [N, D] uint8, b: [M, D] uint8 → [N, M] int32, Σ_k min((a−b) mod 256, (b−a) mod 256)^p.
+    """
+    _check_codes(a, b, "a", "b")
+    _check_p(p)
+    kernel, qa = _torus_codes(p, jnp.asarray(a))
+    return kernel(qa, _torus_codes(p, jnp.asarray(b))[1].T, True)
+
+
+def hamming_distances(a: jax.Array, b: jax.Array) -> jax.Array:
+    """Hamming distance of packed bit codes. a: [N, B] uint8, b: [M, B] uint8 → [N, M] int32."""
+    _check_codes(a, b, "a", "b")
+    return _hamming_kernel(_as_words(jnp.asarray(a)), _as_words(jnp.asarray(b)).T, True)
+
+
+def pq_distances(queries: jax.Array, pq: PQ, codes: jax.Array) -> jax.Array:
+    """Asymmetric PQ distance ‖q − decode(code)‖² via lookup tables (Jégou et al. 2011 eq. 13).
+
+    queries: [Q, D] float, codes: [N, m] uint8/uint16 → [Q, N] float32.
+    """
+    _check_pq_search(queries, pq, codes)
+    return _pq_kernel(_pq_tables(pq.codebooks, jnp.asarray(queries)), jnp.asarray(codes).T, True)
+
+
+def torus_topk(
+    queries: jax.Array,
+    db: jax.Array,
+    k: int,
+    *,
+    p: int = 1,
+    chunk: int = 16384,
+    query_block: int = 1024,
+) -> tuple[jax.Array, jax.Array]:
+    """Exact k nearest uint8 torus codes under the wraparound L1 (p=1) or squared L2 (p=2) distance.
+
+    queries: [Q, D] uint8, db: [N, D] uint8 → (distances [Q, k] int32 ascending, indices [Q, k] int32).
+    """
+    _check_codes(queries, db)
+    _check_p(p)
+    _check_search(k, db.shape[0], chunk, query_block)
+    bound = db.shape[1] * 128**p
+    kernel, q_op = _torus_codes(p, jnp.asarray(queries))
+    return _search(
+        q_op,
+        _torus_codes(p, jnp.asarray(db))[1],
+        None,
+        kernel=kernel,
+        prepare=_queries_as_is,
+        k=int(k),
+        chunk=int(chunk),
+        query_block=int(query_block),
+        exact=bound <= _EXACT_F32,
+        integer=True,
+    )
+
+
+def hamming_topk(
+    queries: jax.Array, db: jax.Array, k: int, *, chunk: int = 16384, query_block: int = 1024
+) -> tuple[jax.Array, jax.Array]:
+    """Exact k nearest packed bit codes by Hamming distance (XOR + popcount on uint32 words).
+
+    queries: [Q, B] uint8, db: [N, B] uint8 → (distances [Q, k] int32 ascending, indices [Q, k] int32).
+    """
+    _check_codes(queries, db)
+    _check_search(k, db.shape[0], chunk, query_block)
+    return _search(
+        _as_words(jnp.asarray(queries)),
+        _as_words(jnp.asarray(db)),
+        None,
+        kernel=_hamming_kernel,
+        prepare=_queries_as_is,
+        k=int(k),
+        chunk=int(chunk),
+        query_block=int(query_block),
+        exact=db.shape[1] * 8 <= _EXACT_F32,
+        integer=True,
+    )
+
+
+def _check_pq_search(queries, pq: PQ, codes) -> None:
+    _checks.check_rank(pq.codebooks, "pq.codebooks", 3)
+    m, k, ds = pq.codebooks.shape
+    _checks.check_matrix(queries, "queries")
+    _checks.check_floating(queries, "queries")
+    _checks.check_matrix(codes, "codes")
+    want = jnp.uint8 if k <= 256 else jnp.uint16
+    _checks.check_dtype(codes, "codes", want)
+    if queries.shape[1] != m * ds:
+        raise ValueError(f"queries must have {m * ds} columns (pq's m·D/m), got {tuple(queries.shape)}")
+    if codes.shape[1] != m:
+        raise ValueError(f"codes must have {m} columns (one per PQ sub-space), got {tuple(codes.shape)}")
+
+
+def pq_topk(
+    queries: jax.Array,
+    pq: PQ,
+    codes: jax.Array,
+    k: int,
+    *,
+    chunk: int = 16384,
+    query_block: int = 1024,
+) -> tuple[jax.Array, jax.Array]:
+    """Exact k nearest PQ codes by asymmetric distance computation (Jégou et al. 2011 §III-A, eq. 13).
+
+    queries: [Q, D] float, codes: [N, m] uint8/uint16 → (distances [Q, k] float32, indices [Q, k] int32).
+    """
+    _check_pq_search(queries, pq, codes)
+    _check_search(k, codes.shape[0], chunk, query_block)
+    return _search(
+        jnp.asarray(queries, _F32),
+        jnp.asarray(codes),
+        pq.codebooks,
+        kernel=_pq_kernel,
+        prepare=_pq_tables,
+        k=int(k),
+        chunk=int(chunk),
+        query_block=int(query_block),
+        exact=True,
+        integer=False,
+    )
+
+
+__all__: list[str] = [
+    "hamming_distances",
+    "hamming_topk",
+    "pq_distances",
+    "pq_topk",
+    "torus_distances",
+    "torus_topk",
+]

@@ -1,0 +1,117 @@
+"""geojax.search kernels equal a naive numpy scan (distances and indices, ties to the lower index)."""
+
+import jax
+import numpy as np
+import pytest
+
+from geojax import quantize, search
+
+
+def naive_topk(dist: np.ndarray, k: int):
+    order = np.argsort(dist, axis=1, kind="stable")[:, :k]
+    return np.take_along_axis(dist, order, axis=1), order
+
+
+def torus_numpy(a, b, p):
+    diff = (a[:, None, :].astype(np.int64) - b[None].astype(np.int64)) % 256
+    return (np.minimum(diff, 256 - diff) ** p).sum(-1)
+
+
+def hamming_numpy(a, b):
+    return np.unpackbits(a[:, None, :] ^ b[None], axis=-1).sum(-1)
+
+
+def with_ties(rng, nq, n, width, mask=255):
+    q = rng.integers(0, 256, (nq, width), dtype=np.uint8) & mask
+    db = rng.integers(0, 256, (n, width), dtype=np.uint8) & mask
+    db[n // 2] = db[1]  # duplicate rows: exact ties, the lower index must come first
+    db[n - 1] = db[0]
+    q[0] = db[1]
+    return q, db
+
+
+def test_torus_pinned_wraparound():
+    a = np.array([[250]], np.uint8)
+    b = np.array([[5]], np.uint8)
+    assert int(search.torus_distances(a, b)[0, 0]) == 11
+    assert int(search.torus_distances(a, b, p=2)[0, 0]) == 121
+
+
+# (rows, k): one chunk without groups, several chunks with groups (chunk=512 below), large k without groups.
+CASES = [(40, 5), (3000, 7), (2000, 300)]
+
+
+@pytest.mark.parametrize("n,k", CASES)
+@pytest.mark.parametrize("p,width", [(1, 13), (2, 8)])
+def test_torus_topk_equals_numpy(n, k, p, width):
+    rng = np.random.default_rng(n + p)
+    q, db = with_ties(rng, 9, n, width, mask=0b11000011)
+    d, i = search.torus_topk(q, db, k, p=p, chunk=512, query_block=4)
+    ref_d, ref_i = naive_topk(torus_numpy(q, db, p), k)
+    np.testing.assert_array_equal(np.asarray(d), ref_d)
+    np.testing.assert_array_equal(np.asarray(i), ref_i)
+    np.testing.assert_array_equal(search.torus_distances(q, db, p=p), torus_numpy(q, db, p))
+
+
+@pytest.mark.parametrize("n,k", CASES)
+def test_hamming_topk_equals_numpy(n, k):
+    rng = np.random.default_rng(n)
+    q, db = with_ties(rng, 9, n, 6, mask=0x11)  # 48 bits, 6 bytes: not a whole number of uint32 words
+    d, i = search.hamming_topk(q, db, k, chunk=512, query_block=4)
+    ref_d, ref_i = naive_topk(hamming_numpy(q, db), k)
+    np.testing.assert_array_equal(np.asarray(d), ref_d)
+    np.testing.assert_array_equal(np.asarray(i), ref_i)
+    np.testing.assert_array_equal(search.hamming_distances(q, db), hamming_numpy(q, db))
+
+
+@pytest.mark.parametrize("n,k", CASES[:2])
+def test_pq_topk_equals_numpy(n, k):
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(max(n, 64), 8)).astype(np.float32)
+    pq = quantize.pq_fit(x, m=4, nbits=4, key=jax.random.key(0), iters=3)
+    codes = np.array(quantize.pq_encode(pq, x[:n]))
+    codes[n // 2] = codes[1]
+    codes[n - 1] = codes[0]
+    queries = rng.normal(size=(9, 8)).astype(np.float32)
+    cb = np.asarray(pq.codebooks, np.float64)
+    sub = queries.reshape(9, 4, 2).astype(np.float64)
+    tables = ((sub[:, :, None, :] - cb[None]) ** 2).sum(-1)  # [Q, m, K]
+    ref = sum(tables[:, j, codes[:, j]] for j in range(4))
+    ref_d, ref_i = naive_topk(ref, k)
+    d, i = search.pq_topk(queries, pq, codes, k, chunk=512, query_block=4)
+    np.testing.assert_allclose(np.asarray(d), ref_d, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(np.asarray(i), ref_i)
+    np.testing.assert_allclose(search.pq_distances(queries, pq, codes), ref, rtol=1e-5, atol=1e-5)
+    # ADC equals the squared distance to the reconstruction.
+    dec = np.asarray(quantize.pq_decode(pq, codes), np.float64)
+    np.testing.assert_allclose(ref, ((queries[:, None, :] - dec[None]) ** 2).sum(-1), rtol=1e-6)
+
+
+def test_jit_wrapped():
+    q, db = with_ties(np.random.default_rng(0), 3, 100, 8)
+    d, i = jax.jit(lambda a, b: search.hamming_topk(a, b, 4))(q, db)
+    np.testing.assert_array_equal(np.asarray(i), naive_topk(hamming_numpy(q, db), 4)[1])
+
+
+def test_bad_inputs():
+    q = np.zeros((2, 8), np.uint8)
+    db = np.zeros((5, 8), np.uint8)
+    with pytest.raises(ValueError, match="db"):
+        search.hamming_topk(q, db.astype(np.int32), 2)
+    with pytest.raises(ValueError, match="queries"):
+        search.torus_topk(q.astype(np.float32), db, 2)
+    with pytest.raises(ValueError, match="same last dimension"):
+        search.hamming_topk(q, np.zeros((5, 4), np.uint8), 2)
+    with pytest.raises(ValueError, match="k"):
+        search.torus_topk(q, db, 6)
+    with pytest.raises(ValueError, match="p"):
+        search.torus_topk(q, db, 2, p=3)
+    x = np.random.default_rng(0).normal(size=(20, 4)).astype(np.float32)
+    pq = quantize.pq_fit(x, m=2, nbits=2, key=jax.random.key(0), iters=1)
+    codes = quantize.pq_encode(pq, x)
+    with pytest.raises(ValueError, match="codes"):
+        search.pq_topk(x, pq, np.asarray(codes).astype(np.int32), 2)
+    with pytest.raises(ValueError, match="queries"):
+        search.pq_topk(x[:, :3], pq, codes, 2)
+    with pytest.raises(ValueError, match="k"):
+        search.pq_topk(x, pq, codes, 21)
