@@ -1,0 +1,383 @@
+"""Flax NNX encoders and embedding heads for sphere, torus and atlas geometries (seeds 000 and 001).
+
+Encoders map images ``x: [N, H, W, C]`` (or flat ``[N, F]`` for the MLP) to features ``h: [N, F]``.
+Heads map features to the embedding space the losses see:
+
+- :class:`GeometryHead` — seed 000's head, Linear(h, 4D) → ReLU → Linear(4D, D), then the projection of
+  the chosen geometry (``euclidean`` raw, ``sphere`` L2, ``torus_c`` Clifford of D turns → 2D,
+  ``torus_n`` pairwise L2 of D (even) values).
+- :class:`AtlasHead` — seed 001's n + 1 linear heads: pre-sigmoid chart coordinates ``[N, n, d]`` and the
+  softmax membership ``q: [N, n]``.
+- :class:`ProjectionHead` and :class:`MixedProjection` — SimCLR's projection head and MSimCLR's q-weighted
+  sum of one projection head per chart, z = Σ_c q_c h_c(sigmoid(coords_c)) (seed 001, Table 1).
+
+``compute_dtype`` (e.g. ``jnp.bfloat16``) sets the dtype of the layer computations; parameters stay
+float32 and every head casts to float32 before its projection, so losses see float32 embeddings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from geojax import _checks, manifolds
+
+GEOMETRIES = ("euclidean", "sphere", "torus_c", "torus_n", "atlas")
+ENCODERS = ("mlp", "cnn", "resnet18", "resnet50")
+
+
+def embedding_width(geometry: str, dim: int) -> int:
+    """Extrinsic width of a geometry head's output for pre-projection width ``dim`` (seed 000, Table 1)."""
+    _checks.check_choice(geometry, "geometry", GEOMETRIES[:-1])
+    return 2 * dim if geometry == "torus_c" else dim
+
+
+def project(raw: jax.Array, geometry: str) -> jax.Array:
+    """Apply the geometry's projection (seed 000, Table 1) to raw head output ``raw: [N, D]`` in float32."""
+    raw = raw.astype(jnp.float32)
+    if geometry == "sphere":
+        return manifolds.sphere(raw)
+    if geometry == "torus_c":
+        return manifolds.torus_clifford(raw)
+    if geometry == "torus_n":
+        return manifolds.torus_l2p(raw)
+    return raw
+
+
+class MLP(nnx.Module):
+    """Multi-layer perceptron encoder: flatten → [Linear → ReLU] per hidden width. x: [N, ...] → [N, F]."""
+
+    def __init__(
+        self, in_features: int, *, hidden: Sequence[int] = (256, 256), compute_dtype=None, rngs: nnx.Rngs
+    ):
+        _checks.check_positive_int(in_features, "in_features")
+        if not hidden:
+            raise ValueError("hidden must list at least one width, got ()")
+        widths = (in_features, *hidden)
+        self.layers = nnx.List(
+            [
+                nnx.Linear(a, b, dtype=compute_dtype, rngs=rngs)
+                for a, b in zip(widths[:-1], widths[1:], strict=True)
+            ]
+        )
+        self.features = widths[-1]
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        h = x.reshape(x.shape[0], -1)
+        for layer in self.layers:
+            h = nnx.relu(layer(h))
+        return h
+
+
+def _norm(kind: str, features: int, *, axis_name, compute_dtype, rngs: nnx.Rngs):
+    """Normalisation layer: ``batch`` (synchronised over ``axis_name`` when given), ``group`` or ``none``."""
+    if kind == "batch":
+        return nnx.BatchNorm(features, momentum=0.9, axis_name=axis_name, dtype=compute_dtype, rngs=rngs)
+    if kind == "group":
+        return nnx.GroupNorm(features, num_groups=min(32, features), dtype=compute_dtype, rngs=rngs)
+    return lambda h: h
+
+
+class SmallCNN(nnx.Module):
+    """Small VGG-style CNN for 8×8, 28×28 or 32×32 images. x: [N, H, W, C] → [N, 4·width].
+
+    Three stages of 3×3 conv → norm → ReLU with widths (w, 2w, 4w); a 2×2 max-pool follows a stage while
+    the feature map is larger than 4×4; global average pooling at the end.
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        *,
+        image_size: int,
+        width: int = 32,
+        norm: str = "none",
+        axis_name: str | None = None,
+        compute_dtype=None,
+        rngs: nnx.Rngs,
+    ):
+        _checks.check_positive_int(in_channels, "in_channels")
+        _checks.check_positive_int(image_size, "image_size")
+        _checks.check_choice(norm, "norm", ("batch", "group", "none"))
+        widths = (in_channels, width, 2 * width, 4 * width)
+        self.convs = nnx.List(
+            [
+                nnx.Conv(a, b, (3, 3), use_bias=norm == "none", dtype=compute_dtype, rngs=rngs)
+                for a, b in zip(widths[:-1], widths[1:], strict=True)
+            ]
+        )
+        self.norms = nnx.List(
+            [_norm(norm, b, axis_name=axis_name, compute_dtype=compute_dtype, rngs=rngs) for b in widths[1:]]
+        )
+        size, pools = image_size, []
+        for _ in range(3):
+            pools.append(size > 4)
+            size = size // 2 if size > 4 else size
+        self.pools = tuple(pools)
+        self.features = widths[-1]
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        h = x
+        for conv, norm, pool in zip(self.convs, self.norms, self.pools, strict=True):
+            h = nnx.relu(norm(conv(h)))
+            if pool:
+                h = nnx.max_pool(h, (2, 2), strides=(2, 2))
+        return h.mean(axis=(1, 2))
+
+
+class _BasicBlock(nnx.Module):
+    """ResNet basic block (He et al. 2016): two 3×3 convs, identity or 1×1 projection shortcut."""
+
+    expansion = 1
+
+    def __init__(self, cin: int, width: int, stride: int, *, norm: str, axis_name, compute_dtype, rngs):
+        kw = dict(use_bias=False, dtype=compute_dtype, rngs=rngs)
+        nk = dict(axis_name=axis_name, compute_dtype=compute_dtype, rngs=rngs)
+        self.conv1 = nnx.Conv(cin, width, (3, 3), strides=stride, **kw)
+        self.norm1 = _norm(norm, width, **nk)
+        self.conv2 = nnx.Conv(width, width, (3, 3), **kw)
+        self.norm2 = _norm(norm, width, **nk)
+        self.shortcut = (
+            nnx.Sequential(nnx.Conv(cin, width, (1, 1), strides=stride, **kw), _norm(norm, width, **nk))
+            if stride != 1 or cin != width
+            else None
+        )
+
+    def __call__(self, x):
+        h = nnx.relu(self.norm1(self.conv1(x)))
+        h = self.norm2(self.conv2(h))
+        return nnx.relu(h + (x if self.shortcut is None else self.shortcut(x)))
+
+
+class _Bottleneck(nnx.Module):
+    """ResNet bottleneck block (He et al. 2016): 1×1 → 3×3 (stride) → 1×1 (4× width) convs."""
+
+    expansion = 4
+
+    def __init__(self, cin: int, width: int, stride: int, *, norm: str, axis_name, compute_dtype, rngs):
+        kw = dict(use_bias=False, dtype=compute_dtype, rngs=rngs)
+        nk = dict(axis_name=axis_name, compute_dtype=compute_dtype, rngs=rngs)
+        cout = 4 * width
+        self.conv1 = nnx.Conv(cin, width, (1, 1), **kw)
+        self.norm1 = _norm(norm, width, **nk)
+        self.conv2 = nnx.Conv(width, width, (3, 3), strides=stride, **kw)
+        self.norm2 = _norm(norm, width, **nk)
+        self.conv3 = nnx.Conv(width, cout, (1, 1), **kw)
+        self.norm3 = _norm(norm, cout, **nk)
+        self.shortcut = (
+            nnx.Sequential(nnx.Conv(cin, cout, (1, 1), strides=stride, **kw), _norm(norm, cout, **nk))
+            if stride != 1 or cin != cout
+            else None
+        )
+
+    def __call__(self, x):
+        h = nnx.relu(self.norm1(self.conv1(x)))
+        h = nnx.relu(self.norm2(self.conv2(h)))
+        h = self.norm3(self.conv3(h))
+        return nnx.relu(h + (x if self.shortcut is None else self.shortcut(x)))
+
+
+class ResNet(nnx.Module):
+    """ResNet with the CIFAR stem (3×3 conv, stride 1, no max-pool). x: [N, H, W, C] → [N, 512·expansion].
+
+    ``depth`` 18 uses basic blocks (2, 2, 2, 2); 50 uses bottleneck blocks (3, 4, 6, 3) (He et al. 2016).
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        *,
+        depth: int = 18,
+        width: int = 64,
+        norm: str = "batch",
+        axis_name: str | None = None,
+        compute_dtype=None,
+        rngs: nnx.Rngs,
+    ):
+        _checks.check_positive_int(in_channels, "in_channels")
+        _checks.check_choice(depth, "depth", (18, 50))
+        _checks.check_choice(norm, "norm", ("batch", "group", "none"))
+        block, counts = (_BasicBlock, (2, 2, 2, 2)) if depth == 18 else (_Bottleneck, (3, 4, 6, 3))
+        nk = dict(norm=norm, axis_name=axis_name, compute_dtype=compute_dtype, rngs=rngs)
+        self.stem = nnx.Conv(in_channels, width, (3, 3), use_bias=False, dtype=compute_dtype, rngs=rngs)
+        self.stem_norm = _norm(norm, width, axis_name=axis_name, compute_dtype=compute_dtype, rngs=rngs)
+        blocks, cin = [], width
+        for stage, count in enumerate(counts):
+            for i in range(count):
+                stride = 2 if stage > 0 and i == 0 else 1
+                blocks.append(block(cin, width * 2**stage, stride, **nk))
+                cin = width * 2**stage * block.expansion
+        self.blocks = nnx.List(blocks)
+        self.features = cin
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        h = nnx.relu(self.stem_norm(self.stem(x)))
+        for blk in self.blocks:
+            h = blk(h)
+        return h.mean(axis=(1, 2))
+
+
+def encoder(
+    name: str,
+    *,
+    input_shape: Sequence[int],
+    width: int | None = None,
+    norm: str | None = None,
+    axis_name: str | None = None,
+    compute_dtype=None,
+    rngs: nnx.Rngs,
+) -> nnx.Module:
+    """Build an encoder by name for images of shape ``input_shape`` = (H, W, C); it has ``.features``."""
+    _checks.check_choice(name, "encoder", ENCODERS)
+    if len(input_shape) != 3:
+        raise ValueError(f"input_shape must be (H, W, C), got {tuple(input_shape)}")
+    h, w, c = input_shape
+    if name == "mlp":
+        return MLP(h * w * c, hidden=(width or 256,) * 2, compute_dtype=compute_dtype, rngs=rngs)
+    if name == "cnn":
+        return SmallCNN(
+            c,
+            image_size=min(h, w),
+            width=width or 32,
+            norm=norm or "none",
+            axis_name=axis_name,
+            compute_dtype=compute_dtype,
+            rngs=rngs,
+        )
+    return ResNet(
+        c,
+        depth=int(name[6:]),
+        width=width or 64,
+        norm=norm or "batch",
+        axis_name=axis_name,
+        compute_dtype=compute_dtype,
+        rngs=rngs,
+    )
+
+
+class GeometryHead(nnx.Module):
+    """Seed 000 head: Linear(F, 4D) → ReLU → Linear(4D, D), then the geometry projection.
+
+    h: [N, F] → [N, D'] (D' = 2D for torus_c, else D).
+    """
+
+    def __init__(self, in_features: int, dim: int, *, geometry: str, compute_dtype=None, rngs: nnx.Rngs):
+        _checks.check_positive_int(dim, "dim")
+        _checks.check_choice(geometry, "geometry", GEOMETRIES[:-1])
+        if geometry == "torus_n":
+            _checks.check_even(dim, "dim")
+        self.hidden = nnx.Linear(in_features, 4 * dim, dtype=compute_dtype, rngs=rngs)
+        self.out = nnx.Linear(4 * dim, dim, dtype=compute_dtype, rngs=rngs)
+        self.geometry = geometry
+
+    def __call__(self, h: jax.Array) -> jax.Array:
+        return project(self.out(nnx.relu(self.hidden(h))), self.geometry)
+
+
+class AtlasHead(nnx.Module):
+    """Seed 001 §2.4: n chart heads of width d (pre-sigmoid) and a softmax membership head, as one Linear.
+
+    h: [N, F] → (coords [N, n, d] pre-sigmoid float32, q [N, n] float32 summing to 1).
+    """
+
+    def __init__(self, in_features: int, *, charts: int, dim: int, compute_dtype=None, rngs: nnx.Rngs):
+        _checks.check_positive_int(charts, "charts")
+        _checks.check_positive_int(dim, "dim")
+        self.linear = nnx.Linear(in_features, charts * dim + charts, dtype=compute_dtype, rngs=rngs)
+        self.charts, self.dim = charts, dim
+
+    def __call__(self, h: jax.Array) -> tuple[jax.Array, jax.Array]:
+        return manifolds.atlas_split(self.linear(h).astype(jnp.float32), charts=self.charts, dim=self.dim)
+
+
+class ProjectionHead(nnx.Module):
+    """SimCLR projection head g: Linear(D, hidden) → ReLU → Linear(hidden, out). z: [N, D] → [N, out]."""
+
+    def __init__(self, in_features: int, *, hidden: int = 128, out: int = 64, rngs: nnx.Rngs):
+        self.hidden = nnx.Linear(in_features, hidden, rngs=rngs)
+        self.out = nnx.Linear(hidden, out, rngs=rngs)
+
+    def __call__(self, z: jax.Array) -> jax.Array:
+        return self.out(nnx.relu(self.hidden(z)))
+
+
+class MixedProjection(nnx.Module):
+    """MSimCLR projection (seed 001, Table 1): z = Σ_c q_c · h_c(sigmoid(coords_c)), one MLP head per chart.
+
+    coords: [N, n, d] pre-sigmoid, q: [N, n] → z: [N, out] float32.
+    """
+
+    def __init__(self, *, charts: int, dim: int, hidden: int = 128, out: int = 64, rngs: nnx.Rngs):
+        init = nnx.initializers.lecun_normal(in_axis=-2, out_axis=-1, batch_axis=(0,))
+        self.w1 = nnx.Param(init(rngs.params(), (charts, dim, hidden)))
+        self.b1 = nnx.Param(jnp.zeros((charts, hidden)))
+        self.w2 = nnx.Param(init(rngs.params(), (charts, hidden, out)))
+        self.b2 = nnx.Param(jnp.zeros((charts, out)))
+
+    def __call__(self, coords: jax.Array, q: jax.Array) -> jax.Array:
+        hid = nnx.relu(jnp.einsum("ncd,cdh->nch", jax.nn.sigmoid(coords), self.w1[...]) + self.b1[...])
+        per_chart = jnp.einsum("nch,cho->nco", hid, self.w2[...]) + self.b2[...]
+        return jnp.einsum("nc,nco->no", q, per_chart)
+
+
+class EmbeddingModel(nnx.Module):
+    """Encoder + geometry (or atlas) head + optional projection head. x → dict of float32 arrays.
+
+    Output keys: ``embedding`` [N, D'] (the geometry's extrinsic vector; for the atlas, the compressed code
+    sigmoid(coords of the argmax chart) [N, d]); for the atlas also ``coords`` [N, n, d] and ``q`` [N, n];
+    with a projection head, ``projection`` [N, P] (what a SimCLR-style loss sees).
+    """
+
+    def __init__(
+        self,
+        encoder_module: nnx.Module,
+        *,
+        geometry: str,
+        dim: int,
+        charts: int = 1,
+        projection: str = "none",
+        projection_dim: int = 64,
+        compute_dtype=None,
+        rngs: nnx.Rngs,
+    ):
+        _checks.check_choice(geometry, "geometry", GEOMETRIES)
+        _checks.check_choice(projection, "projection", ("none", "mlp", "mixed"))
+        if projection == "mixed" and geometry != "atlas":
+            raise ValueError(
+                f"projection='mixed' needs geometry='atlas' (one head per chart), got {geometry!r}"
+            )
+        self.encoder = encoder_module
+        feats = encoder_module.features
+        self.geometry = geometry
+        if geometry == "atlas":
+            self.head = AtlasHead(feats, charts=charts, dim=dim, compute_dtype=compute_dtype, rngs=rngs)
+        else:
+            self.head = GeometryHead(feats, dim, geometry=geometry, compute_dtype=compute_dtype, rngs=rngs)
+        hidden = max(128, projection_dim)
+        if projection == "mixed":
+            self.projection = MixedProjection(
+                charts=charts, dim=dim, hidden=hidden, out=projection_dim, rngs=rngs
+            )
+        elif projection == "mlp":
+            width = embedding_width(geometry, dim) if geometry != "atlas" else dim
+            self.projection = ProjectionHead(width, hidden=hidden, out=projection_dim, rngs=rngs)
+        else:
+            self.projection = None
+        self.projection_kind = projection
+
+    def __call__(self, x: jax.Array) -> dict[str, jax.Array]:
+        h = self.encoder(x)
+        out = {}
+        if self.geometry == "atlas":
+            coords, q = self.head(h)
+            out.update(coords=coords, q=q, embedding=manifolds.atlas_code(coords, q)[0])
+        else:
+            out["embedding"] = self.head(h)
+        if self.projection_kind == "mixed":
+            out["projection"] = self.projection(out["coords"], out["q"])
+        elif self.projection_kind == "mlp":
+            out["projection"] = self.projection(out["embedding"])
+        return out

@@ -1,0 +1,144 @@
+"""After training: embeddings.npz (the contract the evaluation tools read), report.json and the curve PNG.
+
+Retrieval protocol: queries = test split, reference = train split. Besides the metrics of the learnt
+embedding, the report holds the raw-input 1-NN baseline (Euclidean on pixels) of the same split.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import numpy as np
+
+from geojax import manifolds, metrics
+from geojax import similarity as similarity_lib
+from train import probe
+from train.config import Config
+from train.data import Dataset
+
+
+def write_embeddings(
+    path: str, cfg: Config, query: dict[str, np.ndarray], reference: dict[str, np.ndarray], ds: Dataset
+) -> None:
+    """WORKDIR/embeddings.npz as in the cross-helper contract (extrinsic embeddings, labels, geometry)."""
+    arrays = {
+        "query": query["embedding"].astype(np.float32),
+        "query_labels": ds.test_y.astype(np.int32),
+        "reference": reference["embedding"].astype(np.float32),
+        "reference_labels": ds.train_y.astype(np.int32),
+        "geometry": np.array(cfg.geometry),
+    }
+    if cfg.geometry == "atlas":
+        arrays.update(
+            query_coords=query["coords"],
+            query_q=query["q"],
+            reference_coords=reference["coords"],
+            reference_q=reference["q"],
+        )
+    np.savez(path, **arrays)
+
+
+def _retrieval_inputs(cfg: Config, out: dict[str, np.ndarray]):
+    """(array or tuple, similarity) used to rank an output dict."""
+    if cfg.geometry == "atlas":
+
+        def neg_dm(a, b):
+            return -similarity_lib.manifold_distance(a[0], a[1], b[0], b[1], no_overlap=np.inf)
+
+        return (out["coords"], out["q"]), neg_dm
+    if cfg.geometry == "euclidean" and cfg.similarity != "manifold":
+        return out["embedding"], cfg.similarity
+    return out["embedding"], "cosine"  # unit-norm geometries: cosine ranks as arc length and Euclidean do
+
+
+def evaluate(
+    cfg: Config, query: dict[str, np.ndarray], reference: dict[str, np.ndarray], ds: Dataset
+) -> dict[str, Any]:
+    """Retrieval metrics of test vs train, circular variance, baselines and the preset's probe."""
+    q, sim = _retrieval_inputs(cfg, query)
+    r, _ = _retrieval_inputs(cfg, reference)
+    args = (q, ds.test_y, r, ds.train_y)
+    out: dict[str, Any] = {
+        "precision_at_1": metrics.precision_at_1(*args, similarity=sim),
+        "knn_accuracy": metrics.knn_accuracy(*args, k=cfg.knn_k, similarity=sim),
+        "knn_k": cfg.knn_k,
+        "map_at_r": metrics.map_at_r(*args, similarity=sim),
+        "recall_at_k": {
+            str(k): v for k, v in metrics.recall_at_k(*args, ks=(1, 2, 4, 8), similarity=sim).items()
+        },
+    }
+    if cfg.geometry != "atlas":
+        both = np.concatenate([query["embedding"], reference["embedding"]])
+        unit = np.asarray(manifolds.sphere(both)) if cfg.geometry == "euclidean" else both
+        out["circular_variance"] = float(metrics.circular_variance(unit))
+    else:
+        out["circular_variance"] = None  # defined for unit vectors; the atlas code is not one
+    raw_q = ds.test_x.reshape(len(ds.test_x), -1)
+    raw_r = ds.train_x.reshape(len(ds.train_x), -1)
+    out["baseline_raw_1nn"] = {
+        "precision_at_1": metrics.precision_at_1(
+            raw_q, ds.test_y, raw_r, ds.train_y, similarity="neg_euclidean"
+        ),
+        "knn_accuracy": metrics.knn_accuracy(
+            raw_q, ds.test_y, raw_r, ds.train_y, k=cfg.knn_k, similarity="neg_euclidean"
+        ),
+    }
+    if cfg.probe == "linear":
+        out["linear_probe_accuracy"] = probe.linear_probe(
+            reference["embedding"],
+            ds.train_y,
+            query["embedding"],
+            ds.test_y,
+            num_classes=ds.num_classes,
+            epochs=cfg.probe_epochs,
+            seed=cfg.seed,
+        )
+    elif cfg.probe == "piecewise":
+        tr_code, tr_chart = manifolds.atlas_code(reference["coords"], reference["q"])
+        te_code, te_chart = manifolds.atlas_code(query["coords"], query["q"])
+        out["piecewise_linear_accuracy"] = probe.piecewise_linear(
+            np.asarray(tr_code),
+            np.asarray(tr_chart),
+            ds.train_y,
+            np.asarray(te_code),
+            np.asarray(te_chart),
+            ds.test_y,
+            charts=cfg.charts,
+            num_classes=ds.num_classes,
+            epochs=cfg.probe_epochs,
+            seed=cfg.seed,
+        )
+        out["charts_used"] = int(len(np.unique(np.asarray(tr_chart))))
+    return out
+
+
+def plot_curve(metrics_path: str, png_path: str) -> None:
+    """Training curve (total loss and each unweighted term against step) from metrics.jsonl."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    with open(metrics_path) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    if not rows:
+        return
+    keys = [k for k in rows[0] if k not in ("step", "lr", "time", "grad_norm")]
+    fig, axes = plt.subplots(1, len(keys), figsize=(3.2 * len(keys), 2.8), squeeze=False)
+    steps = [r["step"] for r in rows]
+    for ax, key in zip(axes[0], keys, strict=True):
+        ax.plot(steps, [r[key] for r in rows])
+        ax.set_title(key)
+        ax.set_xlabel("step")
+    fig.tight_layout()
+    fig.savefig(png_path, dpi=90)
+    plt.close(fig)
+
+
+def write(workdir: str, report: dict[str, Any]) -> str:
+    path = os.path.join(workdir, "report.json")
+    with open(path, "w") as f:
+        json.dump(report, f, indent=1)
+    return path
