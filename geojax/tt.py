@@ -1,0 +1,264 @@
+"""Tensor-train (TT) matrices (seed 002 §3; Oseledets 2011).
+
+A matrix R [b, d] with b = ∏ b_k and d = ∏ d_k is stored as t cores G_k [r_{k-1}, b_k, d_k, r_k],
+r_0 = r_t = 1, so that R(s, l) = G_1[ν_1(s), μ_1(l)] ⋯ G_t[ν_t(s), μ_t(l)] (seed 002 eq. 2). Row and
+column indices are split into mode indices in row-major (C) order: s = ((ν_1 b_2 + ν_2) b_3 + …), and the
+same for l, so ``x.reshape(d_1, …, d_t)`` is the tensor 𝒳 of eq. 4.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from geojax import _checks
+
+_HIGHEST = jax.lax.Precision.HIGHEST
+
+
+class TTMatrix(NamedTuple):
+    """Seed 002 eq. 2: a TT matrix, cores G_k [r_{k-1}, b_k, d_k, r_k] with r_0 = r_t = 1 (a pytree)."""
+
+    cores: tuple[jax.Array, ...]
+
+    @property
+    def out_modes(self) -> tuple[int, ...]:
+        """Row modes (b_1, …, b_t)."""
+        return tuple(int(g.shape[1]) for g in self.cores)
+
+    @property
+    def in_modes(self) -> tuple[int, ...]:
+        """Column modes (d_1, …, d_t)."""
+        return tuple(int(g.shape[2]) for g in self.cores)
+
+    @property
+    def ranks(self) -> tuple[int, ...]:
+        """TT-ranks (r_0, …, r_t)."""
+        return (1,) + tuple(int(g.shape[3]) for g in self.cores)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """Shape of the dense matrix, (∏ b_k, ∏ d_k)."""
+        return math.prod(self.out_modes), math.prod(self.in_modes)
+
+
+def _check_modes(
+    out_modes: Sequence[int], in_modes: Sequence[int]
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Validate two equally long, non-empty sequences of positive integers."""
+    for name, modes in (("out_modes", out_modes), ("in_modes", in_modes)):
+        if isinstance(modes, int | np.integer) or len(modes) == 0:
+            raise ValueError(f"{name} must be a non-empty sequence of positive integers, got {modes!r}")
+        for v in modes:
+            _checks.check_positive_int(v, name)
+    if len(out_modes) != len(in_modes):
+        raise ValueError(
+            "out_modes and in_modes must have the same number of cores, got "
+            f"{len(out_modes)} and {len(in_modes)}"
+        )
+    return tuple(int(v) for v in out_modes), tuple(int(v) for v in in_modes)
+
+
+def _full_ranks(ranks: int | Sequence[int], cores: int, name: str = "ranks") -> tuple[int, ...]:
+    """Expand ``ranks`` (one inner rank, or r_0 … r_t) to the full tuple (1, r_1, …, r_{t-1}, 1)."""
+    if isinstance(ranks, int | np.integer) and not isinstance(ranks, bool):
+        _checks.check_positive_int(ranks, name)
+        return (1,) + (int(ranks),) * (cores - 1) + (1,)
+    if not isinstance(ranks, Sequence) or len(ranks) != cores + 1:
+        raise ValueError(f"{name} must be a positive integer or {cores + 1} integers r_0…r_t, got {ranks!r}")
+    for v in ranks:
+        _checks.check_positive_int(v, name)
+    if ranks[0] != 1 or ranks[-1] != 1:
+        raise ValueError(f"{name} must start and end with 1 (r_0 = r_t = 1), got {tuple(ranks)}")
+    return tuple(int(v) for v in ranks)
+
+
+def _exact_ranks(
+    ranks: tuple[int, ...], out_modes: tuple[int, ...], in_modes: tuple[int, ...]
+) -> tuple[int, ...]:
+    """Cap each r_k at the size of the k-th unfolding, min(∏_{i≤k} b_i d_i, ∏_{i>k} b_i d_i)."""
+    sizes = [b * d for b, d in zip(out_modes, in_modes, strict=True)]
+    return tuple(
+        min(r, math.prod(sizes[:k]), math.prod(sizes[k:])) if 0 < k < len(sizes) else 1
+        for k, r in enumerate(ranks)
+    )
+
+
+def init(
+    key: jax.Array, out_modes: Sequence[int], in_modes: Sequence[int], ranks: int | Sequence[int]
+) -> TTMatrix:
+    """Seed 002 eq. 2: a random TT matrix [∏ out_modes, ∏ in_modes] with the given TT-ranks.
+
+    Core entries are N(0, 1/(d_k r_{k-1})), so every entry of the dense matrix has variance 1/∏ d_k.
+    ``ranks`` is one inner rank for all cores or the full list r_0 … r_t (r_0 = r_t = 1); ranks are
+    taken as given (not capped), so ``num_params`` counts exactly what the seed's tables count.
+    """
+    out_modes, in_modes = _check_modes(out_modes, in_modes)
+    full = _full_ranks(ranks, len(out_modes))
+    keys = jax.random.split(key, len(out_modes))
+    cores = tuple(
+        jax.random.normal(keys[k], (full[k], b, d, full[k + 1])) / math.sqrt(d * full[k])
+        for k, (b, d) in enumerate(zip(out_modes, in_modes, strict=True))
+    )
+    return TTMatrix(cores)
+
+
+def num_params(m: TTMatrix) -> int:
+    """Seed 002 Tables 1–2: number of parameters Σ_k r_{k-1} b_k d_k r_k."""
+    return sum(int(np.prod(g.shape)) for g in m.cores)
+
+
+def to_dense(m: TTMatrix) -> jax.Array:
+    """Seed 002 eq. 2: the dense matrix R [∏ b_k, ∏ d_k] of a TT matrix (for checks and fitting only)."""
+    dense = jnp.ones((1, 1, 1), m.cores[0].dtype)
+    for g in m.cores:
+        rows, cols, _ = dense.shape
+        dense = jnp.einsum("BDr,rbds->BbDds", dense, g, precision=_HIGHEST)
+        dense = dense.reshape(rows * g.shape[1], cols * g.shape[2], g.shape[3])
+    return dense[:, :, 0]
+
+
+def matvec(m: TTMatrix, x: jax.Array) -> jax.Array:
+    """Seed 002 eq. 4: y = R x for x [..., ∏ d_k] → [..., ∏ b_k], one core at a time.
+
+    The dense matrix is never formed. The working tensor has layout [N, d_k, M, r_{k-1}], where M holds
+    the input modes not yet contracted (d_{k+1} … d_t) followed by the output modes already produced
+    (b_1 … b_{k-1}); contracting (d_k, r_{k-1}) with G_k appends b_k, r_k at the end, which after a
+    reshape is the layout of the next step. Cost O(t r² b̂ max(b, d)) per vector.
+    """
+    _checks.check_floating(x, "x")
+    if jnp.ndim(x) < 1 or jnp.shape(x)[-1] != m.shape[1]:
+        raise ValueError(f"x must have last dimension {m.shape[1]} (∏ in_modes), got {tuple(jnp.shape(x))}")
+    lead = jnp.shape(x)[:-1]
+    n = math.prod(lead)
+    t = x.reshape(n, m.in_modes[0], -1, 1)
+    for k, g in enumerate(m.cores):
+        t = jnp.einsum("ndmr,rbds->nmbs", t, g)
+        if k + 1 < len(m.cores):
+            t = t.reshape(n, m.in_modes[k + 1], -1, g.shape[3])
+    return t.reshape(*lead, m.shape[0])
+
+
+def tt_svd(
+    dense: jax.Array, out_modes: Sequence[int], in_modes: Sequence[int], ranks: int | Sequence[int]
+) -> TTMatrix:
+    """TT-SVD (Oseledets 2011, used by seed 002 §5.4): round a dense [∏ b_k, ∏ d_k] matrix to TT format.
+
+    Sequential truncated SVDs of the unfoldings of the tensor with modes (b_1 d_1, …, b_t d_t). Each
+    requested rank is capped at the size of its unfolding, min(∏_{i≤k} b_i d_i, ∏_{i>k} b_i d_i), where
+    the decomposition is exact, so at those ranks ``to_dense(tt_svd(a, ...)) == a``.
+    """
+    out_modes, in_modes = _check_modes(out_modes, in_modes)
+    _checks.check_floating(dense, "dense")
+    want = (math.prod(out_modes), math.prod(in_modes))
+    if jnp.shape(dense) != want:
+        raise ValueError(f"dense must have shape {want} (∏ out_modes, ∏ in_modes), got {jnp.shape(dense)}")
+    t = len(out_modes)
+    r = _exact_ranks(_full_ranks(ranks, t), out_modes, in_modes)
+    interleave = [axis for k in range(t) for axis in (k, t + k)]
+    rest = jnp.transpose(dense.reshape(out_modes + in_modes), interleave)
+    cores = []
+    for k in range(t - 1):
+        u, s, vt = jnp.linalg.svd(rest.reshape(r[k] * out_modes[k] * in_modes[k], -1), full_matrices=False)
+        cores.append(u[:, : r[k + 1]].reshape(r[k], out_modes[k], in_modes[k], r[k + 1]))
+        rest = s[: r[k + 1], None] * vt[: r[k + 1]]
+    cores.append(rest.reshape(r[t - 1], out_modes[t - 1], in_modes[t - 1], 1))
+    return TTMatrix(tuple(cores))
+
+
+def balanced_modes(n: int, cores: int) -> tuple[int, ...]:
+    """Split n into ``cores`` integer modes with product n, as even as its prime factors allow.
+
+    Prime factors, largest first, go to the currently smallest mode (e.g. 4096, 6 → 4×4×4×4×4×4;
+    784, 4 → 7×7×4×4). Modes of 1 appear only when n has fewer prime factors than ``cores``.
+    """
+    _checks.check_positive_int(n, "n")
+    _checks.check_positive_int(cores, "cores")
+    primes, rest, p = [], int(n), 2
+    while p * p <= rest:
+        while rest % p == 0:
+            primes.append(p)
+            rest //= p
+        p += 1
+    if rest > 1:
+        primes.append(rest)
+    modes = [1] * cores
+    for q in sorted(primes, reverse=True):
+        modes[int(np.argmin(modes))] *= q
+    return tuple(sorted(modes, reverse=True))
+
+
+def _mode_split(modes: tuple[int, ...], k: int) -> tuple[int, int, int]:
+    """(∏ modes before k, modes[k], ∏ modes after k)."""
+    return math.prod(modes[:k]), modes[k], math.prod(modes[k + 1 :])
+
+
+def _right_orthogonalize(cores: list[jax.Array]) -> list[jax.Array]:
+    """Make cores 2 … t right-orthonormal by QR from the right; the dense matrix is unchanged."""
+    cores = list(cores)
+    for k in range(len(cores) - 1, 0, -1):
+        r0, b, d, r1 = cores[k].shape
+        q, rr = jnp.linalg.qr(cores[k].reshape(r0, b * d * r1).T)
+        cores[k] = q.T.reshape(r0, b, d, r1)
+        cores[k - 1] = jnp.einsum("abdr,sr->abds", cores[k - 1], rr, precision=_HIGHEST)
+    return cores
+
+
+def als_sweep(m: TTMatrix, gram: jax.Array, cross: jax.Array) -> TTMatrix:
+    """Seed 002 eqs. 17–22: one ALS sweep (cores 1 → t) for min_R tr(R S Rᵀ) − 2⟨R, T⟩ in TT format.
+
+    With S = X Xᵀ (``gram`` [d, d]) and T = Z Xᵀ (``cross`` [b, d]) this is min_R ‖R X − Z‖²_F (eq. 13)
+    at the ranks of ``m``. Each core is the exact least-squares minimiser of eq. 22 with the others
+    fixed, so the objective never increases. With R(s, l) = L[s_<, l_<, α] G_k[α, i, j, β] Rt[β, s_>, l_>]
+    the normal matrix (QG_≠k)ᵀ(QG_≠k) of eq. 22 is I_{b_k} ⊗ H̃_k with
+    H̃_k = Σ PL[l_<, α, l'_<, α'] S[(l_<, j, l_>), (l'_<, j', l'_>)] PR[β, l_>, β', l'_>], where PL, PR are the
+    Grams of the left and right interfaces (eq. 19) summed over the row indices. The cores are kept
+    orthonormal on both sides of the one being solved (QR moves, which leave R unchanged), so each
+    small system is as well conditioned as S allows; a pseudo-inverse handles a singular S.
+    """
+    b, d = m.shape
+    if jnp.shape(gram) != (d, d):
+        raise ValueError(f"gram must have shape {(d, d)} (X Xᵀ), got {tuple(jnp.shape(gram))}")
+    if jnp.shape(cross) != (b, d):
+        raise ValueError(f"cross must have shape {(b, d)} (Z Xᵀ), got {tuple(jnp.shape(cross))}")
+    if m.ranks != _exact_ranks(m.ranks, m.out_modes, m.in_modes):
+        raise ValueError(f"m must have ranks no larger than its unfoldings (as tt_svd gives), got {m.ranks}")
+    bm, dm, t = m.out_modes, m.in_modes, len(m.cores)
+    cores = _right_orthogonalize(list(m.cores))
+    # Right interfaces Rt_k [r_k, B_>, D_>] and their Grams PR_k [r_k, D_>, r_k, D_>], k = t … 1.
+    rts = [jnp.ones((1, 1, 1), gram.dtype)]
+    prs = [jnp.ones((1, 1, 1, 1), gram.dtype)]
+    for g in cores[:0:-1]:
+        rt = jnp.einsum("aijb,btm->aitjm", g, rts[0], precision=_HIGHEST)
+        rts.insert(0, rt.reshape(g.shape[0], g.shape[1] * rts[0].shape[1], -1))
+        pr = jnp.einsum("aijb,AiJB,bmBM->ajmAJM", g, g, prs[0], precision=_HIGHEST)
+        prs.insert(0, pr.reshape(g.shape[0], -1, g.shape[0], pr.shape[-1] * g.shape[2]))
+    left = jnp.ones((1, 1, 1), gram.dtype)
+    pl = jnp.ones((1, 1, 1, 1), gram.dtype)
+    for k in range(t):
+        r0, r1 = cores[k].shape[0], cores[k].shape[3]
+        d_lo, d_k, d_hi = _mode_split(dm, k)
+        b_lo, b_k, b_hi = _mode_split(bm, k)
+        s6 = gram.reshape(d_lo, d_k, d_hi, d_lo, d_k, d_hi)
+        hess = jnp.einsum("lapA,ljmpJM,bmBM->ajbAJB", pl, s6, prs[k], precision=_HIGHEST)
+        t6 = cross.reshape(b_lo, b_k, b_hi, d_lo, d_k, d_hi)
+        lin = jnp.einsum("sla,sitljm,btm->ajbi", left, t6, rts[k], precision=_HIGHEST)
+        size = r0 * d_k * r1
+        g = jnp.matmul(jnp.linalg.pinv(hess.reshape(size, size), hermitian=True), lin.reshape(size, b_k),
+                       precision=_HIGHEST)
+        g = g.reshape(r0, d_k, r1, b_k).transpose(0, 3, 1, 2)
+        if k + 1 < t:
+            q, rr = jnp.linalg.qr(g.reshape(r0 * b_k * d_k, r1))
+            g = q.reshape(r0, b_k, d_k, r1)
+            cores[k + 1] = jnp.einsum("sr,rbdt->sbdt", rr, cores[k + 1], precision=_HIGHEST)
+            left = jnp.einsum("sla,aijb->siljb", left, g, precision=_HIGHEST)
+            left = left.reshape(b_lo * b_k, d_lo * d_k, r1)
+            pl = jnp.einsum("lapA,aijb,AiJB->ljbpJB", pl, g, g, precision=_HIGHEST)
+            pl = pl.reshape(d_lo * d_k, r1, d_lo * d_k, r1)
+        cores[k] = g
+    return TTMatrix(tuple(cores))

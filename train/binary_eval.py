@@ -1,0 +1,254 @@
+"""Seed 002 §6.1 protocol: ITQ vs Tensorized Projection, Hamming-ranking mAP, parameters, encode time.
+
+Ground truth (after Xia et al. 2015, as seed 002 uses it): the threshold is the average Euclidean
+distance of database items to their 50th nearest database neighbour; a database item is a true neighbour
+of a query when it lies within that distance. The database is ranked by Hamming distance to the query's
+code (ties by the lower database index) and mAP is the mean over queries of the average precision of
+that ranking (queries with no true neighbour are left out and counted in the report).
+
+Features are centred and scaled once by a global constant (mean squared norm = d), so that the
+projected values and the ±1 codes of seed 002 eq. 9 are of the same size whatever the data's units;
+a global scale changes neither the Euclidean ground truth nor the ITQ codes.
+
+    python -m train.binary_eval [--data digits|npz:PATH[:KEY]] [--quick] [--out binary_eval.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import tempfile
+import time
+from collections.abc import Sequence
+
+import jax
+import numpy as np
+
+from geojax import binary, search, tt
+
+FACTORS = (0.25, 0.5, 1.0, 2.0, 4.0)
+QUICK_FACTORS = (0.5, 1.0, 2.0)
+NPZ_KEYS = ("x", "features", "embeddings", "images")
+
+
+def load_features(spec: str) -> tuple[str, np.ndarray]:
+    """(name, features [N, D] float32) for ``digits`` or ``npz:PATH[:KEY]`` (arrays are flattened per row)."""
+    if spec == "digits":
+        from sklearn.datasets import load_digits
+
+        return "digits", load_digits().data.astype(np.float32)
+    if not spec.startswith("npz:"):
+        raise ValueError(f"data must be 'digits' or 'npz:PATH[:KEY]', got {spec!r}")
+    path, key = spec[4:], ""
+    if not os.path.exists(path) and ":" in path:
+        path, _, key = path.rpartition(":")
+    if not os.path.exists(path):
+        raise ValueError(f"data npz:{path}: no such file")
+    with np.load(path) as f:
+        keys = [key] if key else [k for k in NPZ_KEYS if k in f]
+        if not keys or keys[0] not in f:
+            raise ValueError(f"data npz:{path} needs one of {list(NPZ_KEYS)} or a named key, has {f.files}")
+        x = np.asarray(f[keys[0]])
+    if x.ndim < 2 or x.shape[0] < 2:
+        raise ValueError(f"data npz:{path}:{keys[0]} must be [N, ...] with N ≥ 2, got shape {x.shape}")
+    return os.path.basename(path), x.reshape(x.shape[0], -1).astype(np.float32)
+
+
+def tt_shape(d: int, cores: int) -> tuple[int, tuple[int, ...]]:
+    """(padded width d' ≥ d, in_modes): the smallest d' whose balanced modes are all ≤ 2·⌈d'^(1/t)⌉."""
+    n = d
+    while max(modes := tt.balanced_modes(n, cores)) > 2 * math.ceil(n ** (1 / cores) - 1e-9):
+        n += 1
+    return n, modes
+
+
+def radius(db: np.ndarray, *, k: int = 50, sample: int = 1000, seed: int = 0) -> float:
+    """Mean Euclidean distance of database items (a seeded sample of ``sample``) to their k-th neighbour."""
+    if db.shape[0] <= k:
+        raise ValueError(f"db must have more than k = {k} rows, got {db.shape[0]}")
+    rows = np.random.default_rng(seed).permutation(db.shape[0])[:sample]
+    dist = _euclidean(db[rows], db)
+    dist[np.arange(len(rows)), rows] = np.inf  # the item itself is not its own neighbour
+    return float(np.mean(np.sort(dist, axis=1)[:, k - 1]))
+
+
+def _euclidean(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Euclidean distances [len(a), len(b)] in float64."""
+    a, b = a.astype(np.float64), b.astype(np.float64)
+    sq = (a * a).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2.0 * a @ b.T
+    return np.sqrt(np.maximum(sq, 0.0))
+
+
+def ground_truth(queries: np.ndarray, db: np.ndarray, threshold: float) -> np.ndarray:
+    """relevant [Q, N] bool: database items within ``threshold`` (Euclidean) of each query."""
+    return _euclidean(queries, db) <= threshold
+
+
+def average_precision(distances: np.ndarray, relevant: np.ndarray) -> np.ndarray:
+    """AP [Q] of each query's ranking by ascending distance (ties: lower index first); NaN if none relevant.
+
+    distances, relevant: [Q, N]. AP = mean over relevant items of the precision at their rank.
+    """
+    order = np.argsort(distances, axis=1, kind="stable")
+    hits = np.take_along_axis(relevant, order, axis=1)
+    precision = np.cumsum(hits, axis=1) / np.arange(1, hits.shape[1] + 1)
+    total = hits.sum(1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(total > 0, (precision * hits).sum(1) / total, np.nan)
+
+
+def hamming_map(query_codes, db_codes, relevant: np.ndarray) -> float:
+    """Seed 002 §6.1: mAP of Hamming ranking over packed codes (queries with no true neighbour left out)."""
+    dist = np.asarray(search.hamming_distances(query_codes, db_codes))
+    return float(np.nanmean(average_precision(dist, relevant)))
+
+
+def _timed_encode(encode, model, x, repeats: int = 3) -> tuple[jax.Array, float]:
+    """(codes, median seconds per call after one warm-up call)."""
+    codes = jax.block_until_ready(encode(model, x))
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(encode(model, x))
+        times.append(time.perf_counter() - start)
+    return codes, float(np.median(times))
+
+
+def evaluate(
+    x: np.ndarray,
+    *,
+    factors: Sequence[float] = FACTORS,
+    rank: int = 4,
+    cores: int | None = None,
+    queries: int | None = None,
+    itq_iters: int = 50,
+    tp_iters: int = 10,
+    seed: int = 0,
+) -> dict:
+    """Run the seed-002 comparison on features x [N, D]; returns the report as a JSON-able dict."""
+    n, d = x.shape
+    n_q = queries if queries is not None else max(1, min(1000, n // 10))
+    t = cores if cores is not None else max(2, int(math.log(d, 4) + 1e-9))
+    d_pad, in_modes = tt_shape(d, t)
+    x = x - x.mean(0)
+    x = np.pad(x / np.sqrt(np.mean((x * x).sum(1)) / d), ((0, 0), (0, d_pad - d))).astype(np.float32)
+    perm = np.random.default_rng(seed).permutation(n)
+    q, db = x[perm[:n_q]], x[perm[n_q:]]
+    threshold = radius(db, seed=seed)
+    relevant = ground_truth(q, db, threshold)
+    encode = jax.jit(binary.encode)
+    key = jax.random.key(seed)
+    rows = []
+    for f in factors:
+        bits = 8 * max(1, round(f * d_pad / 8))
+        out_modes = tt.balanced_modes(bits, t)
+        fits = {
+            "ITQ": lambda bits=bits: binary.itq_fit(db, bits, key=key, iters=itq_iters),
+            "TP": lambda bits=bits, out_modes=out_modes: binary.tp_fit(
+                db, bits, in_modes=in_modes, out_modes=out_modes, rank=rank, key=key, iters=tp_iters
+            ),
+        }
+        for method, fit in fits.items():
+            start = time.perf_counter()
+            model = jax.block_until_ready(fit())
+            fit_s = time.perf_counter() - start
+            db_codes, seconds = _timed_encode(encode, model, db)
+            params = tt.num_params(model.projection) if method == "TP" else int(model.projection.size)
+            rows.append(
+                {
+                    "bits": bits,
+                    "method": method,
+                    "map": hamming_map(encode(model, q), db_codes, relevant),
+                    "params": params,
+                    "encode_us_per_vector": 1e6 * seconds / db.shape[0],
+                    "fit_s": fit_s,
+                    "out_modes": list(out_modes) if method == "TP" else None,
+                    "tt_ranks": list(model.projection.ranks) if method == "TP" else None,
+                    "objective_first": float(model.objective[0]),
+                    "objective_last": float(model.objective[-1]),
+                }
+            )
+    return {
+        "protocol": "seed 002 §6.1: Hamming-ranking mAP, ground truth = within the mean 50-NN distance",
+        "n_database": int(db.shape[0]),
+        "n_queries": int(n_q),
+        "queries_without_true_neighbour": int((relevant.sum(1) == 0).sum()),
+        "mean_true_neighbours": float(relevant.sum(1).mean()),
+        "d": int(d),
+        "d_padded": int(d_pad),
+        "in_modes": list(in_modes),
+        "rank": rank,
+        "itq_iters": itq_iters,
+        "tp_iters": tp_iters,
+        "threshold": threshold,
+        "device": str(jax.devices()[0]),
+        "rows": rows,
+    }
+
+
+def to_markdown(report: dict) -> str:
+    """The report's rows as a Markdown table."""
+    lines = [
+        f"{report.get('data', 'data')}: {report['n_database']} database / {report['n_queries']} queries, "
+        f"d = {report['d']} (TT input modes {'×'.join(map(str, report['in_modes']))}, "
+        f"rank {report['rank']}), "
+        f"{report['mean_true_neighbours']:.1f} true neighbours per query on average; {report['device']}",
+        "",
+        "| bits | method | mAP | parameters | encode µs/vector | TT output modes |",
+        "|---:|:---|---:|---:|---:|:---|",
+    ]
+    for r in report["rows"]:
+        modes = "×".join(map(str, r["out_modes"])) if r["out_modes"] else "dense"
+        lines.append(
+            f"| {r['bits']} | {r['method']} | {r['map']:.4f} | {r['params']:,} | "
+            f"{r['encode_us_per_vector']:.3f} | {modes} |"
+        )
+    return "\n".join(lines)
+
+
+def write_json_atomic(path: str, obj: dict) -> None:
+    """Write JSON to a temporary file beside ``path``, then rename it over ``path``."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".binary_eval.", suffix=".json")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(obj, f, indent=2)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def main(argv: Sequence[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(prog="python -m train.binary_eval", description=__doc__.splitlines()[0])
+    parser.add_argument("--data", default="digits", help="digits | npz:PATH[:KEY] (default digits)")
+    parser.add_argument("--quick", action="store_true", help="b ∈ {d/2, d, 2d}, fewer iterations")
+    parser.add_argument("--rank", type=int, default=4)
+    parser.add_argument("--cores", type=int, default=None, help="TT cores (default ⌊log₄ d⌋)")
+    parser.add_argument("--queries", type=int, default=None, help="default min(1000, N/10)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default="binary_eval.json")
+    args = parser.parse_args(argv)
+    name, x = load_features(args.data)
+    report = evaluate(
+        x,
+        factors=QUICK_FACTORS if args.quick else FACTORS,
+        rank=args.rank,
+        cores=args.cores,
+        queries=args.queries,
+        itq_iters=10 if args.quick else 50,
+        tp_iters=3 if args.quick else 10,
+        seed=args.seed,
+    )
+    report["data"] = name
+    print(to_markdown(report))
+    write_json_atomic(args.out, report)
+    print(f"\nwrote {args.out}")
+    return report
+
+
+if __name__ == "__main__":
+    main()
