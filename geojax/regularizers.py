@@ -20,6 +20,9 @@ from jax import lax
 from geojax import _checks
 
 _F32 = jnp.float32
+# Full-fp32 products (no TF32/bf16 passes on GPU/TPU): the Gram expansion of ‖a − b‖² cancels, and KoLeo's
+# nearest neighbour should not flip with the backend. These matrices are small (one batch).
+_EXACT = lax.Precision.HIGHEST
 # Below any cosine of unit (or zero) rows, so a masked self-pair never wins the max.
 _SELF_DOT = -3.0
 # Distances between unit float32 rows below this are rounding noise (XLA fusions may normalise two equal
@@ -79,7 +82,7 @@ def koleo(x: jax.Array, *, eps: float = 1e-8, axis_name: Hashable | None = None)
     x = x.astype(_F32)
     u = x / jnp.maximum(_safe_norm(x), eps)[:, None]
     keys, offset = _keys_and_offset(u, axis_name)
-    dots = jnp.matmul(u, keys.T, preferred_element_type=_F32)
+    dots = jnp.matmul(u, keys.T, precision=_EXACT, preferred_element_type=_F32)
     dots = jnp.where(_not_self(u.shape[0], keys.shape[0], offset), dots, _SELF_DOT)
     nn = jnp.argmax(lax.stop_gradient(dots), axis=1)
     log_d = jnp.log(_safe_norm(u - keys[nn], _UNIT_RESOLUTION) + eps)
@@ -102,11 +105,11 @@ def sample_prior(key: jax.Array, m: int, d: int) -> jax.Array:
 
 def _imq(a: jax.Array, b: jax.Array, c: float) -> jax.Array:
     """Inverse multiquadric kernel C / (C + ‖a − b‖²) on the last axis. a: [..., N, d], b: [..., M, d] ->
-    [..., N, M] float32 (fp32 accumulation; the squared distance is clamped at 0)."""
+    [..., N, M] float32 (full fp32 products; the squared distance is clamped at 0)."""
     sq = (
         jnp.sum(a * a, axis=-1)[..., :, None]
         + jnp.sum(b * b, axis=-1)[..., None, :]
-        - 2.0 * jnp.einsum("...nd,...md->...nm", a, b, preferred_element_type=_F32)
+        - 2.0 * jnp.einsum("...nd,...md->...nm", a, b, precision=_EXACT, preferred_element_type=_F32)
     )
     return c / (c + jnp.maximum(sq, 0.0))
 

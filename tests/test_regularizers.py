@@ -101,7 +101,9 @@ def test_koleo_gradients_finite_at_duplicates_and_zero_rows():
     x = jnp.array([[1.0, 2.0], [1.0, 2.0], [0.0, 0.0], [-3.0, 1.0]])
     value, grad = jax.jit(jax.value_and_grad(regularizers.koleo))(x)
     assert np.isfinite(value) and np.all(np.isfinite(grad))
-    assert np.all(np.asarray(grad[:2]) == 0.0)  # the duplicate pair sits at log(eps): flat, not NaN
+    # the duplicate pair sits at log(eps): flat, not NaN (row 0 is also the zero row's neighbour, whose
+    # term only moves it radially, which the normalisation cancels: zero up to rounding)
+    np.testing.assert_allclose(grad[:2], 0.0, atol=1e-6)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -164,7 +166,7 @@ def test_sample_prior_is_logit_of_uniform():
 
 def sharded(fn, n_args):
     """fn over rows split across 4 devices (every argument sharded on its first axis)."""
-    mesh = jax.make_mesh((4,), ("data",))
+    mesh = jax.make_mesh((4,), ("data",), devices=jax.devices("cpu")[:4])  # the 4 fake CPU devices
     run = jax.shard_map(fn, mesh=mesh, in_specs=(P("data"),) * n_args, out_specs=P())
     rows = NamedSharding(mesh, P("data"))
     return lambda *args: run(*(jax.device_put(a, rows) for a in args))
