@@ -67,9 +67,8 @@ def test_hamming_topk_equals_numpy(n, k):
 @pytest.mark.parametrize("n,k", CASES[:2])
 def test_pq_topk_equals_numpy(n, k):
     rng = np.random.default_rng(5)
-    x = rng.normal(size=(max(n, 64), 8)).astype(np.float32)
-    pq = quantize.pq_fit(x, m=4, nbits=4, key=jax.random.key(0), iters=3)
-    codes = np.array(quantize.pq_encode(pq, x[:n]))
+    pq = quantize.PQ(codebooks=rng.normal(size=(4, 16, 2)).astype(np.float32), objective=np.zeros((4, 0)))
+    codes = rng.integers(0, 16, (n, 4)).astype(np.uint8)
     codes[n // 2] = codes[1]
     codes[n - 1] = codes[0]
     queries = rng.normal(size=(9, 8)).astype(np.float32)
@@ -107,8 +106,8 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="p"):
         search.torus_topk(q, db, 2, p=3)
     x = np.random.default_rng(0).normal(size=(20, 4)).astype(np.float32)
-    pq = quantize.pq_fit(x, m=2, nbits=2, key=jax.random.key(0), iters=1)
-    codes = quantize.pq_encode(pq, x)
+    pq = quantize.PQ(codebooks=x[:4].reshape(2, 4, 2), objective=np.zeros((2, 0)))
+    codes = np.zeros((20, 2), np.uint8)
     with pytest.raises(ValueError, match="codes"):
         search.pq_topk(x, pq, np.asarray(codes).astype(np.int32), 2)
     with pytest.raises(ValueError, match="queries"):

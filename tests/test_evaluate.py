@@ -1,0 +1,107 @@
+"""train.evaluate on synthetic clustered embeddings: every Table 3 row, the files, and the CLI."""
+
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+
+from geojax import manifolds, quantize, search
+from train import evaluate
+
+
+def clustered(rng, n_per, classes, d, spread):
+    centres = rng.normal(size=(classes, d))
+    labels = np.repeat(np.arange(classes), n_per).astype(np.int32)
+    return (centres[labels] + spread * rng.normal(size=(len(labels), d))).astype(np.float32), labels
+
+
+@pytest.fixture(scope="module")
+def torus_run():
+    rng = np.random.default_rng(0)
+    x, y = clustered(rng, 40, 8, 16, 0.15)  # 320 rows, 16 Clifford coordinates = 8 angles
+    z = np.asarray(manifolds.torus_l2p(x))
+    order = rng.permutation(len(y))
+    z, y = z[order], y[order]
+    return {
+        "query": z[:64],
+        "query_labels": y[:64],
+        "reference": z[64:],
+        "reference_labels": y[64:],
+        "geometry": "torus_n",
+    }
+
+
+def test_torus_report_rows_and_consistency(torus_run):
+    rep = evaluate.quantised_report(**torus_run, key=jax.random.key(0), pq_iters=4)
+    rows = {row["method"]: row for row in rep["rows"]}
+    assert list(rows) == ["float32", "8-bit", "1-bit"] + [name for name, _, _ in evaluate.PQ_CONFIGS]
+    assert rows["float32"]["p_at_1"] > 0.95
+    assert rows["8-bit"]["p_at_1"] > 0.9
+    # Table 3 columns: torusN 8-bit codes are D/2 bytes; PQ bits m·nbits, codebook 2^nbits·(D/2 angles).
+    assert rows["8-bit"]["bits_per_vector"] == 8 * 8
+    assert rows["1-bit"]["bits_per_vector"] == 16
+    assert (rows["PQ(4,2)"]["m"], rows["PQ(4,2)"]["nbits"], rows["PQ(4,2)"]["bits_per_vector"]) == (2, 4, 8)
+    assert rows["PQ(4,2)"]["codebook_size"] == 16 * 8
+    assert rows["PQ(8,16)"]["note"].startswith("skipped")  # 16 sub-spaces cannot split 8 angles
+    assert rows["PQ(8,1)"]["p_at_1"] is not None  # 256 centroids ≤ 256 reference rows
+    for row in rep["rows"]:
+        if row["p_at_1"] is not None:
+            assert 0.0 <= row["map_at_r"] <= 1.0 and set(row["recall_at_k"]) == {1, 2, 4, 8}
+            assert row["recall_at_k"][1] == pytest.approx(row["p_at_1"])
+    # The 8-bit row's P@1 is the one the search kernel gives (same ranking, ties to the lower index).
+    qc = quantize.torus_uint8(manifolds.clifford_to_angles(torus_run["query"]))
+    rc = quantize.torus_uint8(manifolds.clifford_to_angles(torus_run["reference"]))
+    _, nn = search.torus_topk(qc, rc, 1)
+    p1 = np.mean(torus_run["reference_labels"][np.asarray(nn)[:, 0]] == torus_run["query_labels"])
+    assert rows["8-bit"]["p_at_1"] == pytest.approx(p1)
+
+
+def test_sphere_report_and_writers(tmp_path):
+    rng = np.random.default_rng(1)
+    x, y = clustered(rng, 50, 6, 16, 0.1)
+    x = np.asarray(manifolds.sphere(x))
+    rep = evaluate.quantised_report(
+        x[::2], y[::2], x[1::2], y[1::2], geometry="sphere", key=jax.random.key(1), pq_iters=3
+    )
+    rows = {row["method"]: row for row in rep["rows"]}
+    assert rows["float32"]["p_at_1"] > 0.95 and rows["8-bit"]["p_at_1"] > 0.9
+    assert rows["8-bit"]["bits_per_vector"] == 128 and rows["8-bit"]["codebook_size"] == 32
+    assert rows["PQ(8,16)"]["note"].startswith("skipped")  # 150 rows < 256 centroids
+    assert rows["PQ(4,4)"]["p_at_1"] is not None and rows["PQ(4,4)"]["codebook_size"] == 16 * 16
+    evaluate.write_json([rep], str(tmp_path / "r.json"))
+    evaluate.write_markdown([rep], str(tmp_path / "r.md"))
+    evaluate.plot([rep, rep], str(tmp_path / "r.png"))
+    back = json.loads((tmp_path / "r.json").read_text())
+    assert back[0]["rows"][0]["method"] == "float32"
+    md = (tmp_path / "r.md").read_text()
+    assert md.count("\n") == 2 + len(rep["rows"]) and "| sphere | 16 | 8-bit | 128 | 32 |" in md
+    assert (tmp_path / "r.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".tmp-")]
+
+
+def test_cli_reads_workdirs(tmp_path, torus_run, capsys):
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        np.savez(tmp_path / name / "embeddings.npz", **{k: np.asarray(v) for k, v in torus_run.items()})
+    # Same shapes and iterations as test_torus_report_rows_and_consistency: the compiled steps are reused.
+    evaluate.main([str(tmp_path / "a"), str(tmp_path / "b"), "--pq-iters", "4"])
+    out = capsys.readouterr().out
+    assert out.count("| torus_n | 16 | float32 |") == 2
+    for ext in ("json", "md", "png"):
+        assert (tmp_path / "a" / f"report_quantised.{ext}").exists()
+    assert not (tmp_path / "b" / "report_quantised.json").exists()
+
+
+def test_bad_inputs(tmp_path):
+    x = np.zeros((4, 6), np.float32)
+    y = np.zeros(4, np.int32)
+    with pytest.raises(ValueError, match="geometry"):
+        evaluate.quantised_report(x, y, x, y, geometry="hyperbolic", key=jax.random.key(0))
+    with pytest.raises(ValueError, match="query"):
+        evaluate.quantised_report(x[:, :5], y, x, y, geometry="sphere", key=jax.random.key(0))
+    with pytest.raises(ValueError, match="even"):
+        evaluate.quantised_report(x[:, :5], y, x[:, :5], y, geometry="torus_n", key=jax.random.key(0))
+    with pytest.raises(ValueError, match="embeddings.npz"):
+        evaluate.main([str(tmp_path)])
