@@ -34,6 +34,7 @@ import numpy as np
 from jax import lax
 
 from geojax import _checks
+from geojax import similarity as _similarity
 
 _F32 = jnp.float32
 # NaN / −inf / anything lower becomes _LOW; an excluded self-row becomes _EXCLUDED < _LOW. Both finite.
@@ -117,13 +118,11 @@ def _leaves(x, name: str) -> list[jax.Array]:
 def _resolve_similarity(similarity: Similarity) -> Callable:
     if callable(similarity):
         return similarity
-    from geojax import similarity as sim_module
-
     if not isinstance(similarity, str):
         raise ValueError(
-            f"similarity must be a name in {list(sim_module.names())} or a callable, got {similarity!r}"
+            f"similarity must be a name in {list(_similarity.names())} or a callable, got {similarity!r}"
         )
-    return sim_module.get(similarity)
+    return _similarity.get(similarity)
 
 
 def _labels(x, name: str, n: int, what: str) -> np.ndarray:
@@ -148,6 +147,11 @@ class _Problem:
         reference = query if self.same else reference
         q_leaves, r_leaves = _leaves(query, "query"), _leaves(reference, "reference")
         if not callable(similarity):
+            for x, name in ((query, "query"), (reference, "reference")):
+                if len(jax.tree_util.tree_leaves(x)) != 1 or jax.tree_util.tree_leaves(x)[0] is not x:
+                    raise ValueError(
+                        f"{name} must be one [N, D] array for a named similarity (tuples need a callable)"
+                    )
             _checks.check_matrix(query, "query")
             _checks.check_floating(query, "query")
             _checks.check_matrix(reference, "reference")
@@ -171,8 +175,7 @@ class _Problem:
         if self.available < 1:
             raise ValueError("query must have at least 2 rows when reference is None (self is excluded)")
         self.chunk = min(chunk_size, self.n_query)
-        self.query = jax.tree_util.tree_map(jnp.asarray, query)
-        self.reference = jax.tree_util.tree_map(jnp.asarray, reference)
+        self.query, self.reference = query, reference
         self.relevant = _relevant_counts(self.labels, self.ref_labels, self.same)
         self._check_output_shape()
 
@@ -194,10 +197,10 @@ class _Problem:
     def scores(self, k: int, score: Callable, params=None) -> np.ndarray:
         """Per-query scores [Nq, ...] (host) of ``score`` on each query's top-k reference labels."""
         args = (
-            self.query,
+            jax.tree_util.tree_map(jnp.asarray, self.query),
             jnp.asarray(self.labels),
             jnp.asarray(self.relevant),
-            self.reference,
+            jax.tree_util.tree_map(jnp.asarray, self.reference),
             jnp.asarray(self.ref_labels),
         )
         static = dict(
