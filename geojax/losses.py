@@ -20,6 +20,7 @@ blocks, each with an online log-sum-exp over key blocks, under ``jax.checkpoint`
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import NamedTuple
 
 import jax
@@ -156,8 +157,9 @@ class _LSE(NamedTuple):
     s: jax.Array
 
 
-def _lse_init(n: int) -> _LSE:
-    return _LSE(jnp.full((n,), -_BIG, jnp.float32), jnp.zeros((n,), jnp.float32))
+def _lse_init(zeros: jax.Array) -> _LSE:
+    """Empty state shaped (and, under shard_map, device-varying) like ``zeros`` [n]."""
+    return _LSE(zeros - _BIG, zeros)
 
 
 def _lse_update(state: _LSE, x: jax.Array, mask: jax.Array) -> _LSE:
@@ -209,7 +211,7 @@ def _softmax_loss(spec: _Softmax, sim, labels, temperature, key_labels, self_ind
     key_labels, self_cols = _resolve_keys(labels, key_labels, self_index)
     x = _f32(sim) / temperature
     pos, neg = _pair_masks(labels, key_labels, self_cols, jnp.arange(sim.shape[1]))
-    lse = _lse_finish(_lse_update(_lse_init(sim.shape[0]), x, spec.denominator(pos, neg)))
+    lse = _lse_finish(_lse_update(_lse_init(jnp.zeros_like(x[:, 0])), x, spec.denominator(pos, neg)))
     return _softmax_reduce(spec, *_softmax_rows(spec, x, pos, lse), axis_name)
 
 
@@ -288,12 +290,10 @@ def _softmax_blocked(
         (key_cols < m).reshape(nk, k),
     )
 
-    def varying(carry):
-        """Scan carries start constant but end device-varying under shard_map: give them that type."""
-        return carry if axis_name is None else lax.pcast(carry, axis_name, to="varying")
-
     def anchor_block(block):
         a, la, sa = block
+        # zeros [b] that vary over devices wherever the anchors or keys do (scan carries must match that)
+        zeros = jnp.zeros_like(a[:, 0], jnp.float32) + jnp.zeros_like(key_blocks[0][0, 0, 0], jnp.float32)
 
         def tile(kb):
             kv, lk, ck, valid = kb
@@ -305,7 +305,7 @@ def _softmax_blocked(
             x, pos, neg = tile(kb)
             return _lse_update(state, x, spec.denominator(pos, neg)), None
 
-        lse = _lse_finish(lax.scan(lse_step, varying(_lse_init(b)), key_blocks)[0])
+        lse = _lse_finish(lax.scan(lse_step, _lse_init(zeros), key_blocks)[0])
 
         @jax.checkpoint
         def term_step(acc, kb):
@@ -313,8 +313,7 @@ def _softmax_blocked(
             row_sum, count = _softmax_rows(spec, x, pos, lse)
             return (acc[0] + row_sum, acc[1] + count), None
 
-        zero = (jnp.zeros((b,), jnp.float32), jnp.zeros((b,), jnp.int32))
-        return lax.scan(term_step, varying(zero), key_blocks)[0]
+        return lax.scan(term_step, (zeros, zeros.astype(jnp.int32)), key_blocks)[0]
 
     row_sum, count = lax.map(jax.checkpoint(anchor_block), anchors)
     real = jnp.arange(nb * b) < n
@@ -420,29 +419,68 @@ def contrastive(
     )
 
 
-def _triplet_window(s, pos, neg, margin, semihard: bool) -> tuple[jax.Array, jax.Array]:
-    """Σ_n relu(m + s_an − s_ap) over the negatives n in the window, and their count, per pair [n, M].
+def _kth_positive(pos: jax.Array, rank: jax.Array, k) -> tuple[jax.Array, jax.Array]:
+    """Column of each row's k-th positive [n] (0 if it has fewer) and whether it exists [n]."""
+    hit = pos & (rank == k)
+    return jnp.argmax(hit, axis=1), jnp.any(hit, axis=1)
 
-    The window is s_an > s_ap − m ('all': every violating triplet), and also s_an < s_ap for 'semihard'.
-    Negatives are sorted once per anchor, so the n·M·M triplet tensor is never formed: each (a, p) finds
-    its window by binary search and sums it with prefix sums (O(n M log M)).
+
+def _triplet_pass(s, pos, neg, margin, semihard: bool, visit, init):
+    """Loop over the k-th positive p of every anchor at once; ``visit`` folds each step's active triplets.
+
+    For each anchor a and its k-th positive p, the active negatives are those with m + s_an − s_ap > 0
+    (and s_an < s_ap for 'semihard'). The loop runs max_a |P(a)| steps of O(n M) work each, so the
+    n·M·M triplet tensor is never formed.
     """
-    m_cols = s.shape[1]
-    floor = lax.stop_gradient(jnp.min(s)) - jnp.abs(margin) - 1.0  # below every window
-    srt = jnp.sort(jnp.where(neg, s, floor), axis=1)
-    n_out = m_cols - jnp.sum(neg, axis=1)  # masked entries sit first
-    vals = jnp.where(jnp.arange(m_cols)[None, :] < n_out[:, None], 0.0, srt)
-    suffix = jnp.flip(jnp.cumsum(jnp.flip(vals, 1), axis=1), 1)
-    suffix = jnp.concatenate([suffix, jnp.zeros_like(suffix[:, :1])], axis=1)  # [n, M + 1]
-    search = jax.vmap(jnp.searchsorted, in_axes=(0, 0, None))
-    key, thr = lax.stop_gradient(srt), lax.stop_gradient(s)
-    lo = search(key, thr - margin, "right")  # first index with s_an > s_ap − m
-    hi = search(key, thr, "left") if semihard else jnp.full_like(lo, m_cols)  # first with s_an ≥ s_ap
-    hi = jnp.maximum(hi, lo)
-    count = jnp.where(pos, hi - lo, 0)
-    window = jnp.take_along_axis(suffix, lo, axis=1) - jnp.take_along_axis(suffix, hi, axis=1)
-    total = jnp.where(pos, count * (margin - s) + window, 0.0)
-    return total, count
+    rank = jnp.cumsum(pos, axis=1, dtype=jnp.int32) - 1
+    steps = jnp.max(jnp.sum(pos, axis=1, dtype=jnp.int32))
+
+    def body(k, acc):
+        col, has = _kth_positive(pos, rank, k)
+        s_ap = jnp.take_along_axis(s, col[:, None], axis=1)[:, 0]
+        active = neg & has[:, None] & (s > (s_ap - margin)[:, None])
+        if semihard:
+            active = active & (s < s_ap[:, None])
+        return visit(acc, col, s_ap, active)
+
+    return lax.fori_loop(0, steps, body, init)
+
+
+def _triplet_forward(s, pos, neg, margin, semihard):
+    def visit(acc, col, s_ap, active):
+        total, count = acc
+        cnt = jnp.sum(active, axis=1, dtype=jnp.float32)
+        return total + cnt * (margin - s_ap) + jnp.sum(jnp.where(active, s, 0.0), axis=1), count + cnt
+
+    zeros = jnp.zeros_like(s[:, 0])
+    return _triplet_pass(s, pos, neg, margin, semihard, visit, (zeros, zeros))
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(4,))
+def _triplet_sums(s, pos, neg, margin, semihard: bool) -> tuple[jax.Array, jax.Array]:
+    """Per anchor [n]: Σ relu(m + s_an − s_ap) over its active triplets, and their number (as float)."""
+    return _triplet_forward(s, pos, neg, margin, semihard)
+
+
+def _triplet_sums_fwd(s, pos, neg, margin, semihard):
+    return _triplet_forward(s, pos, neg, margin, semihard), (s, pos, neg, margin)
+
+
+def _triplet_sums_bwd(semihard, residuals, cotangents):
+    """∂/∂s_an = Σ_p g_a [active], ∂/∂s_ap = −g_a · #active(a, p); counts and the margin get no gradient."""
+    s, pos, neg, margin = residuals
+    g = cotangents[0]
+    cols = jnp.arange(s.shape[1])
+
+    def visit(grad, col, s_ap, active):
+        cnt = jnp.sum(active, axis=1, dtype=jnp.float32)
+        grad = grad + jnp.where(active, g[:, None], 0.0)
+        return grad - jnp.where(cols[None, :] == col[:, None], (g * cnt)[:, None], 0.0)
+
+    return _triplet_pass(s, pos, neg, margin, semihard, visit, jnp.zeros_like(s)), None, None, None
+
+
+_triplet_sums.defvjp(_triplet_sums_fwd, _triplet_sums_bwd)
 
 
 def triplet(
@@ -474,11 +512,11 @@ def triplet(
         if reduction == "mean_nonzero":
             return _mean_nonzero(terms, valid, axis_name)
         return _mean(jnp.sum(terms), jnp.sum(valid), axis_name)
-    total, count = _triplet_window(s, pos, neg, margin, semihard=mining == "semihard")
+    total, count = _triplet_sums(s, pos, neg, jnp.asarray(margin, jnp.float32), mining == "semihard")
     if reduction == "mean" and mining == "all":
         selected = jnp.sum(pos, axis=1) * jnp.sum(neg, axis=1)
     else:
-        selected = count  # 'semihard' selects exactly the window; 'mean_nonzero' counts the terms > 0
+        selected = count  # 'semihard' selects only violating triplets; 'mean_nonzero' counts the terms > 0
     return _mean(jnp.sum(total), jnp.sum(selected), axis_name)
 
 
@@ -493,7 +531,7 @@ def lifted_structured(
     log-sum-exp is gathered from its device. sim: [n, M], labels: [n] int → scalar fp32.
     """
     s, pos, neg = _prepare(sim, labels, key_labels, self_index)
-    row_lse = _lse_finish(_lse_update(_lse_init(s.shape[0]), s, neg))  # [n]
+    row_lse = _lse_finish(_lse_update(_lse_init(jnp.zeros_like(s[:, 0])), s, neg))  # [n]
     key_lse = row_lse if axis_name is None else lax.all_gather(row_lse, axis_name, tiled=True)
     if key_lse.shape[0] != s.shape[1]:
         raise ValueError(

@@ -229,7 +229,7 @@ def test_vmap_over_batches_of_matrices():
 
 
 # ----------------------------------------------------------------------------------------------------------
-# gradients of the sorted-window triplet sums against autodiff of the dense [n, M, M] triplet tensor
+# gradients of the custom-VJP triplet sums against autodiff of the dense [n, M, M] triplet tensor
 
 
 def _dense_triplet(sim, labels, margin, mining, reduction):
