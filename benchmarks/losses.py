@@ -1,0 +1,214 @@
+"""Forward + backward time of geojax losses vs pytorch-metric-learning, and memory of the blocked form.
+
+    python benchmarks/losses.py            # N = 1024 and 4096, D = 128; blocked memory at N = 16384
+    python benchmarks/losses.py --quick    # small sizes, seconds
+    python benchmarks/losses.py --full     # also run PML where it needs GBs (NTXent, triplets at N=4096)
+
+Both sides compute the same loss on the same inputs: cosine similarity, SupCon (τ = 0.1, 8 samples per
+class), InfoNCE / NT-Xent (τ = 0.1, two views per image: SimCLR labels) and the triplet margin loss (m = 0.2,
+all triplets, mean over non-zero terms). The values are checked against each other before timing. Times
+are medians over several repeats after a warm-up; geojax is jitted (jax picks the device), torch runs on
+CPU with as many threads as there are cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from functools import partial
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from geojax import losses  # noqa: E402
+from geojax.similarity import cosine  # noqa: E402
+
+D = 128
+PER_CLASS = 8
+
+
+def labels_for(name: str, n: int) -> np.ndarray:
+    """SimCLR labels (two views per image) for InfoNCE, 8 samples per class otherwise."""
+    return (np.arange(n) // 2 if name == "info_nce" else np.arange(n) % (n // PER_CLASS)).astype(np.int32)
+
+
+def median_time(fn, repeats: int, budget_s: float) -> float:
+    """Median wall time of fn() (which must block until done) after one warm-up; fewer repeats if slow."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+        if sum(times) > budget_s and len(times) >= 3:
+            break
+    return statistics.median(times)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# geojax side
+
+
+GEOJAX = {
+    "supcon": partial(losses.supcon, temperature=0.1),
+    "info_nce": partial(losses.info_nce, temperature=0.1),
+    "triplet": partial(losses.triplet, margin=0.2, mining="all"),
+}
+
+
+def geojax_step(name: str, labels: np.ndarray):
+    loss = GEOJAX[name]
+    y = jnp.asarray(labels)
+    return jax.jit(jax.value_and_grad(lambda x: loss(cosine(x, x), y)))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# pytorch-metric-learning side
+
+
+def pml_loss(name: str):
+    from pytorch_metric_learning import distances
+    from pytorch_metric_learning import losses as pml
+
+    cos = distances.CosineSimilarity()
+    if name == "supcon":
+        return pml.SupConLoss(temperature=0.1, distance=cos)
+    if name == "info_nce":
+        return pml.NTXentLoss(temperature=0.1, distance=cos)
+    return pml.TripletMarginLoss(margin=0.2, distance=cos, triplets_per_anchor="all")
+
+
+def pml_bytes(name: str, labels: np.ndarray) -> float:
+    """Rough peak memory of PML's implementation (what it materialises), to skip runs that cannot fit."""
+    n = len(labels)
+    counts = np.bincount(labels)
+    pos_pairs = float(np.sum(counts * (counts - 1)))
+    neg_pairs = float(n) * n - np.sum(counts.astype(float) ** 2)
+    if name == "supcon":
+        return 8.0 * 4 * n * n  # a handful of [N, N] fp32 matrices
+    if name == "info_nce":
+        return 3.0 * 4 * pos_pairs * neg_pairs  # [positive pairs, negative pairs] masks and logits
+    triplets = float(np.sum(counts * (counts - 1) * (n - counts)))
+    return 6.0 * 8 * triplets  # int64 index triples and per-triplet values
+
+
+def available_bytes() -> float:
+    try:
+        with open("/proc/meminfo") as f:
+            info = dict(line.split(":", 1) for line in f)
+        return float(info["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError):
+        return 8e9
+
+
+def pml_step(name: str, x: np.ndarray, labels: np.ndarray):
+    import torch
+
+    loss_fn = pml_loss(name)
+    xt = torch.tensor(x, requires_grad=True)
+    yt = torch.tensor(labels.astype(np.int64))
+
+    def step():
+        xt.grad = None
+        loss = loss_fn(xt, yt)
+        loss.backward()
+        return float(loss.detach())
+
+    return step
+
+
+# ----------------------------------------------------------------------------------------------------------
+
+
+def time_losses(sizes, args) -> list[tuple]:
+    rows = []
+    for n in sizes:
+        rng = np.random.default_rng(n)
+        x = rng.normal(size=(n, D)).astype(np.float32)
+        xj = jnp.asarray(x)
+        for name in GEOJAX:
+            labels = labels_for(name, n)
+            step = geojax_step(name, labels)
+            value = float(step(xj)[0])
+            t_geo = median_time(lambda step=step, xj=xj: jax.block_until_ready(step(xj)), args.repeats, 20.0)
+            need = pml_bytes(name, labels)
+            heavy = name != "supcon" and n >= 4096
+            if need > 0.7 * available_bytes():
+                rows.append((name, n, t_geo, None, f"PML skipped: needs ~{need / 1e9:.0f} GB"))
+                continue
+            if heavy and not args.full:
+                rows.append((name, n, t_geo, None, f"PML skipped (~{need / 1e9:.1f} GB, slow): use --full"))
+                continue
+            try:
+                peer = pml_step(name, x, labels)
+                pml_value = peer()
+                t_pml = median_time(peer, args.repeats, 30.0)
+            except (RuntimeError, MemoryError) as err:  # torch reports OOM as RuntimeError
+                rows.append((name, n, t_geo, None, f"PML failed: {str(err).splitlines()[0][:60]}"))
+                continue
+            rel = abs(value - pml_value) / max(abs(pml_value), 1e-12)
+            check = f"geojax {value:.6f} vs PML {pml_value:.6f} (rel {rel:.1e})"
+            rows.append((name, n, t_geo, t_pml, check))
+            print(f"  checked {name} N={n}: {check}", flush=True)
+    return rows
+
+
+def blocked_memory(n: int, block: int) -> list[tuple]:
+    """Compiled temporary bytes of fwd+bwd: blocked SupCon vs the plain form (nothing is run)."""
+    x = jax.ShapeDtypeStruct((n, D), jnp.float32)
+    y = jnp.asarray(labels_for("supcon", n))
+    out = []
+    for name, fn in (
+        ("supcon (plain)", lambda e: losses.supcon(cosine(e, e), y)),
+        (f"supcon_blocked (block {block})", lambda e: losses.supcon_blocked(e, y, block_size=block)),
+    ):
+        stats = jax.jit(jax.value_and_grad(fn)).lower(x).compile().memory_analysis()
+        out.append((name, None if stats is None else stats.temp_size_in_bytes))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="small sizes (seconds)")
+    parser.add_argument("--full", action="store_true", help="run PML even where it needs many GB / minutes")
+    parser.add_argument("--repeats", type=int, default=7)
+    args = parser.parse_args()
+
+    import torch
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    import pytorch_metric_learning
+
+    print(f"jax {jax.__version__} on {jax.devices()[0].device_kind} ({jax.default_backend()}); "
+          f"torch {torch.__version__} on CPU, {torch.get_num_threads()} threads; "
+          f"pytorch-metric-learning {pytorch_metric_learning.__version__}")  # fmt: skip
+    sizes = (128, 256) if args.quick else (1024, 4096)
+    mem_n = 4096 if args.quick else 16384
+    if args.quick:
+        args.repeats = min(args.repeats, 3)
+
+    rows = time_losses(sizes, args)
+    print(f"\nfwd+bwd, D={D}, median of up to {args.repeats} runs after warm-up (ms)")
+    print(f"{'loss':<10}{'N':>6}{'geojax':>11}{'PML':>11}{'PML/geojax':>12}  note")
+    for name, n, t_geo, t_pml, note in rows:
+        pml_ms = "-" if t_pml is None else f"{1e3 * t_pml:.1f}"
+        ratio = "-" if t_pml is None else f"{t_pml / t_geo:.1f}x"
+        print(f"{name:<10}{n:>6}{1e3 * t_geo:>11.2f}{pml_ms:>11}{ratio:>12}  {note}")
+
+    print(f"\npeak temporary memory of jitted fwd+bwd, N={mem_n}, D={D} (compiled memory_analysis)")
+    for name, temp in blocked_memory(mem_n, 512):
+        print(f"  {name:<30} {'n/a' if temp is None else f'{temp / 2**20:,.1f} MiB'}")
+    print(f"  (one [N, N] fp32 matrix = {mem_n * mem_n * 4 / 2**20:,.0f} MiB)")
+
+
+if __name__ == "__main__":
+    main()
