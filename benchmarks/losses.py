@@ -138,6 +138,9 @@ def time_losses(sizes, args) -> list[tuple]:
             step = geojax_step(name, labels)
             value = float(step(xj)[0])
             t_geo = median_time(lambda step=step, xj=xj: jax.block_until_ready(step(xj)), args.repeats, 20.0)
+            if not args.peer:
+                rows.append((name, n, t_geo, None, "PML not installed"))
+                continue
             need = pml_bytes(name, labels)
             heavy = name != "supcon" and n >= 4096
             if need > 0.7 * available_bytes():
@@ -183,14 +186,18 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args()
 
-    import torch
-
-    torch.set_num_threads(os.cpu_count() or 1)
-    import pytorch_metric_learning
-
-    print(f"jax {jax.__version__} on {jax.devices()[0].device_kind} ({jax.default_backend()}); "
-          f"torch {torch.__version__} on CPU, {torch.get_num_threads()} threads; "
-          f"pytorch-metric-learning {pytorch_metric_learning.__version__}")  # fmt: skip
+    print(f"jax {jax.__version__} on {jax.devices()[0].device_kind} ({jax.default_backend()})")
+    try:
+        import pytorch_metric_learning
+        import torch
+    except ImportError as err:
+        args.peer = False
+        print(f"peer not available ({err}): timing geojax only")
+    else:
+        args.peer = True
+        torch.set_num_threads(os.cpu_count() or 1)
+        print(f"torch {torch.__version__} on CPU, {torch.get_num_threads()} threads; "
+              f"pytorch-metric-learning {pytorch_metric_learning.__version__}")  # fmt: skip
     sizes = (128, 256) if args.quick else (1024, 4096)
     mem_n = 4096 if args.quick else 16384
     if args.quick:
