@@ -21,6 +21,11 @@ import time
 import jax
 import numpy as np
 
+# Like faiss's threads, the CPU backend gets one JAX device per core (queries are split across devices);
+# this must happen before JAX starts its backends. It does nothing to a GPU run.
+_CPU_DEVICES = int(os.environ.get("GEOJAX_BENCH_CPU_DEVICES", os.cpu_count() or 1))
+jax.config.update("jax_num_cpu_devices", _CPU_DEVICES)
+
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from geojax import quantize, search  # noqa: E402
@@ -55,6 +60,8 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=None, help="queries (default 1,000; quick 200)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--k", type=int, default=10)
+    ap.add_argument("--chunk", type=int, default=16384, help="database rows per scan step")
+    ap.add_argument("--query-block", type=int, default=1024, help="queries per block (per device)")
     args = ap.parse_args()
 
     import faiss
@@ -67,12 +74,16 @@ def main() -> None:
     dev = jax.devices()[0]
     print(
         f"device: jax {jax.__version__} on {dev.platform} ({dev.device_kind}), "
-        f"{jax.device_count()} device(s); "
+        f"{jax.device_count()} device(s) (GEOJAX_BENCH_CPU_DEVICES={_CPU_DEVICES}); "
         f"faiss {faiss.__version__} on CPU with {faiss.omp_get_max_threads()} threads; {os.cpu_count()} CPUs"
     )
     if n != full_rows and not args.quick:
         print(f"NOTE: database reduced to {n:,} rows (issue size {full_rows:,})")
-    print(f"queries {nq:,}, database rows {n:,}, top-{k}, best of {args.repeat}")
+    print(
+        f"queries {nq:,}, database rows {n:,}, top-{k}, best of {args.repeat}, chunk {args.chunk}, "
+        f"query block {args.query_block}"
+    )
+    tune = {"chunk": args.chunk, "query_block": args.query_block}
     rows = []
 
     # (1) Hamming, 256 bits.
@@ -82,7 +93,7 @@ def main() -> None:
     index.add(dbb)
     t_f, (fd, fi) = best_time(lambda: index.search(qb, k), args.repeat)
     qj, dbj = jax.device_put(qb), jax.device_put(dbb)
-    t_g, (gd, gi) = best_time(lambda: search.hamming_topk(qj, dbj, k), args.repeat)
+    t_g, (gd, gi) = best_time(lambda: search.hamming_topk(qj, dbj, k, **tune), args.repeat)
     gd, gi = np.asarray(gd), np.asarray(gi)
     same_d = bool((gd == fd).all())
     agree = float((gi == fi).mean())
@@ -107,7 +118,7 @@ def main() -> None:
     q8f = q8.astype(np.float32)
     t_f, _ = best_time(lambda: sq.search(q8f, k), args.repeat)
     qj, dbj = jax.device_put(q8), jax.device_put(db8)
-    t_g, (gd, gi) = best_time(lambda: search.torus_topk(qj, dbj, k), args.repeat)
+    t_g, (gd, gi) = best_time(lambda: search.torus_topk(qj, dbj, k, **tune), args.repeat)
     sub = slice(0, min(nq, 20))
     diff = (q8[sub, None, :].astype(np.int32) - db8[None].astype(np.int32)) % 256
     ref = np.minimum(diff, 256 - diff).sum(-1)
@@ -140,7 +151,7 @@ def main() -> None:
     codes = faiss.vector_to_array(ipq.codes).reshape(n, m)
     pq = quantize.PQ(codebooks=jax.device_put(cb), objective=jax.numpy.zeros((m, 0)))
     qj, cj = jax.device_put(xq), jax.device_put(codes)
-    t_g, (_, gi) = best_time(lambda: search.pq_topk(qj, pq, cj, k), args.repeat)
+    t_g, (_, gi) = best_time(lambda: search.pq_topk(qj, pq, cj, k, **tune), args.repeat)
     gi = np.asarray(gi)
     r_f, r_g = recall_at(fi, truth), recall_at(gi, truth)
     own = quantize.pq_fit(xb[:n_train], m=m, nbits=nbits, key=jax.random.key(0))

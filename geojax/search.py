@@ -19,6 +19,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from geojax import _checks
@@ -42,14 +43,18 @@ _MAX_UNROLL = 128
 
 
 def _sum_columns(term, q: jax.Array, rows: jax.Array, shared: bool, acc_dtype) -> jax.Array:
-    """Σ_w term(q[:, w], rows' column w) → [b, n], unrolled for narrow codes, a fori_loop for wide ones."""
+    """Σ_w term(q[:, w], rows' column w), unrolled for narrow codes, a fori_loop for wide ones.
+
+    Shared rows [W, *S] give [b, *S]; per-query rows [b, n, W] give [b, n].
+    """
     width = q.shape[1]
 
     def column(w):
-        qw = lax.dynamic_index_in_dim(q, w, axis=1, keepdims=False)[:, None]
+        qw = lax.dynamic_index_in_dim(q, w, axis=1, keepdims=False)
         if shared:
+            qw = qw.reshape(qw.shape[0], *([1] * (rows.ndim - 1)))
             return term(qw, lax.dynamic_index_in_dim(rows, w, axis=0, keepdims=True)).astype(acc_dtype)
-        return term(qw, lax.dynamic_index_in_dim(rows, w, axis=2, keepdims=False)).astype(acc_dtype)
+        return term(qw[:, None], lax.dynamic_index_in_dim(rows, w, axis=2, keepdims=False)).astype(acc_dtype)
 
     if width <= _MAX_UNROLL:
         total = column(0)
@@ -108,7 +113,7 @@ def _hamming_kernel(q: jax.Array, rows: jax.Array, shared: bool) -> jax.Array:
 def _pq_kernel(tables: jax.Array, rows: jax.Array, shared: bool) -> jax.Array:
     """Asymmetric distance Σ_j T[q, j, code_j] (Jégou et al. 2011 eq. 13), j = 0 … m−1 in order.
 
-    tables: [b, m, K]; shared rows: codes [m, n]; otherwise [b, n, m].
+    tables: [b, m, K]; shared rows: codes [m, *S] → [b, *S]; otherwise [b, n, m] → [b, n].
     """
     codes = rows.astype(jnp.int32)
     total = None
@@ -141,20 +146,23 @@ def _pq_tables(codebooks: jax.Array, queries: jax.Array) -> jax.Array:
 def _chunk_topk(kernel, qdata, rows, cols, start, n, k, group, key_dtype, big):
     """Top-k (keys = −distance) of one query block against one database chunk.
 
-    rows: the chunk [c, W] (row-major, for gathering candidates); cols: the same chunk [W, c].
+    rows: the chunk [c, W] (row-major, for gathering candidates); cols: the same chunk as [W, group, c/group]
+    with cols[w, j, g] = rows[g·group + j, w], so that group g (rows g·group … g·group + group − 1) is reduced
+    across the second axis by elementwise maxima, which fuse with the distance kernel and vectorise along g.
     """
     c = rows.shape[0]
 
     def keys(dist, index):
         return jnp.where(index < n, -dist.astype(key_dtype), -big)
 
-    full = keys(kernel(qdata, cols, True), start + jnp.arange(c)[None])
-    if group == 1:
-        v, i = lax.top_k(full, k)
-        return v, start + i
+    index = jnp.arange(c // group)[None, :] * group + jnp.arange(group)[:, None]  # [group, c/group]
+    full = keys(kernel(qdata, cols, True), start + index[None])  # [b, group, c/group]
     b = full.shape[0]
-    # Stage 1: per-group maxima of the keys (the distance kernel fuses into this reduction).
-    _, best_groups = lax.top_k(jnp.max(full.reshape(b, c // group, group), axis=-1), k)
+    if group == 1:
+        v, i = lax.top_k(full.reshape(b, c), k)
+        return v, start + i
+    # Stage 1: per-group maxima of the keys.
+    _, best_groups = lax.top_k(jnp.max(full, axis=1), k)
     best_groups = jnp.sort(best_groups, axis=-1)  # database order, for the tie rule
     cand = (best_groups[:, :, None] * group + jnp.arange(group)).reshape(b, k * group)
     # Stage 2: exact keys of the candidate rows, recomputed.
@@ -168,7 +176,7 @@ def _scan_topk(kernel, qdata, db, k, *, chunk, group, key_dtype, big):
     n_chunks = -(-n // chunk)
     padded = jnp.pad(db, ((0, n_chunks * chunk - n), (0, 0)))
     chunks = padded.reshape(n_chunks, chunk, db.shape[1])
-    col_chunks = jnp.transpose(chunks, (0, 2, 1))
+    col_chunks = jnp.transpose(chunks.reshape(n_chunks, chunk // group, group, db.shape[1]), (0, 3, 2, 1))
     b = jax.tree_util.tree_leaves(qdata)[0].shape[0]
 
     def step(carry, xs):
@@ -195,11 +203,8 @@ def _plan(n: int, k: int, chunk: int) -> tuple[int, int]:
     return rows, 1
 
 
-@functools.partial(
-    jax.jit, static_argnames=("kernel", "prepare", "k", "chunk", "query_block", "exact", "integer")
-)
-def _search(queries, db, aux, *, kernel, prepare, k, chunk, query_block, exact, integer):
-    """Blocked search: ``prepare(aux, query_block)`` gives the kernel's per-query data (PQ: tables)."""
+def _blocked(queries, db, aux, *, kernel, prepare, k, chunk, query_block, exact):
+    """Keys and indices [q, k] of queries [q, ...] in blocks of ``query_block`` (lax.map)."""
     q = queries.shape[0]
     rows, group = _plan(db.shape[0], k, chunk)
     key_dtype = _F32 if exact else jnp.int32
@@ -213,9 +218,41 @@ def _search(queries, db, aux, *, kernel, prepare, k, chunk, query_block, exact, 
         return _scan_topk(kernel, qdata, db, k, chunk=rows, group=group, key_dtype=key_dtype, big=big)
 
     v, i = lax.map(block, padded.reshape(n_blocks, qb, *queries.shape[1:]))
-    v, i = v.reshape(n_blocks * qb, k)[:q], i.reshape(n_blocks * qb, k)[:q]
+    return v.reshape(n_blocks * qb, k)[:q], i.reshape(n_blocks * qb, k)[:q]
+
+
+@functools.partial(
+    jax.jit, static_argnames=("kernel", "prepare", "k", "chunk", "query_block", "exact", "integer", "devices")
+)
+def _search(queries, db, aux, *, kernel, prepare, k, chunk, query_block, exact, integer, devices):
+    """Blocked search: ``prepare(aux, query_block)`` gives the kernel's per-query data (PQ: tables).
+
+    With several ``devices`` the queries are split across them (``jax.shard_map``; the database and ``aux``
+    are replicated), as faiss splits queries across threads.
+    """
+    run = functools.partial(
+        _blocked, kernel=kernel, prepare=prepare, k=k, chunk=chunk, query_block=query_block, exact=exact
+    )
+    q = queries.shape[0]
+    if len(devices) > 1:
+        per = -(-q // len(devices))
+        padded = jnp.pad(queries, ((0, per * len(devices) - q),) + ((0, 0),) * (queries.ndim - 1))
+        mesh = jax.sharding.Mesh(np.array(devices), ("q",))
+        spec, whole = jax.sharding.PartitionSpec("q"), jax.sharding.PartitionSpec()
+        v, i = jax.shard_map(
+            run, mesh=mesh, in_specs=(spec, whole, whole), out_specs=(spec, spec), check_vma=False
+        )(padded, db, aux)
+        v, i = v[:q], i[:q]
+    else:
+        v, i = run(queries, db, aux)
     d = -v
     return (d.astype(jnp.int32) if integer else d), i
+
+
+def _devices(q: int) -> tuple:
+    """Local devices of the default backend to split ``q`` queries over (one when there are few queries)."""
+    devices = tuple(jax.local_devices())
+    return devices if len(devices) > 1 and q >= 8 * len(devices) else devices[:1]
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -246,6 +283,9 @@ def _as_words(codes: jax.Array) -> jax.Array:
     pad = -nbytes % 4
     codes = jnp.pad(codes, ((0, 0), (0, pad)))
     return lax.bitcast_convert_type(codes.reshape(n, (nbytes + pad) // 4, 4), jnp.uint32)
+
+
+_NO_AUX = np.zeros((), np.float32)  # placeholder ``aux`` of the searches that need none
 
 
 def _queries_as_is(aux, q):
@@ -311,7 +351,7 @@ def torus_topk(
     return _search(
         q_op,
         _torus_codes(p, jnp.asarray(db))[1],
-        None,
+        _NO_AUX,
         kernel=kernel,
         prepare=_queries_as_is,
         k=int(k),
@@ -319,6 +359,7 @@ def torus_topk(
         query_block=int(query_block),
         exact=bound <= _EXACT_F32,
         integer=True,
+        devices=_devices(queries.shape[0]),
     )
 
 
@@ -334,7 +375,7 @@ def hamming_topk(
     return _search(
         _as_words(jnp.asarray(queries)),
         _as_words(jnp.asarray(db)),
-        None,
+        _NO_AUX,
         kernel=_hamming_kernel,
         prepare=_queries_as_is,
         k=int(k),
@@ -342,6 +383,7 @@ def hamming_topk(
         query_block=int(query_block),
         exact=db.shape[1] * 8 <= _EXACT_F32,
         integer=True,
+        devices=_devices(queries.shape[0]),
     )
 
 
@@ -385,6 +427,7 @@ def pq_topk(
         query_block=int(query_block),
         exact=True,
         integer=False,
+        devices=_devices(queries.shape[0]),
     )
 
 

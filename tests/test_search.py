@@ -114,3 +114,18 @@ def test_bad_inputs():
         search.pq_topk(x[:, :3], pq, codes, 2)
     with pytest.raises(ValueError, match="k"):
         search.pq_topk(x, pq, codes, 21)
+
+
+def test_queries_split_across_devices():
+    # conftest gives 4 CPU devices; ≥ 8 queries per device take the shard_map path.
+    assert len(jax.local_devices()) == 4
+    rng = np.random.default_rng(7)
+    q, db = with_ties(rng, 37, 700, 8, mask=0x0F)
+    d, i = search.torus_topk(q, db, 6, chunk=256, query_block=4)
+    ref_d, ref_i = naive_topk(torus_numpy(q, db, 1), 6)
+    np.testing.assert_array_equal(np.asarray(d), ref_d)
+    np.testing.assert_array_equal(np.asarray(i), ref_i)
+    d, i = search.hamming_topk(q, db, 6, chunk=256, query_block=4)
+    ref_d, ref_i = naive_topk(hamming_numpy(q, db), 6)
+    np.testing.assert_array_equal(np.asarray(d), ref_d)
+    np.testing.assert_array_equal(np.asarray(i), ref_i)
