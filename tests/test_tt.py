@@ -40,6 +40,21 @@ def test_to_dense_matches_eq2_and_matvec_matches_dense():
     np.testing.assert_allclose(np.asarray(mapped), np.asarray(y), rtol=1e-6, atol=1e-6)
 
 
+def test_merge_cores_blocked_and_fused_matvec_equal_dense():
+    m = tt.init(jax.random.key(1), (2, 3, 2, 2), (3, 2, 4, 2), 3)
+    dense = _naive_dense(m)
+    for group, cores, params in [(2, 2, 6 * 6 * 3 + 3 * 4 * 8), (3, 2, 12 * 24 * 3 + 3 * 4)]:
+        merged = tt.merge_cores(m, group)
+        assert len(merged.cores) == cores and tt.num_params(merged) == params
+        np.testing.assert_allclose(np.asarray(tt.to_dense(merged)), dense, rtol=1e-4, atol=1e-5)
+    x = np.random.default_rng(4).normal(size=(7, 48)).astype(np.float32)
+    blocked = tt.matvec(m, jnp.asarray(x), block=3)  # 7 rows: two full blocks and a remainder
+    np.testing.assert_allclose(np.asarray(blocked), x @ dense.T, rtol=1e-4, atol=1e-5)
+    fused = tt.matvec_fused(m, jnp.asarray(x.reshape(7, 1, 48)), interpret=True)  # odd sizes are padded
+    assert fused.shape == (7, 1, 24)
+    np.testing.assert_allclose(np.asarray(fused)[:, 0], x @ dense.T, rtol=1e-4, atol=1e-5)
+
+
 def test_tt_svd_exact_at_full_rank():
     a = np.random.default_rng(1).normal(size=(12, 24)).astype(np.float32)
     m = tt.tt_svd(jnp.asarray(a), (2, 3, 2), (3, 2, 4), 1000)
@@ -109,14 +124,15 @@ def test_als_sweep_full_rank_is_least_squares_and_low_rank_decreases():
     def loss(m):
         return float(np.sum((np.asarray(tt.to_dense(m), np.float64) @ x - z) ** 2))
 
-    full = tt.als_sweep(tt.tt_svd(start, (2, 3, 2), (3, 2, 4), 1000), gram, cross)
+    sweep = jax.jit(tt.als_sweep)
+    full = sweep(tt.tt_svd(start, (2, 3, 2), (3, 2, 4), 1000), gram, cross)
     r_ls = np.linalg.lstsq(x.T.astype(np.float64), z.T.astype(np.float64), rcond=None)[0].T
     best = float(np.sum((r_ls @ x - z) ** 2))
     assert loss(full) == pytest.approx(best, rel=1e-4)
     m = tt.tt_svd(start, (2, 3, 2), (3, 2, 4), 2)
     history = [loss(m)]
     for _ in range(4):
-        m = tt.als_sweep(m, gram, cross)
+        m = sweep(m, gram, cross)
         assert m.ranks == (1, 2, 2, 1)
         history.append(loss(m))
     assert all(b <= a * (1 + 1e-5) for a, b in zip(history, history[1:], strict=False))
@@ -143,6 +159,12 @@ def test_bad_inputs():
     m = tt.init(key, (2, 2), (2, 3), 2)
     with pytest.raises(ValueError, match="x must have last dimension 6"):
         tt.matvec(m, jnp.ones((3, 4)))
+    with pytest.raises(ValueError, match="block"):
+        tt.matvec(m, jnp.ones((3, 6)), block=0)
+    with pytest.raises(ValueError, match="x must have last dimension 6"):
+        tt.matvec_fused(m, jnp.ones((3, 4)), interpret=True)
+    with pytest.raises(ValueError, match="group"):
+        tt.merge_cores(m, 0)
     with pytest.raises(ValueError, match="dense must have shape"):
         tt.tt_svd(jnp.ones((4, 5)), (2, 2), (2, 3), 2)
     with pytest.raises(ValueError, match="gram"):
