@@ -72,12 +72,11 @@ def main(argv: list[str]) -> int:
     if any(a in ("-h", "--help", "help") for a in argv):
         print(config.help_text())
         return 0
-    try:
-        cfg = config.from_args(argv)
+    try:  # bad keys, values, combinations or a missing dataset: a one-line message, exit status 2
+        rep = run(config.from_args(argv))
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    rep = run(cfg)
     print(json.dumps({k: rep[k] for k in ("precision_at_1", "knn_accuracy", "circular_variance")}))
     print(summary(rep))
     return 0

@@ -274,6 +274,21 @@ _RUN_ONLY = (
 )
 
 
+_RUNNERS: dict[str, Callable] = {}
+
+
+def _runner(cfg: Config, graphdef, tx, mesh, image_shape) -> Callable:
+    """The data-parallel step of ``cfg``, reused (with its compiled code) by later runs of the same recipe in
+    this process (sweeps, resumed runs, notebooks)."""
+    from dataclasses import asdict
+
+    recipe = {k: v for k, v in asdict(cfg).items() if k not in _RUN_ONLY}
+    key = json.dumps([recipe, cfg.parallel, list(image_shape), [d.id for d in mesh.devices.flat]])
+    if key not in _RUNNERS:
+        _RUNNERS[key] = parallel.data_parallel(make_step(cfg, graphdef, tx), mode=cfg.parallel, mesh=mesh)
+    return _RUNNERS[key]
+
+
 def _prepare_workdir(cfg: Config) -> str:
     """Create (or reuse, checking the config matches) the run directory; write config.json."""
     from dataclasses import asdict
@@ -362,7 +377,7 @@ def train(
         start = int(state["step"])
     log_path = os.path.join(workdir, "metrics.jsonl")
     _trim_log(log_path, start)
-    run = parallel.data_parallel(make_step(cfg, graphdef, tx), mode=cfg.parallel, mesh=mesh)
+    run = _runner(cfg, graphdef, tx, mesh, ds.image_shape)
     lr = schedule(cfg)
     end = cfg.steps if stop_at is None else min(stop_at, cfg.steps)
     bar = Progress(cfg.steps, start, cfg.progress and jax.process_index() == 0)

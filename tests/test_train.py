@@ -1,0 +1,173 @@
+"""The training application: config errors, optimiser chain, resume equality, every preset end to end."""
+
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from train import __main__ as cli
+from train import config, loop
+
+TINY = dict(width=8, dim=4, batch_size=16, progress=False, eval_batch=512)
+
+
+@pytest.mark.parametrize(
+    "args,match",
+    [
+        (["preset=nope"], "unknown preset"),
+        (["bogus=1"], "unknown key"),
+        (["steps=many"], "steps must be a int"),
+        (["steps=0"], "steps must be a positive"),
+        (["geometry=hyperbolic"], "geometry must be one of"),
+        (["dim=5"], "dim must be even"),  # torus_n (the default geometry) with odd D
+        (["geometry=atlas"], "manifold"),  # atlas without a projection head has no vector similarity
+        (["preset=mtriplet", "loss=simo"], "simo"),
+        (["geometry=sphere", "similarity=manifold"], "manifold"),
+        (["geometry=atlas", "similarity=manifold", "koleo=0.1"], "koleo"),
+        (["mmd=1"], "atlas"),
+        (["class_fraction=0.6"], "class_fraction"),
+        (["dataset=imagenet"], "dataset"),
+        (["multihost=maybe"], "true or false"),
+        (["steps"], "key=value"),
+    ],
+)
+def test_bad_configs_raise_naming_the_key(args, match):
+    with pytest.raises(ValueError, match=match):
+        config.from_args(args)
+
+
+def test_cli_help_lists_presets_and_keys_and_errors_exit_2(capsys):
+    assert cli.main(["--help"]) == 0
+    text = capsys.readouterr().out
+    for name in (
+        "supcon_sphere",
+        "supcon_torus_c",
+        "supcon_torus_n",
+        "msimclr",
+        "mtriplet",
+        "sincere",
+        "simo",
+    ):
+        assert name in text
+    for key in ("geometry", "loss", "similarity", "koleo", "clip", "parallel", "precision", "multihost"):
+        assert f"\n  {key} " in text
+    assert cli.main(["dataset=npz:/no/such/file.npz", "workdir=/tmp/geojax-never-created"]) == 2
+    assert "no such file" in capsys.readouterr().err
+
+
+def test_presets_apply_then_overrides_win():
+    cfg = config.from_args(["preset=mtriplet", "charts=4"])
+    assert (cfg.loss, cfg.similarity, cfg.sampler, cfg.margin, cfg.mmd, cfg.membership) == (
+        "triplet",
+        "manifold",
+        "m_per_class",
+        0.2,
+        1.0,
+        0.1,
+    )
+    assert cfg.charts == 4 and cfg.batch_size == 32  # 8 classes × 4
+    assert config.make().geometry == "torus_n" and config.make().clip == 100.0
+
+
+def test_schedules_warm_up_then_decay_or_hold():
+    cos = loop.schedule(config.make(lr=0.5, warmup=10, steps=100))
+    assert (
+        float(cos(0)) == 0 and float(cos(5)) == pytest.approx(0.25) and float(cos(10)) == pytest.approx(0.5)
+    )
+    assert float(cos(55)) == pytest.approx(0.25, abs=1e-6) and float(cos(100)) == pytest.approx(0, abs=1e-7)
+    const = loop.schedule(config.make(lr=0.5, warmup=10, steps=100, schedule="constant"))
+    assert float(const(5)) == pytest.approx(0.25) and float(const(80)) == pytest.approx(0.5)
+
+
+def test_clipping_modes_and_optimisers():
+    g = {"w": jnp.asarray([3.0, -4.0, 0.1])}  # global norm ≈ 5.001
+    params = {"w": jnp.zeros(3)}
+
+    def first_update(**kw):
+        tx = loop.make_optimizer(
+            config.make(optimizer="sgd", momentum=0.0, lr=1.0, warmup=0, schedule="constant", **kw)
+        )
+        return np.asarray(tx.update(g, tx.init(params), params)[0]["w"])
+
+    norm = np.linalg.norm(np.asarray(g["w"]))
+    np.testing.assert_allclose(first_update(clip=0.5), -np.asarray(g["w"]) * 0.5 / norm, rtol=1e-6)
+    np.testing.assert_allclose(first_update(clip=0.5, clip_mode="value"), [-0.5, 0.5, -0.1], rtol=1e-6)
+    np.testing.assert_allclose(first_update(clip=100.0), -np.asarray(g["w"]), rtol=1e-6)
+    # SGD with momentum 0.9: the second update of a constant gradient is −(1 + 0.9)·g
+    tx = loop.make_optimizer(
+        config.make(optimizer="sgd", momentum=0.9, lr=1.0, warmup=0, schedule="constant")
+    )
+    state = tx.init(params)
+    _, state = tx.update(g, state, params)
+    np.testing.assert_allclose(tx.update(g, state, params)[0]["w"], -1.9 * np.asarray(g["w"]), rtol=1e-6)
+    for name in ("adam", "adamw", "rmsprop"):
+        tx = loop.make_optimizer(config.make(optimizer=name, lr=1e-2, warmup=0, schedule="constant"))
+        upd = tx.update(g, tx.init(params), params)[0]["w"]
+        assert np.all(np.sign(upd) == -np.sign(np.asarray(g["w"])))
+
+
+def test_interrupted_and_resumed_run_ends_with_the_same_parameters(tmp_path):
+    kw = dict(TINY, steps=6, checkpoint_every=2, log_every=1, lr=1e-2)
+    ref = loop.train(config.make(workdir=str(tmp_path / "a"), **kw))[2]
+    cfg = config.make(workdir=str(tmp_path / "b"), **kw)
+    _, _, stopped, _, _ = loop.train(cfg, stop_at=3)  # killed after step 3; last checkpoint at step 2
+    assert int(stopped["step"]) == 3
+    resumed = loop.train(cfg)[2]
+    assert int(resumed["step"]) == 6
+    for a, b in zip(jax.tree.leaves(resumed["params"]), jax.tree.leaves(ref["params"]), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    for a, b in zip(jax.tree.leaves(resumed["opt_state"]), jax.tree.leaves(ref["opt_state"]), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    with open(tmp_path / "b" / "metrics.jsonl") as f:
+        steps = [json.loads(line)["step"] for line in f]
+    assert steps == [1, 2, 3, 4, 5, 6]  # the re-done step 3 is logged once
+    with pytest.raises(ValueError, match="different config"):
+        loop.train(config.make(workdir=str(tmp_path / "b"), **{**kw, "lr": 0.5}))
+
+
+PRESETS = [
+    "supcon_torus_n",
+    "supcon_sphere",
+    "supcon_torus_c",
+    "supcon",
+    "sincere",
+    "msimclr",
+    "mtriplet",
+    "simo",
+]
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_every_preset_runs_on_digits_and_writes_its_outputs(preset, tmp_path):
+    rep = cli.run(config.make(preset=preset, workdir=str(tmp_path), **TINY, steps=2, devices=1))
+    with open(tmp_path / "report.json") as f:
+        saved = json.load(f)
+    assert saved["precision_at_1"] == rep["precision_at_1"] and 0 <= rep["precision_at_1"] <= 1
+    base = saved["baseline_raw_1nn"]["precision_at_1"]
+    assert base == pytest.approx(0.9822, abs=1e-3)  # raw-pixel 1-NN on the fixed digits split
+    for key in ("knn_accuracy", "circular_variance", "timing", "map_at_r", "recall_at_k"):
+        assert key in saved
+    assert os.path.getsize(tmp_path / "curve.png") > 0
+    with np.load(tmp_path / "embeddings.npz") as z:
+        geometry = str(z["geometry"])
+        assert geometry == config.make(preset=preset).geometry
+        assert z["query"].dtype == np.float32 and z["reference"].dtype == np.float32
+        assert (
+            z["query_labels"].dtype == np.int32 and z["query"].shape[0] == z["query_labels"].shape[0] == 450
+        )
+        assert z["reference"].shape[0] == 1347
+        if geometry == "atlas":
+            assert z["query_coords"].shape == (450, 16, 4) and z["query_q"].shape == (450, 16)
+            np.testing.assert_allclose(z["query_q"].sum(1), 1, rtol=1e-5)
+        elif geometry in ("sphere", "torus_c", "torus_n"):
+            np.testing.assert_allclose(np.linalg.norm(z["query"], axis=1), 1, rtol=1e-5)
+        if geometry == "torus_n":  # each adjacent pair on the Clifford circle of radius √(2/D)
+            pairs = np.linalg.norm(z["query"].reshape(450, -1, 2), axis=2)
+            np.testing.assert_allclose(pairs, np.sqrt(2 / 4), rtol=1e-5)
+    if preset == "msimclr":
+        assert 0 <= saved["piecewise_linear_accuracy"] <= 1
+    if preset == "simo":
+        assert 0 <= saved["linear_probe_accuracy"] <= 1
