@@ -28,6 +28,7 @@ TINY = dict(width=8, dim=4, batch_size=16, progress=False, eval_batch=512)
         (["geometry=sphere", "similarity=manifold"], "manifold"),
         (["geometry=atlas", "similarity=manifold", "koleo=0.1"], "koleo"),
         (["mmd=1"], "atlas"),
+        (["geometry=sphere", "similarity=torus"], "torus"),
         (["class_fraction=0.6"], "class_fraction"),
         (["dataset=imagenet"], "dataset"),
         (["multihost=maybe"], "true or false"),
@@ -70,6 +71,20 @@ def test_presets_apply_then_overrides_win():
     )
     assert cfg.charts == 4 and cfg.batch_size == 32  # 8 classes × 4
     assert config.make().geometry == "torus_n" and config.make().clip == 100.0
+
+
+def test_each_process_samples_its_own_slice_of_the_global_batch(monkeypatch):
+    cfg = config.make(batch_size=8, labels="instance")
+    labels = np.repeat(np.arange(10), 5).astype(np.int32)
+    images = np.zeros((50, 8, 8, 1), np.float32)
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+    parts = []
+    for p in (0, 1):
+        monkeypatch.setattr(jax, "process_index", lambda p=p: p)
+        parts.append(loop.batch_for(cfg, labels, images, 3, 2))
+    assert [len(b["pos"]) for b in parts] == [4, 4]
+    np.testing.assert_array_equal(np.concatenate([b["pos"] for b in parts]), np.arange(8))
+    np.testing.assert_array_equal(np.concatenate([b["y"] for b in parts]), np.arange(8))  # instance ids
 
 
 def test_schedules_warm_up_then_decay_or_hold():

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from geojax.models import ENCODERS, GEOMETRIES
 
 LOSSES = ("supcon", "sincere", "info_nce", "contrastive", "triplet", "lifted_structured", "simo")
-SIMILARITIES = ("cosine", "neg_arc_length", "neg_euclidean", "neg_sq_euclidean", "dot", "manifold")
+SIMILARITIES = ("cosine", "neg_arc_length", "neg_euclidean", "neg_sq_euclidean", "dot", "torus", "manifold")
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,9 @@ class Config:
     projection_dim: int = 64
     # objective
     loss: str = "supcon"
-    similarity: str = "cosine"  # manifold = −d_M of seed 001 eq. 7 (atlas without projection head)
+    # torus = −flat-torus L1 distance between the angles of torus embeddings (seed 000 §4); manifold = −d_M of
+    # seed 001 eq. 7 (atlas without projection head)
+    similarity: str = "cosine"
     labels: str = "class"  # class (supervised) | instance (each image its own class: SimCLR)
     temperature: float = 0.1
     margin: float = 0.2  # triplet margin
@@ -105,6 +107,7 @@ PRESETS: dict[str, dict[str, typing.Any]] = {
         "lr": 1e-3,
         "augment": "shift",
         "probe": "piecewise",
+        "probe_epochs": 20,
     },
     # seed 001 §3.2: batch-all triplet on d_M, margin 0.2, 8 classes × 4, λ1 = 1, λ2 = 0.1, RMSProp.
     "mtriplet": {
@@ -260,6 +263,11 @@ def validate(cfg: Config) -> None:
         raise ValueError(
             f"geometry='atlas' without a projection head has no vector similarity: use "
             f"similarity='manifold' (seed 001 eq. 7) or projection=mixed, got {cfg.similarity!r}"
+        )
+    if cfg.similarity == "torus" and (cfg.geometry not in ("torus_c", "torus_n") or cfg.projection != "none"):
+        raise ValueError(
+            "similarity='torus' (flat-torus distance of the angles) needs geometry torus_c or torus_n and "
+            f"projection='none'; got geometry={cfg.geometry!r}, projection={cfg.projection!r}"
         )
     if not vectors and cfg.loss == "simo":
         raise ValueError(

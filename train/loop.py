@@ -24,7 +24,7 @@ import numpy as np
 import optax
 from flax import nnx
 
-from geojax import losses, models, parallel, regularizers
+from geojax import losses, manifolds, models, parallel, regularizers
 from geojax import similarity as similarity_lib
 from train import checkpoint, data
 from train.config import Config
@@ -139,7 +139,10 @@ def objective(
             vectors, labels, eps=cfg.simo_eps, key_embeddings=parallel.gather(vectors, axis_name), **keys
         )
     else:
-        if cfg.similarity == "manifold":
+        if cfg.similarity == "torus":  # flat-torus distance between the angles (turns) of torus embeddings
+            angles = manifolds.clifford_to_angles(vectors)
+            sim = similarity_lib.torus(angles, parallel.gather(angles, axis_name))
+        elif cfg.similarity == "manifold":
             sim = -similarity_lib.manifold_distance(
                 out["coords"],
                 out["q"],
