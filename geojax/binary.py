@@ -26,7 +26,7 @@ class ITQ(NamedTuple):
 
     mean: jax.Array  # [d]
     projection: jax.Array  # R [b, d]
-    objective: jax.Array  # [iters] ‖B − V R‖²_F after each iteration
+    objective: jax.Array  # [iters] ‖B − V Q‖²_F after each iteration (eq. 5 when b ≥ d)
 
 
 class TP(NamedTuple):
