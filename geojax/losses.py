@@ -500,6 +500,8 @@ def triplet(
     triplets; 'hard' = hardest positive (lowest s_ap) and hardest negative (highest s_an) per anchor (Hermans
     et al. 2017); 'semihard' = triplets with s_ap − m < s_an < s_ap. ``reduction``: 'mean_nonzero' averages
     the positive terms, 'mean' all selected triplets. sim: [n, M], labels: [n] int → scalar fp32.
+    'all' and 'semihard' loop over the k-th positive of every anchor (O(n·M·max|P|) time, O(n·M) memory,
+    custom VJP); the margin is a hyper-parameter and receives no gradient.
     """
     _checks.check_choice(mining, "mining", MININGS)
     _checks.check_choice(reduction, "reduction", REDUCTIONS)
@@ -514,7 +516,7 @@ def triplet(
         return _mean(jnp.sum(terms), jnp.sum(valid), axis_name)
     total, count = _triplet_sums(s, pos, neg, jnp.asarray(margin, jnp.float32), mining == "semihard")
     if reduction == "mean" and mining == "all":
-        selected = jnp.sum(pos, axis=1) * jnp.sum(neg, axis=1)
+        selected = jnp.sum(pos, axis=1, dtype=jnp.float32) * jnp.sum(neg, axis=1, dtype=jnp.float32)
     else:
         selected = count  # 'semihard' selects only violating triplets; 'mean_nonzero' counts the terms > 0
     return _mean(jnp.sum(total), jnp.sum(selected), axis_name)

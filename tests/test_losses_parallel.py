@@ -83,7 +83,6 @@ CASES = {
     "lifted_structured": (_sim_loss(partial(losses.lifted_structured, neg_margin=0.5)), True),
     "simo": (_simo(), True),
     "supcon_blocked": (_blocked(losses.supcon_blocked), True),
-    "info_nce_blocked": (_blocked(losses.info_nce_blocked), False),
 }
 
 
