@@ -39,15 +39,16 @@ def labels_for(name: str, n: int) -> np.ndarray:
     return (np.arange(n) // 2 if name == "info_nce" else np.arange(n) % (n // PER_CLASS)).astype(np.int32)
 
 
-def median_time(fn, repeats: int, budget_s: float) -> float:
-    """Median wall time of fn() (which must block until done) after one warm-up; fewer repeats if slow."""
-    fn()
+def median_time(fn, repeats: int, budget_s: float, warm_up: bool = True) -> float:
+    """Median wall time of fn() (which must block until done); fewer repeats once budget_s is spent."""
+    if warm_up:
+        fn()
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
-        if sum(times) > budget_s and len(times) >= 3:
+        if sum(times) > budget_s:
             break
     return statistics.median(times)
 
@@ -151,8 +152,8 @@ def time_losses(sizes, args) -> list[tuple]:
                 continue
             try:
                 peer = pml_step(name, x, labels)
-                pml_value = peer()
-                t_pml = median_time(peer, args.repeats, 30.0)
+                pml_value = peer()  # also the warm-up
+                t_pml = median_time(peer, args.repeats, 30.0, warm_up=False)
             except (RuntimeError, MemoryError) as err:  # torch reports OOM as RuntimeError
                 rows.append((name, n, t_geo, None, f"PML failed: {str(err).splitlines()[0][:60]}"))
                 continue

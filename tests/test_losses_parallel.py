@@ -82,7 +82,7 @@ CASES = {
     "triplet_semihard": (_sim_loss(partial(losses.triplet, margin=0.3, mining="semihard")), False),
     "lifted_structured": (_sim_loss(partial(losses.lifted_structured, neg_margin=0.5)), True),
     "simo": (_simo(), True),
-    "supcon_blocked": (_blocked(losses.supcon_blocked), True),
+    "supcon_blocked": (_blocked(losses.supcon_blocked), False),
 }
 
 
