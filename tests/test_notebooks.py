@@ -1,0 +1,145 @@
+"""Execute every colab notebook top to bottom at tiny size (nbclient, python3 kernel of this environment).
+
+The cell tagged ``parameters`` is followed by an injected cell holding tiny values (papermill-style, without
+papermill); each notebook must run without error and produce its key outputs (figures, tables).
+Select with ``pytest -q tests/test_notebooks.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+COLAB = os.path.join(ROOT, "colab")
+
+# Tiny overrides (RUNS_DIR is added per test) and what each notebook must show: number of figures at least,
+# and strings that must appear in its text output.
+CASES = {
+    "01_quickstart.ipynb": (
+        {"N": 40, "D": 8, "GD_STEPS": 3},
+        3,
+        [
+            "torusN identity on Clifford vectors: True",
+            "cosine of Clifford vectors == mean cos(2π Δt): True",
+            "KoLeo(±e1, ±e2) = -0.346574",
+            "wraparound distance 250 vs 5 = 11",
+            "gradient finite: True",
+        ],
+    ),
+    "02_torus_embeddings.ipynb": (
+        {
+            "STEPS": 4,
+            "BATCH": 32,
+            "WIDTH": 32,
+            "DIM": 16,
+            "GEOMETRIES": ("torus_n",),
+            "KOLEO_SWEEP": (0.1,),
+            "UNCLIPPED_TORUS_C": False,
+            "PQ_ITERS": 1,
+        },
+        2,
+        ["| geometry | KoLeo | P@1 |", "| torus_n |", "8-bit", "PQ(8,2)", "1-bit"],
+    ),
+    "03_atlas.ipynb": (
+        {"STEPS": 4, "BATCH": 32, "WIDTH": 32, "CHARTS": (4,), "METHODS": ("mtriplet", "msimclr")},
+        3,
+        ["| method | n | d | P@1 (d_M) |", "| mtriplet | 4 |", "| msimclr | 4 |"],
+    ),
+    "04_binary_embedding.ipynb": (
+        {"FACTORS": (0.5, 1.0), "RANK": 2, "ITQ_ITERS": 2, "TP_ITERS": 1, "QUERIES": 50},
+        2,
+        [
+            "4096 -> 4096 bits: TT 1,152 params",
+            "4096 -> 1024 bits: TT 1,088 params",
+            "matvec == dense @ x: True",
+            "| bits | method | mAP |",
+            "non-increasing: True",
+        ],
+    ),
+    "05_losses_and_similarities.ipynb": (
+        {
+            "STEPS": 4,
+            "BATCH": 32,
+            "WIDTH": 32,
+            "DIM": 8,
+            "RUNS": (("supcon", "cosine"), ("sincere", "neg_arc_length")),
+            "SIMO": True,
+        },
+        2,
+        [
+            "| loss | similarity | 1NN (P@1) |",
+            "| sincere | neg_arc_length |",
+            "SimO on orthogonal classes",
+            "linear probe accuracy",
+            "mean |cos| between class means",
+        ],
+    ),
+}
+
+
+def _inject(nb, overrides: dict) -> int:
+    """Insert a cell setting ``overrides`` after the single cell tagged 'parameters'; return its index."""
+    tagged = [i for i, c in enumerate(nb.cells) if "parameters" in c.get("metadata", {}).get("tags", [])]
+    assert len(tagged) == 1, f"expected one cell tagged 'parameters', found {len(tagged)}"
+    names = set(re.findall(r"^([A-Z_][A-Z0-9_]*)\s*=", nb.cells[tagged[0]].source, flags=re.M))
+    unknown = set(overrides) - names
+    assert not unknown, f"overrides {sorted(unknown)} are not set in the parameters cell ({sorted(names)})"
+    lines = [f"{k} = {v!r}" for k, v in overrides.items()]
+    source = "\n".join(["# injected by tests/test_notebooks.py", *lines])
+    cell = nbformat.v4.new_code_cell(source, metadata={"tags": ["injected-parameters"]})
+    nb.cells.insert(tagged[0] + 1, cell)
+    return tagged[0] + 1
+
+
+def _outputs(nb) -> tuple[int, str]:
+    figures, text = 0, []
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "stream":
+                text.append(out["text"])
+            data = out.get("data", {})
+            if "image/png" in data:
+                figures += 1
+            if "text/plain" in data:
+                text.append(data["text/plain"])
+    return figures, "".join(text)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_notebook_runs(name, tmp_path, monkeypatch):
+    overrides, min_figures, expected = CASES[name]
+    nb = nbformat.read(os.path.join(COLAB, name), as_version=4)
+    nbformat.validate(nb)
+    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), "commit without outputs"
+    trains = any("RUNS_DIR" in c.source for c in nb.cells if c.cell_type == "code")
+    _inject(nb, {**overrides, "RUNS_DIR": str(tmp_path)} if trains else overrides)
+    # The kernel is a fresh process of this interpreter: one CPU device (not the suite's four fake ones).
+    flags = re.sub(r"--xla_force_host_platform_device_count=\d+", "", os.environ.get("XLA_FLAGS", "")).strip()
+    monkeypatch.setenv("XLA_FLAGS", flags)
+    monkeypatch.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
+    client = nbclient.NotebookClient(
+        nb, kernel_name="python3", timeout=300, resources={"metadata": {"path": ROOT}}
+    )
+    client.execute()
+    figures, text = _outputs(nb)
+    assert "jax" in text and "devices:" in text
+    assert figures >= min_figures, f"{name}: {figures} figures, expected at least {min_figures}"
+    for s in expected:
+        assert s in text, f"{name}: {s!r} not in the output"
+
+
+def test_notebooks_list_is_complete():
+    on_disk = sorted(f for f in os.listdir(COLAB) if f.endswith(".ipynb"))
+    assert on_disk == sorted(CASES)
+
+
+def test_notebooks_small():
+    for name in CASES:
+        assert os.path.getsize(os.path.join(COLAB, name)) < 1_000_000, name
