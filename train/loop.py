@@ -414,7 +414,7 @@ def train(
     train_s = time.time() - t_train
     timing = {
         "train_s": round(train_s, 2),
-        "first_step_s": round(first_step_s, 2),
+        "first_step_s": round(first_step_s, 2) if math.isfinite(first_step_s) else None,  # incl. compile
         "steps_per_s": round((end - start) / train_s, 2) if end > start else 0.0,
         "steps_run": end - start,
         "devices": n_dev,
