@@ -108,6 +108,7 @@ PRESETS: dict[str, dict[str, typing.Any]] = {
         "augment": "shift",
         "probe": "piecewise",
         "probe_epochs": 20,
+        "batch_size": 128,  # seed 001 A.1
     },
     # seed 001 §3.2: batch-all triplet on d_M, margin 0.2, 8 classes × 4, λ1 = 1, λ2 = 0.1, RMSProp.
     "mtriplet": {
