@@ -47,7 +47,14 @@ CASES = {
         ["| geometry | KoLeo | P@1 |", "| torus_n |", "8-bit", "PQ(8,2)", "1-bit"],
     ),
     "03_atlas.ipynb": (
-        {"STEPS": 4, "BATCH": 32, "WIDTH": 32, "CHARTS": (4,), "METHODS": ("mtriplet", "msimclr")},
+        {
+            "STEPS": 4,
+            "BATCH": 32,
+            "WIDTH": 32,
+            "CHARTS": (4,),
+            "METHODS": ("mtriplet", "msimclr"),
+            "PROBE_EPOCHS": 1,
+        },
         3,
         ["| method | n | d | P@1 (d_M) |", "| mtriplet | 4 |", "| msimclr | 4 |"],
     ),
