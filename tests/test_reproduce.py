@@ -18,7 +18,7 @@ CLAIM_KEYS = {"claim", "ours", "paper", "source", "rule", "verdict"}
 
 @pytest.fixture(scope="module")
 def outputs(tmp_path_factory):
-    out = str(tmp_path_factory.mktemp("reproduce"))
+    out = str(tmp_path_factory.mktemp("reproduce") / "new" / "folder")  # created by the command
     results = reproduce.main(["002", "--tiny", "--out", out])
     results += reproduce.main(["004", "--tiny", "--out", out])
     return out, {r["seed"]: r for r in results}
@@ -66,6 +66,8 @@ def test_seed_002_numbers_and_verdicts(outputs):
 def test_seed_004_runs_and_verdicts(outputs):
     res = outputs[1]["004"]
     assert [r["ablation"] for r in res["runs"]] == [False, True]
+    # The ablation really trained with its own loss (train.loop caches compiled steps per recipe).
+    assert res["runs"][0]["loss_trace"] != res["runs"][1]["loss_trace"]
     for r in res["runs"]:
         assert not r["diverged"] and r["steps"] == reproduce.SCALES["tiny"].steps
         assert _finite(r["wall_s"]) and _finite(r["max_grad_norm"])

@@ -38,7 +38,7 @@ import numpy as np
 import train.__main__ as train_cli
 from geojax import losses, manifolds, tt
 from geojax import similarity as similarity_lib
-from train import binary_eval, config, data, evaluate
+from train import binary_eval, config, data, evaluate, loop
 
 SEEDS = ("000", "001", "002", "003", "004")
 TITLES = {
@@ -126,6 +126,7 @@ def _atomic_write(path: str, payload: str | bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(payload.encode("utf-8") if isinstance(payload, str) else payload)
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; outputs are ordinary readable files
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -177,23 +178,25 @@ def train_run(ctx: Context, name: str, **overrides: Any) -> tuple[dict[str, Any]
         emb = None
         record.update(diverged=True, error=str(err)[:300])
     record["wall_s"] = round(time.time() - t0, 2)
-    record.update(_grad_norms(os.path.join(cfg.workdir, "metrics.jsonl"), cfg.clip))
+    record.update(_training_log(os.path.join(cfg.workdir, "metrics.jsonl")))
     ctx.runs.append(record)
     print(f"  run {name}: {'DIVERGED' if record['diverged'] else 'done'} in {record['wall_s']} s", flush=True)
     return record, emb
 
 
-def _grad_norms(path: str, clip: float) -> dict[str, Any]:
-    """Largest logged gradient norm and how many logged steps exceeded ``clip`` (the loop logs each step)."""
+def _training_log(path: str) -> dict[str, Any]:
+    """From the run's metrics.jsonl: largest logged gradient norm, logged steps with a norm over 100 (seed
+    000's clip), and the logged loss values (``loss_trace``)."""
     if not os.path.exists(path):
-        return {"max_grad_norm": None, "steps_over_100": None}
+        return {"max_grad_norm": None, "steps_over_100": None, "logged_steps": 0, "loss_trace": []}
     with open(path) as f:
-        norms = [json.loads(line).get("grad_norm", math.nan) for line in f if line.strip()]
-    finite = [g for g in norms if math.isfinite(g)]
+        rows = [json.loads(line) for line in f if line.strip()]
+    finite = [g for g in (r.get("grad_norm", math.nan) for r in rows) if math.isfinite(g)]
     return {
         "max_grad_norm": max(finite) if finite else None,
         "steps_over_100": int(sum(g > 100.0 for g in finite)),
-        "logged_steps": len(norms),
+        "logged_steps": len(rows),
+        "loss_trace": [r["loss"] for r in rows],
     }
 
 
@@ -333,6 +336,7 @@ def seed_000(ctx: Context) -> dict[str, Any]:
     }
     if quant:
         evaluate.plot(quant, os.path.join(ctx.out, "reproduce_000_quantised.png"))
+        os.chmod(os.path.join(ctx.out, "reproduce_000_quantised.png"), 0o644)
 
     claims = [
         claim(
@@ -769,6 +773,21 @@ def simo_without_orthogonality(
     return same_d / (eps + n_same) + n_diff / (eps + diff_d)
 
 
+@contextlib.contextmanager
+def _swapped_simo(loss_fn: Callable | None):
+    """While active, train.loop traces ``loss_fn`` where it calls geojax.losses.simo (None: no change).
+
+    train.loop reuses a compiled step for a recipe it has run before in this process (``loop._RUNNERS``);
+    the ablation has the same recipe as the SimO run, so that cache is emptied for its duration and restored
+    afterwards (no later run can pick up the ablation's step).
+    """
+    if loss_fn is None:
+        yield
+        return
+    with mock.patch.object(losses, "simo", loss_fn), mock.patch.dict(loop._RUNNERS, clear=True):
+        yield
+
+
 SIMO_SIMILARITY = "neg_euclidean"  # SimO is defined on Euclidean distances; retrieval ranks by them too
 DISTINGUISHABLE = 0.5  # a class is distinguishable when ≥ half its test items have a same-class 1-NN
 
@@ -801,8 +820,7 @@ def seed_004(ctx: Context) -> dict[str, Any]:
         rows = []
         for seed in range(s.seeds):
             name = "simo" if loss_fn is None else "simo-no-orthogonality"
-            patch = mock.patch.object(losses, "simo", loss_fn) if loss_fn else contextlib.nullcontext()
-            with patch:
+            with _swapped_simo(loss_fn):
                 record, emb = train_run(
                     ctx, f"{name}-seed{seed}", preset="simo", similarity=SIMO_SIMILARITY, seed=seed
                 )
@@ -823,6 +841,11 @@ def seed_004(ctx: Context) -> dict[str, Any]:
             "abs_cos": [r["mean_abs_cos_class_means"] for r in rows if "classes" in r],
         }
     full, abl = out["SimO"], out["SimO without orthogonality (ablation)"]
+    traces = {r["ablation"]: r["loss_trace"] for r in ctx.runs if r["seed"] == 0 and not r["diverged"]}
+    if len(traces) == 2 and traces[True] == traces[False]:
+        raise RuntimeError(
+            "the SimO ablation run logged the same losses as SimO: the loss swap did not apply"
+        )
 
     def describe(v: dict[str, Any]) -> str:
         return (
@@ -1021,6 +1044,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     scale = SCALES["tiny" if args.tiny else "quick" if args.quick else "full"]
     config.make(dataset=args.data)  # validate the data spec before any work
     command = "python -m train.reproduce " + " ".join(shlex.quote(a) for a in argv)
+    os.makedirs(args.out, exist_ok=True)
     t0 = time.time()
     results = []
     for seed in seeds:
