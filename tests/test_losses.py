@@ -293,17 +293,23 @@ def _edge_batch(case, classes=2):
     return emb, labels
 
 
-@pytest.mark.parametrize("name,fn,ref", SQUARE_LOSSES, ids=[s[0] for s in SQUARE_LOSSES])
-def test_edges_have_finite_gradients_and_match_loop(name, fn, ref):
-    """neg_euclidean similarities (a sqrt at 0 for identical points) on degenerate batches (a one-item
-    batch is covered by test_one_item_batch)."""
-    step = jax.jit(jax.value_and_grad(lambda e, y: fn(neg_euclidean(e, e), y)))
+def test_edges_have_finite_gradients_and_match_loop():
+    """neg_euclidean similarities (a sqrt at 0 for identical points) on degenerate batches; every loss in
+    one function, its Jacobian in one compilation."""
+
+    def all_losses(e, y):
+        return jnp.stack([fn(neg_euclidean(e, e), y) for _, fn, _ in SQUARE_LOSSES])
+
+    step = jax.jit(lambda e, y: (all_losses(e, y), jax.jacrev(all_losses)(e, y)))
     for case in EDGE_CASES:
         emb, labels = _edge_batch(case)
-        value, grad = step(jnp.asarray(emb), jnp.asarray(labels))
-        assert np.isfinite(value) and np.all(np.isfinite(grad)), case
+        values, jac = step(jnp.asarray(emb), jnp.asarray(labels))
         sim = np.asarray(neg_euclidean(jnp.asarray(emb), jnp.asarray(emb)))
-        np.testing.assert_allclose(value, ref(sim, labels), rtol=RTOL, atol=ATOL, err_msg=case)
+        for (name, _, ref), value, grad in zip(SQUARE_LOSSES, values, jac, strict=True):
+            assert np.all(np.isfinite(grad)), (case, name)
+            np.testing.assert_allclose(
+                value, ref(sim, labels), rtol=RTOL, atol=ATOL, err_msg=f"{case} {name}"
+            )
 
 
 def test_one_item_batch():

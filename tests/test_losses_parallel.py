@@ -5,7 +5,6 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
 from jax import lax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -71,6 +70,7 @@ def _blocked(fn):
     return partial(fn, block_size=3), local
 
 
+# name: ((single-device loss, per-device loss), whether gradients are compared too)
 CASES = {
     "supcon": (_sim_loss(losses.supcon), True),
     "sincere": (_sim_loss(losses.sincere), False),
@@ -86,31 +86,42 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("name", list(CASES))
-def test_four_devices_equal_one_device(name):
-    (single, local), check_grad = CASES[name]
+def _stacked(names, which):
+    """One function returning the vector of the named losses (one compilation for all of them)."""
+    fns = [CASES[name][0][which] for name in names]
+    return lambda e, y: jnp.stack([fn(e, y) for fn in fns])
+
+
+LABELS = {
+    "random": _data()[1],
+    # devices hold different numbers of anchors with positives: a per-device mean would be wrong
+    "uneven": jnp.array([0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 1, 8, 9, 10, 2], jnp.int32),
+}
+
+
+def test_four_devices_equal_one_device_for_every_loss():
+    names = list(CASES)
+    emb = _data()[0]
+    single, sharded = jax.jit(_stacked(names, 0)), _on_mesh(_stacked(names, 1))
+    with jax.set_mesh(MESH):
+        for kind, labels in LABELS.items():
+            want, got = single(emb, labels), sharded(emb, labels)
+            for name, w, g in zip(names, want, got, strict=True):
+                np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6, err_msg=f"{name}, {kind} labels")
+
+
+def test_four_devices_gradients_equal_one_device():
+    """Gradient of a randomly weighted sum of the losses (one compilation; a wrong gradient in any of them
+    changes it)."""
+    names = [name for name, (_, grad) in CASES.items() if grad]
+    weights = jnp.asarray(np.random.default_rng(7).uniform(0.5, 2.0, len(names)), jnp.float32)
     emb, labels = _data()
-    sharded = _on_mesh(local)
+
+    def weighted(which):
+        stacked = _stacked(names, which)
+        return lambda e, y: jnp.dot(weights, stacked(e, y))
+
+    want = jax.jit(jax.grad(weighted(0)))(emb, labels)
+    sharded = jax.grad(_on_mesh(weighted(1)))
     with jax.set_mesh(MESH):
-        _compare(single, sharded, emb, labels, check_grad)
-
-
-def _compare(single, sharded, emb, labels, check_grad):
-    if check_grad:
-        (v1, g1), (v4, g4) = (
-            jax.jit(jax.value_and_grad(single))(emb, labels),
-            jax.value_and_grad(sharded)(emb, labels),
-        )
-        np.testing.assert_allclose(g4, g1, rtol=1e-5, atol=1e-6)
-    else:
-        v1, v4 = jax.jit(single)(emb, labels), sharded(emb, labels)
-    np.testing.assert_allclose(v4, v1, rtol=1e-5, atol=1e-6)
-
-
-def test_anchor_count_normalisation_is_global():
-    """Devices hold different numbers of anchors with positives: a per-device mean would be wrong."""
-    emb, _ = _data()
-    labels = jnp.array([0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 1, 8, 9, 10, 2], jnp.int32)
-    single, local = _sim_loss(losses.supcon)
-    with jax.set_mesh(MESH):
-        _compare(single, _on_mesh(local), emb, labels, check_grad=False)
+        np.testing.assert_allclose(sharded(emb, labels), want, rtol=1e-5, atol=1e-6, err_msg=str(names))
