@@ -61,7 +61,9 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--chunk", type=int, default=16384, help="database rows per scan step")
-    ap.add_argument("--query-block", type=int, default=1024, help="queries per block (per device)")
+    ap.add_argument(
+        "--query-block", type=int, default=None, help="queries per block (default: each search's own)"
+    )
     args = ap.parse_args()
 
     import faiss
@@ -83,7 +85,7 @@ def main() -> None:
         f"queries {nq:,}, database rows {n:,}, top-{k}, best of {args.repeat}, chunk {args.chunk}, "
         f"query block {args.query_block}"
     )
-    tune = {"chunk": args.chunk, "query_block": args.query_block}
+    tune = {"chunk": args.chunk} | ({} if args.query_block is None else {"query_block": args.query_block})
     rows = []
 
     # (1) Hamming, 256 bits.

@@ -146,23 +146,28 @@ def _pq_tables(codebooks: jax.Array, queries: jax.Array) -> jax.Array:
 def _chunk_topk(kernel, qdata, rows, cols, start, n, k, group, key_dtype, big):
     """Top-k (keys = −distance) of one query block against one database chunk.
 
-    rows: the chunk [c, W] (row-major, for gathering candidates); cols: the same chunk as [W, group, c/group]
-    with cols[w, j, g] = rows[g·group + j, w], so that group g (rows g·group … g·group + group − 1) is reduced
-    across the second axis by elementwise maxima, which fuse with the distance kernel and vectorise along g.
+    rows: the chunk [c, W] (row-major, for gathering candidates); cols: the same chunk as [W, c/group, group]
+    with cols[w, g, j] = rows[g·group + j, w]: the kernel gives distances [b, c/group, group] whose minimum
+    over the last axis (group g = rows g·group … g·group + group − 1) fuses with the kernel into one loop.
     """
     c = rows.shape[0]
 
     def keys(dist, index):
         return jnp.where(index < n, -dist.astype(key_dtype), -big)
 
-    index = jnp.arange(c // group)[None, :] * group + jnp.arange(group)[:, None]  # [group, c/group]
-    full = keys(kernel(qdata, cols, True), start + index[None])  # [b, group, c/group]
-    b = full.shape[0]
+    dist = kernel(qdata, cols, True)  # [b, c/group, group]
+    b = dist.shape[0]
+    index = start + jnp.arange(c).reshape(c // group, group)
     if group == 1:
-        v, i = lax.top_k(full.reshape(b, c), k)
+        v, i = lax.top_k(keys(dist.reshape(b, c), index.reshape(1, c)), k)
         return v, start + i
-    # Stage 1: per-group maxima of the keys.
-    _, best_groups = lax.top_k(jnp.max(full, axis=1), k)
+    # Stage 1: per-group minima of the distances (rows past the database end count as the dtype's maximum,
+    # above any real distance), as keys.
+    worst = (
+        jnp.finfo(dist.dtype).max if jnp.issubdtype(dist.dtype, jnp.floating) else jnp.iinfo(dist.dtype).max
+    )
+    group_min = jnp.min(jnp.where(index[None] < n, dist, worst), axis=-1)
+    _, best_groups = lax.top_k(-group_min.astype(key_dtype), k)
     best_groups = jnp.sort(best_groups, axis=-1)  # database order, for the tie rule
     cand = (best_groups[:, :, None] * group + jnp.arange(group)).reshape(b, k * group)
     # Stage 2: exact keys of the candidate rows, recomputed.
@@ -176,7 +181,7 @@ def _scan_topk(kernel, qdata, db, k, *, chunk, group, key_dtype, big):
     n_chunks = -(-n // chunk)
     padded = jnp.pad(db, ((0, n_chunks * chunk - n), (0, 0)))
     chunks = padded.reshape(n_chunks, chunk, db.shape[1])
-    col_chunks = jnp.transpose(chunks.reshape(n_chunks, chunk // group, group, db.shape[1]), (0, 3, 2, 1))
+    col_chunks = jnp.transpose(chunks.reshape(n_chunks, chunk // group, group, db.shape[1]), (0, 3, 1, 2))
     b = jax.tree_util.tree_leaves(qdata)[0].shape[0]
 
     def step(carry, xs):
@@ -337,7 +342,7 @@ def torus_topk(
     *,
     p: int = 1,
     chunk: int = 16384,
-    query_block: int = 1024,
+    query_block: int = 256,
 ) -> tuple[jax.Array, jax.Array]:
     """Exact k nearest uint8 torus codes under the wraparound L1 (p=1) or squared L2 (p=2) distance.
 
@@ -408,7 +413,7 @@ def pq_topk(
     k: int,
     *,
     chunk: int = 16384,
-    query_block: int = 1024,
+    query_block: int = 128,
 ) -> tuple[jax.Array, jax.Array]:
     """Exact k nearest PQ codes by asymmetric distance computation (Jégou et al. 2011 §III-A, eq. 13).
 
