@@ -492,14 +492,20 @@ print(evaluate.markdown_table(quant))""",
             "code",
             """\
 fig, ax = plt.subplots(figsize=(8, 4.5))
-for q in quant:
-    pts = sorted((r["bits_per_vector"], r["p_at_1"], r["method"]) for r in q["rows"] if r["p_at_1"] is not None)
-    xs, ys, names = zip(*pts)
-    ax.plot(xs, ys, marker="o", label=f"{q['geometry']} (extrinsic D={q['dim']})")
+markers = {"float32": "*", "8-bit": "s", "1-bit": "v"}  # PQ codes: "o"
+for color, q in zip(plt.rcParams["axes.prop_cycle"].by_key()["color"], quant):
+    pts = [(r["bits_per_vector"], r["p_at_1"], r["method"]) for r in q["rows"] if r["p_at_1"] is not None]
     for x_, y_, n_ in pts:
+        ax.scatter(x_, y_, color=color, marker=markers.get(n_, "o"), s=60 if n_ == "float32" else 30)
         ax.annotate(n_, (x_, y_), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    best = {}  # best P@1 at each code size: the geometry's accuracy / size frontier
+    for x_, y_, _ in pts:
+        best[x_] = max(best.get(x_, 0.0), y_)
+    xs = sorted(best)
+    ax.plot(xs, [best[v] for v in xs], color=color, lw=1, label=f"{q['geometry']} (extrinsic D={q['dim']})")
 ax.set_xscale("log", base=2)
-ax.set(xlabel="bits per vector", ylabel="P@1 (test vs train)", title="precision@1 against code size")
+ax.set(xlabel="bits per vector", ylabel="P@1 (test vs train)",
+       title="precision@1 against code size (★ float32, ■ 8-bit, ▼ 1-bit, ● PQ)")
 ax.grid(alpha=0.3)
 ax.legend()
 plt.show()""",
