@@ -214,7 +214,7 @@ def embed(
     model.eval()
     dt = jnp.bfloat16 if precision == "bf16" else jnp.float32
     forward = jax.jit(lambda m, x: {k: v.astype(jnp.float32) for k, v in m(x.astype(dt)).items()})
-    size = min(batch, len(images))
+    size = batch  # one compiled shape for every chunk and split (the last chunk is zero-padded)
     chunks = []
     for start in range(0, len(images), size):
         x = images[start : start + size]
