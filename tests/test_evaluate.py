@@ -46,6 +46,8 @@ def test_torus_report_rows_and_consistency(torus_run):
     assert rows["PQ(4,2)"]["codebook_size"] == 16 * 8
     assert rows["PQ(8,16)"]["note"].startswith("skipped")  # 16 sub-spaces cannot split 8 angles
     assert rows["PQ(8,1)"]["p_at_1"] is not None  # 256 centroids ≤ 256 reference rows
+    # PQ on the flat angles must rank by *closeness*: 8 separated clusters, chance is 1/8.
+    assert rows["PQ(8,4)"]["p_at_1"] > 0.8 and rows["PQ(8,1)"]["p_at_1"] > 0.8
     for row in rep["rows"]:
         if row["p_at_1"] is not None:
             assert 0.0 <= row["map_at_r"] <= 1.0 and set(row["recall_at_k"]) == {1, 2, 4, 8}

@@ -70,7 +70,8 @@ _NEG_HAMMING = _neg(search.hamming_distances)
 
 
 def _torus_angles_sq(a: jax.Array, b: jax.Array) -> jax.Array:
-    return -sim.torus(a, b, p=2)
+    """Similarity = minus the squared wraparound distance of angles in turns (``similarity.torus`` p=2)."""
+    return sim.torus(a, b, p=2)
 
 
 def _neg_atlas(a, b):
