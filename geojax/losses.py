@@ -555,6 +555,7 @@ def simo(
     labels,
     *,
     eps=1e-6,
+    orthogonality: bool = True,
     key_embeddings=None,
     key_labels=None,
     self_index=None,
@@ -563,8 +564,10 @@ def simo(
     """SimO loss (Bouhsine et al. 2024, eq. 1; seed 004) over the pairs i < j of a batch.
 
     L = Σ_same d_ij / (ε + Σ_same o_ij) + Σ_diff o_ij / (ε + Σ_diff d_ij), d_ij = ‖e_i − e_j‖², o_ij =
-    (e_i·e_j)². Rectangular form: pair (i, j) counts when key column j > self_index[i] (all pairs when
-    key_labels is given without self_index). embeddings: [n, D], key_embeddings: [M, D] → scalar fp32.
+    (e_i·e_j)². ``orthogonality=False`` is the paper's ablation ('Ablation study'): every o_ij is replaced
+    by 1, keeping the distance ratios without the squared-dot-product terms. Rectangular form: pair (i, j)
+    counts when key column j > self_index[i] (all pairs when key_labels is given without self_index).
+    embeddings: [n, D], key_embeddings: [M, D] → scalar fp32.
     """
     _check_embeddings(embeddings, key_embeddings, labels, key_labels, self_index)
     _check_nonnegative(eps, "eps")
@@ -573,7 +576,8 @@ def simo(
     e, k = _f32(embeddings), _f32(keys)
     dots = jnp.einsum("nd,md->nm", e, k, preferred_element_type=jnp.float32)
     sq = jnp.sum(jnp.square(e), axis=1)[:, None] + jnp.sum(jnp.square(k), axis=1)[None, :]
-    d, o = jnp.maximum(sq - 2.0 * dots, 0.0), jnp.square(dots)
+    d = jnp.maximum(sq - 2.0 * dots, 0.0)
+    o = jnp.square(dots) if orthogonality else jnp.ones_like(dots)
     upper = jnp.arange(k.shape[0])[None, :] > self_cols[:, None]
     same = labels[:, None] == key_labels[None, :]
     sums = [jnp.sum(jnp.where(upper & mask, v, 0.0)) for mask in (same, ~same) for v in (d, o)]

@@ -103,12 +103,13 @@ def ref_lifted(sim, labels, pos_margin=0.0, neg_margin=1.0):
     return _avg(terms)
 
 
-def ref_simo(emb, labels, eps=1e-6):
+def ref_simo(emb, labels, eps=1e-6, orthogonality=True):
     e = np.asarray(emb, np.float64)
     sd = so = dd = do = 0.0
     for i in range(len(e)):
         for j in range(i + 1, len(e)):
-            d, o = float(np.sum((e[i] - e[j]) ** 2)), float(e[i] @ e[j]) ** 2
+            d = float(np.sum((e[i] - e[j]) ** 2))
+            o = float(e[i] @ e[j]) ** 2 if orthogonality else 1.0
             if labels[i] == labels[j]:
                 sd, so = sd + d, so + o
             else:
@@ -180,6 +181,13 @@ class SquareTest(chex.TestCase):
             emb, labels = _data(n, classes, seed=n)
             got = self.variant(partial(losses.simo, eps=1e-3))(jnp.asarray(emb), jnp.asarray(labels))
             np.testing.assert_allclose(got, ref_simo(emb, labels, eps=1e-3), rtol=RTOL, atol=ATOL)
+            ablation = self.variant(partial(losses.simo, eps=1e-3, orthogonality=False))
+            np.testing.assert_allclose(
+                ablation(jnp.asarray(emb), jnp.asarray(labels)),
+                ref_simo(emb, labels, eps=1e-3, orthogonality=False),
+                rtol=RTOL,
+                atol=ATOL,
+            )
 
 
 def test_temperature_and_hyperparameters_reach_the_loss():

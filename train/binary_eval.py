@@ -16,10 +16,8 @@ a global scale changes neither the Euclidean ground truth nor the ITQ codes.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
-import tempfile
 import time
 from collections.abc import Sequence
 
@@ -27,6 +25,7 @@ import jax
 import numpy as np
 
 from geojax import binary, search, tt
+from train import files
 
 FACTORS = (0.25, 0.5, 1.0, 2.0, 4.0)
 QUICK_FACTORS = (0.5, 1.0, 2.0)
@@ -208,20 +207,6 @@ def to_markdown(report: dict) -> str:
     return "\n".join(lines)
 
 
-def write_json_atomic(path: str, obj: dict) -> None:
-    """Write JSON to a temporary file beside ``path``, then rename it over ``path``."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".binary_eval.", suffix=".json")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=2)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
 def main(argv: Sequence[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(prog="python -m train.binary_eval", description=__doc__.splitlines()[0])
     parser.add_argument("--data", default="digits", help="digits | npz:PATH[:KEY] (default digits)")
@@ -245,7 +230,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     )
     report["data"] = name
     print(to_markdown(report))
-    write_json_atomic(args.out, report)
+    files.write_json(args.out, report, indent=2)
     print(f"\nwrote {args.out}")
     return report
 

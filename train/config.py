@@ -48,6 +48,7 @@ class Config:
     pos_margin: float = math.nan  # contrastive / lifted_structured positive margin (nan = the loss's default)
     neg_margin: float = math.nan  # contrastive / lifted_structured negative margin (nan = the loss's default)
     simo_eps: float = 1e-6
+    simo_orthogonality: bool = True  # False: seed 004's ablation (every o_ij replaced by 1)
     koleo: float = 0.1  # KoLeo weight (on the geometry embedding)
     mmd: float = 0.0  # λ1, atlas MMD ℓ_Z weight (seed 001 eq. 6)
     membership: float = 0.0  # λ2, ℓ_J weight

@@ -24,11 +24,9 @@ Codes (per geometry):
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
-import tempfile
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -38,6 +36,7 @@ import numpy as np
 
 from geojax import manifolds, metrics, quantize, search
 from geojax import similarity as sim
+from train import files
 
 # (name, sub-spaces m, bits per sub-space) in the order of seed 000 Table 3.
 PQ_CONFIGS: tuple[tuple[str, int, int], ...] = (
@@ -246,27 +245,6 @@ def quantised_report(
 # --------------------------------------------------------------------------------------------------------
 
 
-def _atomic_write(path: str, write: Callable[[str], None]) -> None:
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.splitext(path)[1])
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-
-
-def _text_writer(text: str) -> Callable[[str], None]:
-    def write(tmp: str) -> None:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-
-    return write
-
-
 def _fmt(v) -> str:
     return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.4f}"
 
@@ -321,11 +299,11 @@ def write_json(reports: Sequence[dict[str, Any]], path: str) -> None:
             return [clean(x) for x in v]
         return v
 
-    _atomic_write(path, _text_writer(json.dumps(clean(list(reports)), indent=2) + "\n"))
+    files.write_json(path, clean(list(reports)), indent=2)
 
 
 def write_markdown(reports: Sequence[dict[str, Any]], path: str) -> None:
-    _atomic_write(path, _text_writer(markdown_table(reports)))
+    files.write_text(path, markdown_table(reports))
 
 
 def plot(reports: Sequence[dict[str, Any]], path: str, *, metric: str = "p_at_1") -> None:
@@ -355,7 +333,7 @@ def plot(reports: Sequence[dict[str, Any]], path: str, *, metric: str = "p_at_1"
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    _atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=120))
+    files.write_figure(fig, path, dpi=120)
     plt.close(fig)
 
 

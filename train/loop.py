@@ -26,7 +26,7 @@ from flax import nnx
 
 from geojax import losses, manifolds, models, parallel, regularizers
 from geojax import similarity as similarity_lib
-from train import checkpoint, data
+from train import checkpoint, data, files
 from train.config import Config
 
 NO_OVERLAP = 1e3  # d_M where two atlas points share no chart (finite, so losses stay finite)
@@ -136,7 +136,12 @@ def objective(
     vectors = out.get("projection", out["embedding"])
     if cfg.loss == "simo":
         main = losses.simo(
-            vectors, labels, eps=cfg.simo_eps, key_embeddings=parallel.gather(vectors, axis_name), **keys
+            vectors,
+            labels,
+            eps=cfg.simo_eps,
+            orthogonality=cfg.simo_orthogonality,
+            key_embeddings=parallel.gather(vectors, axis_name),
+            **keys,
         )
     else:
         if cfg.similarity == "torus":  # flat-torus distance between the angles (turns) of torus embeddings
@@ -314,8 +319,7 @@ def _prepare_workdir(cfg: Config) -> str:
                 f"use a fresh workdir to start a new run"
             )
     if jax.process_index() == 0:
-        with open(path, "w") as f:
-            json.dump(asdict(cfg) | {"workdir": workdir}, f, indent=1)
+        files.write_json(path, asdict(cfg) | {"workdir": workdir})
     return workdir
 
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from geojax import manifolds, metrics
 from geojax import similarity as similarity_lib
-from train import probe
+from train import files, probe
 from train.config import Config
 from train.data import Dataset
 
@@ -37,7 +37,7 @@ def write_embeddings(
             reference_coords=reference["coords"],
             reference_q=reference["q"],
         )
-    np.savez(path, **arrays)
+    files.write_npz(path, **arrays)
 
 
 def _retrieval_inputs(cfg: Config, out: dict[str, np.ndarray]):
@@ -132,12 +132,11 @@ def plot_curve(metrics_path: str, png_path: str) -> None:
         ax.set_title(key)
         ax.set_xlabel("step")
     fig.tight_layout()
-    fig.savefig(png_path, dpi=90)
+    files.write_figure(fig, png_path, dpi=90)
     plt.close(fig)
 
 
 def write(workdir: str, report: dict[str, Any]) -> str:
     path = os.path.join(workdir, "report.json")
-    with open(path, "w") as f:
-        json.dump(report, f, indent=1)
+    files.write_json(path, report)
     return path

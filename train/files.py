@@ -1,0 +1,57 @@
+"""Atomic file writers for everything the training application writes.
+
+Each writer renders into a temporary file in the destination folder and renames it over the destination
+(``os.replace`` is atomic on POSIX), so a reader — or a resumed run — never sees a half-written report,
+embedding file, table or plot. Folders are created as needed; files get ordinary 0644 permissions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+
+def atomic_write(path: str, write: Callable[[str], None]) -> None:
+    """Call ``write(tmp)`` on a temporary path beside ``path`` (same extension), then rename to ``path``."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.splitext(path)[1])
+    os.close(fd)
+    try:
+        write(tmp)
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def write_text(path: str, text: str) -> None:
+    """Write UTF-8 text atomically."""
+
+    def write(tmp: str) -> None:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+
+    atomic_write(path, write)
+
+
+def write_json(path: str, obj: Any, *, indent: int = 1) -> None:
+    """Write ``obj`` as JSON (with a final newline) atomically."""
+    write_text(path, json.dumps(obj, indent=indent) + "\n")
+
+
+def write_npz(path: str, **arrays: np.ndarray) -> None:
+    """Write a NumPy .npz archive atomically (``path`` should end in .npz)."""
+    atomic_write(path, lambda tmp: np.savez(tmp, **arrays))
+
+
+def write_figure(fig, path: str, *, dpi: int = 100) -> None:
+    """Save a matplotlib figure as PNG atomically."""
+    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=dpi))
