@@ -100,13 +100,6 @@ from train.__main__ import run, summary
 
 
 
-def inline_figures():
-    """train's PNG writer switches matplotlib to Agg; give the notebook its inline figures back."""
-    ipython = globals().get("get_ipython", lambda: None)()
-    if ipython is not None:
-        ipython.run_line_magic("matplotlib", "inline")
-
-
 RUN_ROOT = RUNS_DIR or tempfile.mkdtemp(prefix="geojax-notebook-")
 os.makedirs(RUN_ROOT, exist_ok=True)
 print("run directories under", RUN_ROOT)
@@ -116,7 +109,6 @@ def train_run(name, **overrides):
     """Train one config (preset + key=value overrides, as `python -m train`) in a fresh run directory."""
     cfg = config.make(workdir=os.path.join(RUN_ROOT, name), progress=False, checkpoint_every=10**6, **overrides)
     report = run(cfg)
-    inline_figures()
     print(summary(report).splitlines()[0])
     return report'''
 

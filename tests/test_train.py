@@ -40,7 +40,7 @@ def test_bad_configs_raise_naming_the_key(args, match):
         config.from_args(args)
 
 
-def test_cli_help_lists_presets_and_keys_and_errors_exit_2(capsys):
+def test_cli_help_lists_presets_and_keys_and_errors_exit_2(capsys, tmp_path):
     assert cli.main(["--help"]) == 0
     text = capsys.readouterr().out
     for name in (
@@ -55,8 +55,10 @@ def test_cli_help_lists_presets_and_keys_and_errors_exit_2(capsys):
         assert name in text
     for key in ("geometry", "loss", "similarity", "koleo", "clip", "parallel", "precision", "multihost"):
         assert f"\n  {key} " in text
-    assert cli.main(["dataset=npz:/no/such/file.npz", "workdir=/tmp/geojax-never-created"]) == 2
+    workdir = tmp_path / "never-created"
+    assert cli.main(["dataset=npz:/no/such/file.npz", f"workdir={workdir}"]) == 2
     assert "no such file" in capsys.readouterr().err
+    assert not workdir.exists()  # a rejected run leaves nothing behind
 
 
 def test_presets_apply_then_overrides_win():

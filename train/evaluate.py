@@ -308,12 +308,8 @@ def write_markdown(reports: Sequence[dict[str, Any]], path: str) -> None:
 
 def plot(reports: Sequence[dict[str, Any]], path: str, *, metric: str = "p_at_1") -> None:
     """PNG of ``metric`` against bits per vector (log scale), one line per run (geometry, D)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig = files.figure(figsize=(7, 4.5))
+    ax = fig.subplots()
     for rep in reports:
         pts = sorted(
             (row["bits_per_vector"], row[metric], row["method"])
@@ -334,7 +330,6 @@ def plot(reports: Sequence[dict[str, Any]], path: str, *, metric: str = "p_at_1"
     ax.legend(fontsize=8)
     fig.tight_layout()
     files.write_figure(fig, path, dpi=120)
-    plt.close(fig)
 
 
 # --------------------------------------------------------------------------------------------------------

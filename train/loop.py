@@ -364,7 +364,7 @@ def train(
     if cfg.multihost:
         jax.distributed.initialize()
     t_start = time.time()
-    workdir = _prepare_workdir(cfg)
+    # Everything that can reject the run (data, device count) is checked before the workdir is touched.
     ds = data.load(
         cfg.dataset,
         test_fraction=cfg.test_fraction,
@@ -375,6 +375,7 @@ def train(
     n_dev = mesh.devices.size
     if cfg.batch_size % n_dev or cfg.batch_size % jax.process_count():
         raise ValueError(f"batch_size must be divisible by the {n_dev} devices, got {cfg.batch_size}")
+    workdir = _prepare_workdir(cfg)
     tx = make_optimizer(cfg)
     graphdef, state = init_state(cfg, ds.image_shape)
     ckpt = checkpoint.Checkpointer(os.path.join(workdir, "checkpoints"), every=cfg.checkpoint_every)

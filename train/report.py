@@ -115,17 +115,13 @@ def evaluate(
 
 def plot_curve(metrics_path: str, png_path: str) -> None:
     """Training curve (total loss and each unweighted term against step) from metrics.jsonl."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     with open(metrics_path) as f:
         rows = [json.loads(line) for line in f if line.strip()]
     if not rows:
         return
     keys = [k for k in rows[0] if k not in ("step", "lr", "time", "grad_norm")]
-    fig, axes = plt.subplots(1, len(keys), figsize=(3.2 * len(keys), 2.8), squeeze=False)
+    fig = files.figure(figsize=(3.2 * len(keys), 2.8))
+    axes = fig.subplots(1, len(keys), squeeze=False)
     steps = [r["step"] for r in rows]
     for ax, key in zip(axes[0], keys, strict=True):
         ax.plot(steps, [r[key] for r in rows])
@@ -133,7 +129,6 @@ def plot_curve(metrics_path: str, png_path: str) -> None:
         ax.set_xlabel("step")
     fig.tight_layout()
     files.write_figure(fig, png_path, dpi=90)
-    plt.close(fig)
 
 
 def write(workdir: str, report: dict[str, Any]) -> str:

