@@ -195,28 +195,13 @@ def quantised_report(
     for i, (name, m, nbits) in enumerate(PQ_CONFIGS):
         bits, codebook = m * nbits, (1 << nbits) * dim
         if dim % m:
-            rows.append(
-                _row(
-                    name,
-                    bits,
-                    codebook,
-                    m=m,
-                    nbits=nbits,
-                    note=f"skipped: {m} sub-spaces do not divide {dim}",
-                )
-            )
-            continue
-        if pq_r.shape[0] < (1 << nbits):
-            rows.append(
-                _row(
-                    name,
-                    bits,
-                    codebook,
-                    m=m,
-                    nbits=nbits,
-                    note=f"skipped: {pq_r.shape[0]} reference rows < {1 << nbits} centroids",
-                )
-            )
+            skip = f"{m} sub-spaces do not divide {dim}"
+        elif pq_r.shape[0] < (1 << nbits):
+            skip = f"{pq_r.shape[0]} reference rows < {1 << nbits} centroids"
+        else:
+            skip = ""
+        if skip:
+            rows.append(_row(name, bits, codebook, m=m, nbits=nbits, note=f"skipped: {skip}"))
             continue
         pq = quantize.pq_fit(pq_r, m=m, nbits=nbits, key=jax.random.fold_in(key, i), iters=pq_iters)
         recon = quantize.pq_decode(pq, quantize.pq_encode(pq, pq_r))
