@@ -808,23 +808,14 @@ and its shape differs with the similarity used in training.""",
         (
             "code",
             """\
-from geojax import similarity as sim_lib
-
-
-def target_noise(query, query_labels, reference, reference_labels, similarity):
-    s = np.asarray(sim_lib.get(similarity)(jnp.asarray(query), jnp.asarray(reference)))  # [Nq, Nr]
-    same = query_labels[:, None] == reference_labels[None, :]
-    return np.where(same, s, -np.inf).max(1), np.where(~same, s, -np.inf).max(1)
-
-
-import jax.numpy as jnp
+from train.reproduce import target_noise  # per test item: best same-class and best other-class similarity
 
 sims = ("cosine", "neg_arc_length")
 fig, axes = plt.subplots(len(reports), 2, figsize=(10, 2.6 * len(reports)), squeeze=False)
 for row, ((loss, trained), rep) in enumerate(reports.items()):
     emb = np.load(os.path.join(rep["workdir"], "embeddings.npz"))
     for col, s in enumerate(sims):
-        target, noise = target_noise(emb["query"], emb["query_labels"], emb["reference"], emb["reference_labels"], s)
+        target, noise = target_noise(emb, s)
         ax = axes[row, col]
         bins = np.linspace(min(target.min(), noise.min()), 1.0, 40)
         ax.hist(target, bins=bins, alpha=0.6, label="target")
@@ -846,6 +837,8 @@ collapse — the ablation of the paper, where dropping orthogonality merged 6 of
         (
             "code",
             """\
+import jax.numpy as jnp
+
 from geojax import losses
 
 rng = np.random.default_rng(0)
@@ -866,6 +859,8 @@ goes on (short CPU runs only start this).""",
         (
             "code",
             """\
+from geojax import similarity as sim_lib
+
 if SIMO:
     rep = train_run("simo", preset="simo", steps=STEPS, width=WIDTH, warmup=min(100, STEPS // 4), log_every=max(1, STEPS // 20))
     print("linear probe accuracy %.4f, P@1 %.4f" % (rep["linear_probe_accuracy"], rep["precision_at_1"]))
