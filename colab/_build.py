@@ -808,22 +808,17 @@ and its shape differs with the similarity used in training.""",
         (
             "code",
             """\
-from train.reproduce import target_noise  # per test item: best same-class and best other-class similarity
+from IPython.display import Image, display
 
-sims = ("cosine", "neg_arc_length")
-fig, axes = plt.subplots(len(reports), 2, figsize=(10, 2.6 * len(reports)), squeeze=False)
-for row, ((loss, trained), rep) in enumerate(reports.items()):
-    emb = np.load(os.path.join(rep["workdir"], "embeddings.npz"))
-    for col, s in enumerate(sims):
-        target, noise = target_noise(emb, s)
-        ax = axes[row, col]
-        bins = np.linspace(min(target.min(), noise.min()), 1.0, 40)
-        ax.hist(target, bins=bins, alpha=0.6, label="target")
-        ax.hist(noise, bins=bins, alpha=0.6, label="noise")
-        ax.set_title(f"{loss}, trained with {trained}: {s}", fontsize=9)
-        ax.legend(fontsize=8)
-plt.tight_layout()
-plt.show()""",
+from train.reproduce import plot_target_noise
+
+histograms = {
+    f"{loss}, trained with {trained}": np.load(os.path.join(rep["workdir"], "embeddings.npz"))
+    for (loss, trained), rep in reports.items()
+}
+png = os.path.join(RUN_ROOT, "target_noise.png")
+plot_target_noise(histograms, png)
+display(Image(filename=png))""",
         ),
         (
             "md",

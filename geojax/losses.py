@@ -322,71 +322,55 @@ def _softmax_blocked(
     return _softmax_reduce(spec, row_sum, count, axis_name)
 
 
-def supcon_blocked(
-    embeddings,
-    labels,
-    *,
-    temperature=0.1,
-    similarity: str | _similarity.Similarity = "cosine",
-    block_size: int = 512,
-    key_embeddings=None,
-    key_labels=None,
-    self_index=None,
-    axis_name=None,
-) -> jax.Array:
-    """SupCon (Khosla et al. 2020, eq. 2) without materialising [n, M]: equals ``supcon(similarity(e, k))``.
+def _blocked_loss(spec: _Softmax, name: str, doc: str) -> Callable[..., jax.Array]:
+    """The public blocked form of one softmax loss (one signature shared by the three)."""
+
+    def loss(
+        embeddings,
+        labels,
+        *,
+        temperature=0.1,
+        similarity: str | _similarity.Similarity = "cosine",
+        block_size: int = 512,
+        key_embeddings=None,
+        key_labels=None,
+        self_index=None,
+        axis_name=None,
+    ) -> jax.Array:
+        return _softmax_blocked(
+            spec, embeddings, labels, temperature, similarity, block_size, key_embeddings, key_labels,
+            self_index, axis_name,
+        )  # fmt: skip
+
+    loss.__name__ = loss.__qualname__ = name
+    loss.__doc__ = doc
+    return loss
+
+
+_BLOCKED_SHAPES = """
 
     embeddings: [n, D], key_embeddings: [M, D] (default: embeddings), labels: [n] int; ``similarity`` is a
     name of ``geojax.similarity.get`` or a callable (a [B, D], b [K, D]) → [B, K]; memory O(block_size²).
     """
-    return _softmax_blocked(
-        _SUPCON, embeddings, labels, temperature, similarity, block_size, key_embeddings, key_labels,
-        self_index, axis_name,
-    )  # fmt: skip
 
-
-def sincere_blocked(
-    embeddings,
-    labels,
-    *,
-    temperature=0.1,
-    similarity: str | _similarity.Similarity = "cosine",
-    block_size: int = 512,
-    key_embeddings=None,
-    key_labels=None,
-    self_index=None,
-    axis_name=None,
-) -> jax.Array:
-    """SINCERE (Feeney & Hughes 2024) without materialising [n, M]: equals ``sincere(similarity(e, k))``.
-
-    Shapes and arguments as ``supcon_blocked``.
-    """
-    return _softmax_blocked(
-        _SINCERE, embeddings, labels, temperature, similarity, block_size, key_embeddings, key_labels,
-        self_index, axis_name,
-    )  # fmt: skip
-
-
-def info_nce_blocked(
-    embeddings,
-    labels,
-    *,
-    temperature=0.1,
-    similarity: str | _similarity.Similarity = "cosine",
-    block_size: int = 512,
-    key_embeddings=None,
-    key_labels=None,
-    self_index=None,
-    axis_name=None,
-) -> jax.Array:
-    """InfoNCE / NT-Xent (Chen et al. 2020, eq. 1) without materialising [n, M]: equals ``info_nce(sim)``.
-
-    Shapes and arguments as ``supcon_blocked``.
-    """
-    return _softmax_blocked(
-        _INFO_NCE, embeddings, labels, temperature, similarity, block_size, key_embeddings, key_labels,
-        self_index, axis_name,
-    )  # fmt: skip
+supcon_blocked = _blocked_loss(
+    _SUPCON,
+    "supcon_blocked",
+    "SupCon (Khosla et al. 2020, eq. 2) without materialising [n, M]: equals ``supcon(similarity(e, k))``."
+    + _BLOCKED_SHAPES,
+)
+sincere_blocked = _blocked_loss(
+    _SINCERE,
+    "sincere_blocked",
+    "SINCERE (Feeney & Hughes 2024) without materialising [n, M]: equals ``sincere(similarity(e, k))``."
+    + _BLOCKED_SHAPES,
+)
+info_nce_blocked = _blocked_loss(
+    _INFO_NCE,
+    "info_nce_blocked",
+    "InfoNCE / NT-Xent (Chen et al. 2020, eq. 1) without materialising [n, M]: equals ``info_nce(sim)``."
+    + _BLOCKED_SHAPES,
+)
 
 
 # ----------------------------------------------------------------------------------------------------------

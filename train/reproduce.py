@@ -670,8 +670,11 @@ def target_noise(emb: dict[str, Any], similarity: str) -> tuple[np.ndarray, np.n
     return np.where(same, sim, -np.inf).max(1), np.where(same, -np.inf, sim).max(1)
 
 
-def plot_target_noise(models: dict[str, dict[str, Any]], path: str) -> None:
-    """Seed 003 figures: target / noise similarity histograms, a row per model, a column per similarity."""
+def plot_target_noise(models: dict[str, dict[str, Any]], path: str | None = None):
+    """Seed 003 figures: target / noise similarity histograms, a row per model, a column per similarity.
+
+    ``models`` maps a label to an embeddings dict (``embeddings.npz`` layout). Returns the matplotlib
+    Figure, also written as PNG to ``path`` when one is given."""
     sims = ("cosine", "neg_arc_length")
     fig = files.figure(figsize=(8, 2.6 * len(models)))
     axes = fig.subplots(len(models), 2, squeeze=False)
@@ -684,7 +687,9 @@ def plot_target_noise(models: dict[str, dict[str, Any]], path: str) -> None:
             ax.set_title(f"trained: {label}; shown: {name}", fontsize=8)
             ax.legend(fontsize=7)
     fig.tight_layout()
-    files.write_figure(fig, path, dpi=100)
+    if path is not None:
+        files.write_figure(fig, path, dpi=100)
+    return fig
 
 
 # --------------------------------------------------------------------------------------------------------
