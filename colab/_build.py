@@ -96,7 +96,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from train import config
-from train.__main__ import run, summary
+from train.app import run, summary
 
 
 
@@ -402,7 +402,7 @@ RUNS_DIR = ""  # '' = a fresh temporary folder""",
 ## 1. Train the three geometries (and a KoLeo sweep on torusN)
 
 Each call is one `python -m train preset=supcon_<geometry> key=value …` run in-process (`train.config.make` +
-`train.__main__.run`): it trains, embeds the test split (queries) and the train split (reference) and writes
+`train.app.run`): it trains, embeds the test split (queries) and the train split (reference) and writes
 `embeddings.npz` + `report.json` in its run directory. Precision@1 ranks the reference by cosine (test vs
 train). Circular variance $1-\\lVert\\frac1n\\sum_i Z_i\\rVert_2$ (eq. 4, on the Clifford form for tori) is near 1
 when the embeddings use the whole space. The gradient-norm column tells whether the clipping at 100 ever bound

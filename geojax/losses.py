@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import NamedTuple
+from typing import Literal, NamedTuple, get_args
 
 import jax
 import jax.numpy as jnp
@@ -33,8 +33,12 @@ from geojax import similarity as _similarity
 # Finite stand-in for infinity in masks and empty log-sum-exps (fp32 max ≈ 3.4e38).
 _BIG = 1e30
 
-MININGS = ("all", "hard", "semihard")
-REDUCTIONS = ("mean_nonzero", "mean")
+LossName = Literal["supcon", "sincere", "info_nce", "contrastive", "triplet", "lifted_structured", "simo"]
+Mining = Literal["all", "hard", "semihard"]
+Reduction = Literal["mean_nonzero", "mean"]
+LOSSES: tuple[str, ...] = get_args(LossName)
+MININGS: tuple[str, ...] = get_args(Mining)
+REDUCTIONS: tuple[str, ...] = get_args(Reduction)
 
 
 # ----------------------------------------------------------------------------------------------------------

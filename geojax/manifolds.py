@@ -7,11 +7,17 @@ pairs (cos 2πt_k, sin 2πt_k), scaled so that the whole vector has unit norm.
 from __future__ import annotations
 
 import math
+from typing import Literal, get_args
 
 import jax
 import jax.numpy as jnp
 
 from geojax import _checks
+
+# Where embeddings live: raw vectors, the unit hypersphere, the Clifford torus parametrised by angles
+# (torusC) or by pairwise-normalised vectors (torusN), or an atlas of charts.
+Geometry = Literal["euclidean", "sphere", "torus_c", "torus_n", "atlas"]
+GEOMETRIES: tuple[str, ...] = get_args(Geometry)
 
 # Squared-norm floor of the safe normalisations: keeps x / ‖x‖ and its gradient finite at x = 0.
 _NORM_FLOOR = 1e-24

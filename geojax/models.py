@@ -18,15 +18,19 @@ float32 and every head casts to float32 before its projection, so losses see flo
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal, get_args
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
 from geojax import _checks, manifolds
+from geojax.manifolds import GEOMETRIES
 
-GEOMETRIES = ("euclidean", "sphere", "torus_c", "torus_n", "atlas")
-ENCODERS = ("mlp", "cnn", "resnet18", "resnet50")
+EncoderName = Literal["mlp", "cnn", "resnet18", "resnet50"]
+ProjectionName = Literal["none", "mlp", "mixed"]
+ENCODERS: tuple[str, ...] = get_args(EncoderName)
+PROJECTIONS: tuple[str, ...] = get_args(ProjectionName)
 
 
 def embedding_width(geometry: str, dim: int) -> int:
@@ -344,7 +348,7 @@ class EmbeddingModel(nnx.Module):
         rngs: nnx.Rngs,
     ):
         _checks.check_choice(geometry, "geometry", GEOMETRIES)
-        _checks.check_choice(projection, "projection", ("none", "mlp", "mixed"))
+        _checks.check_choice(projection, "projection", PROJECTIONS)
         if projection == "mixed" and geometry != "atlas":
             raise ValueError(
                 f"projection='mixed' needs geometry='atlas' (one head per chart), got {geometry!r}"

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Literal, get_args
 
 import jax
 import jax.numpy as jnp
 
 from geojax import _checks
-from geojax.manifolds import _safe_normalize
+from geojax.manifolds import GEOMETRIES, _safe_normalize
 
 # cos is clipped to [-1 + ARC_CLIP, 1 - ARC_CLIP] inside arccos (DESIGN §4).
 ARC_CLIP = 1e-7
@@ -23,6 +24,9 @@ ARC_CLIP = 1e-7
 _SQ_FLOOR = 1e-20
 
 Similarity = Callable[[jax.Array, jax.Array], jax.Array]
+# Similarities of plain vectors (``get`` accepts these); ``torus`` takes angles in turns.
+SimilarityName = Literal["cosine", "neg_arc_length", "neg_euclidean", "neg_sq_euclidean", "dot", "torus"]
+SIMILARITIES: tuple[str, ...] = get_args(SimilarityName)
 
 
 def _check_pair(a, b) -> None:
@@ -163,4 +167,20 @@ def get(name: str | Similarity) -> Similarity:
 
 def names() -> tuple[str, ...]:
     """Names accepted by ``get``."""
-    return tuple(_BY_NAME)
+    return SIMILARITIES
+
+
+def retrieval_similarity(geometry: str, trained_with: str) -> str:
+    """The similarity that ranks embeddings of ``geometry`` at evaluation time, as a name.
+
+    Unit-norm geometries (``sphere``, ``torus_c``, ``torus_n``) rank by ``cosine``: on unit vectors the
+    negative arc length and the (squared) Euclidean distance give the same order. ``euclidean`` embeddings
+    rank by the vector similarity they were trained with (``neg_euclidean`` when that was not one, e.g. SimO);
+    an ``atlas`` ranks by ``manifold`` (−d_M, Korman 2021 eq. 7, on chart coordinates and memberships).
+    """
+    _checks.check_choice(geometry, "geometry", GEOMETRIES)
+    if geometry == "atlas":
+        return "manifold"
+    if geometry == "euclidean":
+        return trained_with if trained_with in SIMILARITIES and trained_with != "torus" else "neg_euclidean"
+    return "cosine"

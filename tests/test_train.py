@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from train import __main__ as cli
+from train import app as cli
 from train import config, loop
 
 TINY = dict(width=8, dim=4, batch_size=16, progress=False, eval_batch=512)

@@ -2,7 +2,7 @@
 
     python -m train.reproduce <000|001|002|003|004|all> [--quick] [--data digits|npz:PATH|NAME] [--out DIR]
 
-Each seed's claims are tested with the library and the training app as they are (``train.__main__.run``,
+Each seed's claims are tested with the library and the training app as they are (``train.app.run``,
 ``train.evaluate.quantised_report``, ``train.binary_eval.evaluate``, ``geojax``); nothing is re-implemented
 here except the SimO ablation of seed 004 (``geojax.losses.simo`` has no switch to drop its orthogonality
 term), which is clearly labelled. Every verdict ("holds" / "does not hold at this scale") is computed from
@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-import train.__main__ as train_cli
+from train import app as train_cli
 from geojax import manifolds, tt
 from geojax import similarity as similarity_lib
 from train import binary_eval, config, data, evaluate, files

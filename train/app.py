@@ -1,0 +1,84 @@
+"""Train, evaluate and write a run directory: what ``python -m train``, the reproduction, tests and notebooks call.
+
+The run directory gets config.json, metrics.jsonl, checkpoints/, curve.png, embeddings.npz and report.json.
+Rerunning with the same ``workdir`` resumes from its latest checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import jax
+
+from train import config, loop, report
+
+
+def run(cfg: config.Config, *, stop_at: int | None = None) -> dict | None:
+    """Train ``cfg`` and write its outputs; returns the report (None when stopped early by ``stop_at``)."""
+    t0 = time.time()
+    workdir, graphdef, state, ds, timing = loop.train(cfg, stop_at=stop_at)
+    if int(state["step"]) < cfg.steps:
+        return None
+    t_eval = time.time()
+    query = loop.embed(graphdef, state, ds.test_x, batch=cfg.eval_batch, precision=cfg.precision)
+    reference = loop.embed(graphdef, state, ds.train_x, batch=cfg.eval_batch, precision=cfg.precision)
+    results = report.evaluate(cfg, query, reference, ds)
+    timing["eval_s"] = round(time.time() - t_eval, 2)
+    timing["total_s"] = round(time.time() - t0, 2)
+    out = {
+        **results,
+        "timing": timing,
+        "dataset": ds.name,
+        "n_query": len(ds.test_y),
+        "n_reference": len(ds.train_y),
+        "preset": cfg.preset,
+        "geometry": cfg.geometry,
+        "loss": cfg.loss,
+        "device": jax.devices()[0].device_kind,
+        "workdir": workdir,
+    }
+    if jax.process_index() == 0:
+        report.write_embeddings(os.path.join(workdir, "embeddings.npz"), cfg, query, reference, ds)
+        report.plot_curve(os.path.join(workdir, "metrics.jsonl"), os.path.join(workdir, "curve.png"))
+        report.write(workdir, out)
+    return out
+
+
+def summary(rep: dict) -> str:
+    """A few human-readable lines of a report."""
+    base = rep["baseline_raw_1nn"]["precision_at_1"]
+    cv = rep["circular_variance"]
+    lines = [
+        f"{rep['preset']} on {rep['dataset']} ({rep['geometry']}, {rep['loss']}): "
+        f"precision_at_1 {rep['precision_at_1']:.4f} (raw-pixel 1-NN {base:.4f}), "
+        f"knn_accuracy@{rep['knn_k']} {rep['knn_accuracy']:.4f}, "
+        f"circular_variance {'n/a' if cv is None else f'{cv:.4f}'}"
+    ]
+    for key in ("linear_probe_accuracy", "piecewise_linear_accuracy"):
+        if key in rep:
+            lines.append(f"{key} {rep[key]:.4f}")
+    t = rep["timing"]
+    lines.append(
+        f"train {t['train_s']} s ({t['steps_per_s']} steps/s on {t['devices']} device(s)), "
+        f"eval {t['eval_s']} s, total {t['total_s']} s; report: {rep['workdir']}/report.json"
+    )
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    """``python -m train ARGS``: parse ``key=value`` arguments, run, print the report's summary; exit status."""
+    if any(a in ("-h", "--help", "help") for a in argv):
+        print(config.help_text())
+        return 0
+    try:  # bad keys, values, combinations or a missing dataset: a one-line message, exit status 2
+        rep = run(config.from_args(argv))
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(json.dumps({k: rep[k] for k in ("precision_at_1", "knn_accuracy", "circular_variance")}))
+    print(summary(rep))
+    return 0
+
