@@ -1,0 +1,100 @@
+"""train.timing (the one timer) and smoke runs of the benchmark scripts' --quick modes."""
+
+from __future__ import annotations
+
+import time
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from train.timing import Timing, measure
+
+
+def _sleeper(seconds: float, calls: list):
+    def fn(tag):
+        calls.append(tag)
+        time.sleep(seconds)
+        return tag
+
+    return fn
+
+
+def test_sleep_is_measured_as_wall_time_not_cpu_time():
+    timing = measure(_sleeper(0.05, []), "x", repeats=3)
+    assert len(timing.seconds) == len(timing.cpu_seconds) == 3
+    assert all(0.05 <= s < 0.2 for s in timing.seconds)
+    assert timing.best <= timing.median <= max(timing.seconds)
+    assert timing.cpu_median < 0.02  # sleeping costs no CPU
+
+
+def test_busy_work_is_measured_as_cpu_time():
+    def spin(cpu_s: float) -> None:
+        start = time.process_time()
+        while time.process_time() - start < cpu_s:
+            pass
+
+    timing = measure(spin, 0.03, repeats=2, warmup=0)
+    assert all(0.03 <= c <= s + 0.005 for c, s in zip(timing.cpu_seconds, timing.seconds, strict=True))
+
+
+def test_warmup_calls_are_not_counted_and_samples_are_per_call():
+    calls, blocked = [], []
+
+    def block(out):
+        blocked.append(out)
+        return out
+
+    fn = _sleeper(0.01, calls)
+    timing = measure(fn, "x", repeats=3, warmup=2, number=4, block=block)
+    assert len(calls) == 2 + 3 * 4
+    assert len(blocked) == 2 + 3  # each warm-up call, then the last call of each sample
+    assert len(timing.seconds) == 3
+    assert all(0.01 <= s < 0.05 for s in timing.seconds)  # divided by number: seconds per call
+    assert timing.result == "x"
+
+
+def test_result_is_the_last_output():
+    outputs = iter(range(10))
+    assert measure(lambda: next(outputs), repeats=3, warmup=1).result == 3
+
+
+def test_budget_stops_after_the_sample_that_exceeds_it():
+    timing = measure(_sleeper(0.02, []), "x", repeats=100, warmup=0, budget_s=0.05)
+    assert sum(timing.seconds[:-1]) <= 0.05 < sum(timing.seconds)
+    assert len(timing.seconds) <= 3
+
+
+def test_budget_counts_all_calls_of_a_sample():
+    timing = measure(_sleeper(0.01, []), "x", repeats=100, warmup=0, number=3, budget_s=0.05)
+    assert 3 * sum(timing.seconds[:-1]) <= 0.05 < 3 * sum(timing.seconds)
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"repeats": 0}, {"repeats": 1, "number": 0}, {"repeats": 1, "warmup": -1}]
+)
+def test_rejects_empty_or_negative_counts(kwargs):
+    with pytest.raises(ValueError, match="repeats"):
+        measure(lambda: None, **kwargs)
+
+
+def test_blocks_on_jax_results():
+    """JAX dispatches asynchronously: without blocking the timer would see only the dispatch."""
+
+    @jax.jit
+    def chain(x):
+        for _ in range(8):
+            x = jnp.tanh(x @ x)
+        return x
+
+    x = jnp.full((768, 768), 1 / 768, jnp.float32)
+    blocked = measure(chain, x, repeats=3)
+    unblocked = measure(chain, x, repeats=3, block=lambda out: out)
+    jax.block_until_ready(unblocked.result)
+    assert blocked.result.is_ready()
+    assert blocked.median > 10 * unblocked.median
+
+
+def test_timing_statistics():
+    timing = Timing(seconds=(3.0, 1.0, 2.0), cpu_seconds=(0.5, 0.7, 0.1), result=None)
+    assert (timing.median, timing.best, timing.cpu_median, timing.cpu_best) == (2.0, 1.0, 0.5, 0.1)

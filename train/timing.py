@@ -1,0 +1,90 @@
+"""The one timer behind every benchmark and the app's encode timings.
+
+    >>> timing = measure(jitted_fn, x, repeats=20, warmup=2)
+    >>> timing.median, timing.best, timing.cpu_best  # seconds per call
+
+Each sample times ``number`` back-to-back calls and then waits for the last result (``jax.block_until_ready``
+by default, so JAX's asynchronous dispatch does not hide the work), and records both wall-clock seconds and
+the process's CPU seconds (all its threads, ``time.process_time``) per call. CPU seconds make a comparison
+fair on a machine shared with other work; on an accelerator they measure only the host side.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+
+
+@dataclass(frozen=True)
+class Timing:
+    """The samples of one :func:`measure`: seconds per call (wall clock and process CPU) and the output of
+    the last call."""
+
+    seconds: tuple[float, ...]
+    cpu_seconds: tuple[float, ...]
+    result: Any = field(repr=False)
+
+    @property
+    def median(self) -> float:
+        """Median wall-clock seconds per call."""
+        return statistics.median(self.seconds)
+
+    @property
+    def best(self) -> float:
+        """Smallest wall-clock seconds per call."""
+        return min(self.seconds)
+
+    @property
+    def cpu_median(self) -> float:
+        """Median process CPU seconds per call."""
+        return statistics.median(self.cpu_seconds)
+
+    @property
+    def cpu_best(self) -> float:
+        """Smallest process CPU seconds per call."""
+        return min(self.cpu_seconds)
+
+
+def measure(
+    fn: Callable[..., Any],
+    *args: Any,
+    repeats: int,
+    warmup: int = 1,
+    number: int = 1,
+    budget_s: float | None = None,
+    block: Callable[[Any], Any] = jax.block_until_ready,
+) -> Timing:
+    """Time ``fn(*args)``: ``warmup`` untimed calls (each waited for), then up to ``repeats`` samples.
+
+    A sample is ``number`` consecutive calls followed by ``block(last output)``; its times are divided by
+    ``number``, so every figure is seconds per call. ``number > 1`` measures throughput of a pipeline of
+    calls (dispatch overlapping the work), ``number = 1`` the latency of one call. ``budget_s``: stop
+    taking samples once the timed calls have taken more than this many wall-clock seconds in total (at
+    least one sample is always taken). ``block``: waits for an output; the default blocks on every JAX
+    array in it and passes anything else through (pass e.g. ``lambda _: torch.cuda.synchronize()`` for
+    another framework's asynchronous work).
+    """
+    if repeats < 1 or number < 1 or warmup < 0:
+        raise ValueError(
+            f"need repeats ≥ 1, number ≥ 1 and warmup ≥ 0, got repeats={repeats}, number={number}, "
+            f"warmup={warmup}"
+        )
+    for _ in range(warmup):
+        block(fn(*args))
+    walls: list[float] = []
+    cpus: list[float] = []
+    for _ in range(repeats):
+        wall0, cpu0 = time.perf_counter(), time.process_time()
+        for _ in range(number):
+            result = fn(*args)
+        block(result)
+        walls.append((time.perf_counter() - wall0) / number)
+        cpus.append((time.process_time() - cpu0) / number)
+        if budget_s is not None and sum(walls) * number > budget_s:
+            break
+    return Timing(seconds=tuple(walls), cpu_seconds=tuple(cpus), result=result)
