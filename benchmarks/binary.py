@@ -13,25 +13,14 @@ GPU the fused Pallas kernel (``tt.matvec_fused``).
 from __future__ import annotations
 
 import argparse
-import time
 
 import jax
 import numpy as np
 
 from geojax import tt
 from geojax.quantize import pack_bits
-
-
-def median_seconds(fn, *args, repeats: int) -> float:
-    """Median wall time of ``fn(*args)`` over ``repeats`` calls after two warm-up calls."""
-    jax.block_until_ready(fn(*args))
-    jax.block_until_ready(fn(*args))
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
+from train.tables import markdown_table
+from train.timing import measure
 
 
 @jax.jit
@@ -57,7 +46,7 @@ def run_case(out_modes, in_modes, *, rank: int, batch: int, repeats: int, blocks
     r = tt.to_dense(m)
     x = jax.random.normal(key_x, (batch, m.shape[1]))
     reference = np.unpackbits(np.asarray(dense_encode(r, x)), axis=1)
-    dense_s = median_seconds(dense_encode, r, x, repeats=repeats)
+    dense_s = measure(dense_encode, r, x, repeats=repeats, warmup=2).median
     rows = [{"variant": "dense x @ R.T", "seconds": dense_s, "params": int(r.size), "agree": 1.0}]
     merged = tt.merge_cores(m, group)
     variants = [(f"TT {len(m.cores)} cores", m, None)]
@@ -69,7 +58,7 @@ def run_case(out_modes, in_modes, *, rank: int, batch: int, repeats: int, blocks
     for name, model, block in variants:
         encode = fused_encode if block == "fused" else tt_encoder(block)
         bits = np.unpackbits(np.asarray(encode(model, x)), axis=1)
-        seconds = median_seconds(encode, model, x, repeats=repeats)
+        seconds = measure(encode, model, x, repeats=repeats, warmup=2).median
         rows.append(
             {
                 "variant": name,
@@ -109,14 +98,19 @@ def main(argv=None) -> None:
             f"{'×'.join(map(str, out_modes))}, input modes {'×'.join(map(str, in_modes))}, "
             f"median of {repeats}"
         )
-        print("| variant | ms | speed-up vs dense | parameters | bits equal to dense |")
-        print("|:---|---:|---:|---:|---:|")
         dense_s = rows[0]["seconds"]
-        for row in rows:
-            print(
-                f"| {row['variant']} | {1e3 * row['seconds']:.3f} | {dense_s / row['seconds']:.2f}× | "
-                f"{row['params']:,} | {row['agree']:.5f} |"
-            )
+        cells = [
+            [
+                row["variant"],
+                f"{1e3 * row['seconds']:.3f}",
+                f"{dense_s / row['seconds']:.2f}×",
+                f"{row['params']:,}",
+                f"{row['agree']:.5f}",
+            ]
+            for row in rows
+        ]
+        header = ["variant", "ms", "speed-up vs dense", "parameters", "bits equal to dense"]
+        print(markdown_table(header, cells, align="lrrrr"))
 
 
 if __name__ == "__main__":

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 from functools import partial
 from pathlib import Path
 
@@ -29,6 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from geojax import losses  # noqa: E402
 from geojax.similarity import cosine  # noqa: E402
+from train.tables import markdown_table  # noqa: E402
+from train.timing import measure  # noqa: E402
 
 D = 128
 PER_CLASS = 8
@@ -37,20 +37,6 @@ PER_CLASS = 8
 def labels_for(name: str, n: int) -> np.ndarray:
     """SimCLR labels (two views per image) for InfoNCE, 8 samples per class otherwise."""
     return (np.arange(n) // 2 if name == "info_nce" else np.arange(n) % (n // PER_CLASS)).astype(np.int32)
-
-
-def median_time(fn, repeats: int, budget_s: float, warm_up: bool = True) -> float:
-    """Median wall time of fn() (which must block until done); fewer repeats once budget_s is spent."""
-    if warm_up:
-        fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-        if sum(times) > budget_s:
-            break
-    return statistics.median(times)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -138,7 +124,7 @@ def time_losses(sizes, args) -> list[tuple]:
             labels = labels_for(name, n)
             step = geojax_step(name, labels)
             value = float(step(xj)[0])
-            t_geo = median_time(lambda step=step, xj=xj: jax.block_until_ready(step(xj)), args.repeats, 20.0)
+            t_geo = measure(step, xj, repeats=args.repeats, budget_s=20.0).median
             if not args.peer:
                 rows.append((name, n, t_geo, None, "PML not installed"))
                 continue
@@ -153,7 +139,7 @@ def time_losses(sizes, args) -> list[tuple]:
             try:
                 peer = pml_step(name, x, labels)
                 pml_value = peer()  # also the warm-up
-                t_pml = median_time(peer, args.repeats, 30.0, warm_up=False)
+                t_pml = measure(peer, repeats=args.repeats, warmup=0, budget_s=30.0).median
             except (RuntimeError, MemoryError) as err:  # torch reports OOM as RuntimeError
                 rows.append((name, n, t_geo, None, f"PML failed: {str(err).splitlines()[0][:60]}"))
                 continue
@@ -206,16 +192,25 @@ def main() -> None:
 
     rows = time_losses(sizes, args)
     print(f"\nfwd+bwd, D={D}, median of up to {args.repeats} runs after warm-up (ms)")
-    print(f"{'loss':<10}{'N':>6}{'geojax':>11}{'PML':>11}{'PML/geojax':>12}  note")
-    for name, n, t_geo, t_pml, note in rows:
-        pml_ms = "-" if t_pml is None else f"{1e3 * t_pml:.1f}"
-        ratio = "-" if t_pml is None else f"{t_pml / t_geo:.1f}x"
-        print(f"{name:<10}{n:>6}{1e3 * t_geo:>11.2f}{pml_ms:>11}{ratio:>12}  {note}")
+    cells = [
+        [
+            name,
+            n,
+            f"{1e3 * t_geo:.2f}",
+            None if t_pml is None else f"{1e3 * t_pml:.1f}",
+            None if t_pml is None else f"{t_pml / t_geo:.1f}×",
+            note,
+        ]
+        for name, n, t_geo, t_pml, note in rows
+    ]
+    print(markdown_table(["loss", "N", "geojax ms", "PML ms", "PML/geojax", "note"], cells, align="lrrrrl"))
 
     print(f"\npeak temporary memory of jitted fwd+bwd, N={mem_n}, D={D} (compiled memory_analysis)")
-    for name, temp in blocked_memory(mem_n, 512):
-        print(f"  {name:<30} {'n/a' if temp is None else f'{temp / 2**20:,.1f} MiB'}")
-    print(f"  (one [N, N] fp32 matrix = {mem_n * mem_n * 4 / 2**20:,.0f} MiB)")
+    cells = [
+        [name, None if temp is None else f"{temp / 2**20:,.1f}"] for name, temp in blocked_memory(mem_n, 512)
+    ]
+    print(markdown_table(["fwd+bwd", "temporary MiB"], cells, align="lr"))
+    print(f"(one [N, N] fp32 matrix = {mem_n * mem_n * 4 / 2**20:,.0f} MiB)")
 
 
 if __name__ == "__main__":
