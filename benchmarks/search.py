@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
+from functools import partial
 
 import jax
 import numpy as np
@@ -29,24 +29,23 @@ jax.config.update("jax_num_cpu_devices", _CPU_DEVICES)
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from geojax import quantize, search  # noqa: E402
+from train.tables import markdown_table  # noqa: E402
+from train.timing import Timing, measure  # noqa: E402
+
+# bits set in each byte value, for the numpy Hamming reference
+_POPCOUNT = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1).sum(1).astype(np.uint8)
 
 
-def best_time(fn, repeat: int):
-    """(best wall seconds, best process CPU seconds, output) over ``repeat`` runs after one warm-up run.
+Row = tuple[str, str, Timing, Timing | None, str]  # search, faiss peer, geojax, faiss (None: absent), check
 
-    CPU seconds (all threads of this process) make the comparison fair on a machine shared with other work;
-    on a GPU they measure only the host side.
-    """
-    out = fn()
-    jax.block_until_ready(out)
-    walls, cpus = [], []
-    for _ in range(repeat):
-        t0, c0 = time.perf_counter(), time.process_time()
-        out = fn()
-        jax.block_until_ready(out)
-        walls.append(time.perf_counter() - t0)
-        cpus.append(time.process_time() - c0)
-    return min(walls), min(cpus), out
+
+def load_faiss():
+    """The faiss module, or None when it is not installed."""
+    try:
+        import faiss
+    except ImportError:
+        return None
+    return faiss
 
 
 def recall_at(found: np.ndarray, truth: np.ndarray) -> float:
@@ -57,6 +56,112 @@ def recall_at(found: np.ndarray, truth: np.ndarray) -> float:
 def clustered(rng, n: int, d: int, centres: np.ndarray) -> np.ndarray:
     labels = rng.integers(0, len(centres), n)
     return (centres[labels] + 0.3 * rng.standard_normal((n, d))).astype(np.float32)
+
+
+def scan(queries: np.ndarray, db: np.ndarray, distance) -> np.ndarray:
+    """[queries, rows] distances by a plain numpy scan, one query at a time (the reference for the checks)."""
+    return np.stack([distance(q, db) for q in queries])
+
+
+def hamming(q: np.ndarray, db: np.ndarray) -> np.ndarray:
+    return _POPCOUNT[q ^ db].sum(-1, dtype=np.int32)
+
+
+def wrap_l1(q: np.ndarray, db: np.ndarray) -> np.ndarray:
+    diff = (db.astype(np.int32) - q.astype(np.int32)) % 256
+    return np.minimum(diff, 256 - diff).sum(-1)
+
+
+def exact_l2_topk(queries: np.ndarray, db: np.ndarray, k: int, block: int = 64) -> np.ndarray:
+    """Indices of the k nearest rows of db by squared L2 distance, exact float search in query blocks."""
+    norms = np.einsum("ij,ij->i", db, db)
+    out = []
+    for start in range(0, len(queries), block):
+        d2 = norms[None] - 2 * queries[start : start + block] @ db.T
+        part = np.argpartition(d2, k - 1, axis=1)[:, :k]
+        order = np.argsort(np.take_along_axis(d2, part, axis=1), axis=1, kind="stable")
+        out.append(np.take_along_axis(part, order, axis=1))
+    return np.concatenate(out)
+
+
+def hamming_row(rng, faiss, *, nq: int, n: int, k: int, tune: dict, repeat: int) -> Row:
+    """(1) Hamming top-k on 256-bit packed codes vs faiss IndexBinaryFlat."""
+    qb = rng.integers(0, 256, (nq, 32), dtype=np.uint8)
+    dbb = rng.integers(0, 256, (n, 32), dtype=np.uint8)
+    peer = None
+    if faiss is not None:
+        index = faiss.IndexBinaryFlat(256)
+        index.add(dbb)
+        peer = measure(index.search, qb, k, repeats=repeat)
+    qj, dbj = jax.device_put(qb), jax.device_put(dbb)
+    ours = measure(partial(search.hamming_topk, **tune), qj, dbj, k, repeats=repeat)
+    gd, gi = (np.asarray(a) for a in ours.result)
+    if peer is None:
+        sub = slice(0, min(nq, 20))
+        ref = np.sort(scan(qb[sub], dbb, hamming), axis=1)[:, :k]
+        note = f"distances equal numpy scan on {ref.shape[0]} queries: {bool((gd[sub] == ref).all())}"
+    else:
+        fd, fi = peer.result
+        note = f"distances identical: {bool((gd == fd).all())}; indices equal: {float((gi == fi).mean()):.4f}"
+    return "Hamming 256-bit top-k", "IndexBinaryFlat", ours, peer, note
+
+
+def wrap_l1_row(rng, faiss, *, nq: int, n: int, k: int, tune: dict, repeat: int) -> Row:
+    """(2) uint8 wraparound L1 top-k on 64-byte codes vs faiss SQ8 L2 on the same bytes."""
+    q8 = rng.integers(0, 256, (nq, 64), dtype=np.uint8)
+    db8 = rng.integers(0, 256, (n, 64), dtype=np.uint8)
+    peer = None
+    if faiss is not None:
+        sq = faiss.IndexScalarQuantizer(64, faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_L2)
+        dbf = db8.astype(np.float32)
+        sq.train(dbf[: min(n, 100_000)])
+        sq.add(dbf)
+        del dbf
+        peer = measure(sq.search, q8.astype(np.float32), k, repeats=repeat)
+    qj, dbj = jax.device_put(q8), jax.device_put(db8)
+    ours = measure(partial(search.torus_topk, **tune), qj, dbj, k, repeats=repeat)
+    sub = slice(0, min(nq, 20))
+    ref_i = np.argsort(scan(q8[sub], db8, wrap_l1), axis=1, kind="stable")[:, :k]
+    exact = bool((np.asarray(ours.result[1])[sub] == ref_i).all())
+    note = f"equals numpy scan on {ref_i.shape[0]} queries: {exact}"
+    return "uint8 wrap-L1 64-byte top-k", "IndexScalarQuantizer(QT_8bit) L2", ours, peer, note
+
+
+def pq_row(rng, faiss, *, nq: int, n: int, k: int, tune: dict, repeat: int) -> Row:
+    """(3) PQ(8, 8) asymmetric search on clustered 64-d floats vs faiss IndexPQ (same codebooks and codes),
+    recall@k against exact float search."""
+    d, m, nbits = 64, 8, 8
+    centres = 2.0 * rng.standard_normal((100, d)).astype(np.float32) / np.sqrt(d) * 4
+    xb = clustered(rng, n, d, centres)
+    xq = clustered(rng, nq, d, centres)
+    n_train = min(n, 65_536)
+    truth = exact_l2_topk(xq, xb, k)
+    own = quantize.pq_fit(xb[:n_train], m=m, nbits=nbits, key=jax.random.key(0))
+    own_codes = quantize.pq_encode(own, xb)
+    qj = jax.device_put(xq)
+    topk = partial(search.pq_topk, **tune)
+    if faiss is None:
+        ours = measure(topk, qj, own, own_codes, k, repeats=repeat)
+        r_o = recall_at(np.asarray(ours.result[1]), truth)
+        note = f"recall@{k}: geojax with its own pq_fit codebooks and codes {r_o:.4f}"
+        return "PQ(m=8, nbits=8) ADC top-k", "IndexPQ (same codebooks+codes)", ours, None, note
+    ipq = faiss.IndexPQ(d, m, nbits)
+    ipq.train(xb[:n_train])
+    ipq.add(xb)
+    peer = measure(ipq.search, xq, k, repeats=repeat)
+    fi = peer.result[1]
+    cb = faiss.vector_to_array(ipq.pq.centroids).reshape(m, 1 << nbits, d // m)
+    codes = faiss.vector_to_array(ipq.codes).reshape(n, m)
+    pq = quantize.PQ(codebooks=jax.device_put(cb), objective=jax.numpy.zeros((m, 0)))
+    ours = measure(topk, qj, pq, jax.device_put(codes), k, repeats=repeat)
+    gi = np.asarray(ours.result[1])
+    r_f, r_g = recall_at(fi, truth), recall_at(gi, truth)
+    r_o = recall_at(np.asarray(topk(qj, own, own_codes, k)[1]), truth)
+    note = (
+        f"recall@{k}: geojax {r_g:.4f}, faiss {r_f:.4f} (Δ {r_g - r_f:+.4f}); "
+        f"indices equal {float((gi == fi).mean()):.4f}; own pq_fit recall {r_o:.4f}"
+    )
+    return "PQ(m=8, nbits=8) ADC top-k", "IndexPQ (same codebooks+codes)", ours, peer, note
 
 
 def main() -> None:
@@ -72,124 +177,47 @@ def main() -> None:
     )
     args = ap.parse_args()
 
-    import faiss
-
+    faiss = load_faiss()
     full_rows = 1_000_000
     n = args.rows or (50_000 if args.quick else full_rows)
     nq = args.queries or (200 if args.quick else 1_000)
-    k = args.k
-    rng = np.random.default_rng(0)
     dev = jax.devices()[0]
+    peer_line = (
+        "faiss not installed: timing geojax only"
+        if faiss is None
+        else f"faiss {faiss.__version__} on CPU with {faiss.omp_get_max_threads()} threads"
+    )
     print(
         f"device: jax {jax.__version__} on {dev.platform} ({dev.device_kind}), "
         f"{jax.device_count()} device(s) (GEOJAX_BENCH_CPU_DEVICES={_CPU_DEVICES}); "
-        f"faiss {faiss.__version__} on CPU with {faiss.omp_get_max_threads()} threads; {os.cpu_count()} CPUs"
+        f"{peer_line}; {os.cpu_count()} CPUs"
     )
     if n != full_rows and not args.quick:
         print(f"NOTE: database reduced to {n:,} rows (issue size {full_rows:,})")
     print(
-        f"queries {nq:,}, database rows {n:,}, top-{k}, best of {args.repeat}, chunk {args.chunk}, "
+        f"queries {nq:,}, database rows {n:,}, top-{args.k}, best of {args.repeat}, chunk {args.chunk}, "
         f"query block {args.query_block}"
     )
     tune = {"chunk": args.chunk} | ({} if args.query_block is None else {"query_block": args.query_block})
-    rows = []
+    rng = np.random.default_rng(0)
+    sizes = {"nq": nq, "n": n, "k": args.k, "tune": tune, "repeat": args.repeat}
+    rows = [case(rng, faiss, **sizes) for case in (hamming_row, wrap_l1_row, pq_row)]
 
-    # (1) Hamming, 256 bits.
-    qb = rng.integers(0, 256, (nq, 32), dtype=np.uint8)
-    dbb = rng.integers(0, 256, (n, 32), dtype=np.uint8)
-    index = faiss.IndexBinaryFlat(256)
-    index.add(dbb)
-    t_f, c_f, (fd, fi) = best_time(lambda: index.search(qb, k), args.repeat)
-    qj, dbj = jax.device_put(qb), jax.device_put(dbb)
-    t_g, c_g, (gd, gi) = best_time(lambda: search.hamming_topk(qj, dbj, k, **tune), args.repeat)
-    gd, gi = np.asarray(gd), np.asarray(gi)
-    same_d = bool((gd == fd).all())
-    agree = float((gi == fi).mean())
-    rows.append(
-        (
-            "Hamming 256-bit top-k",
-            "IndexBinaryFlat",
-            t_g,
-            t_f,
-            c_g,
-            c_f,
-            f"distances identical: {same_d}; indices equal: {agree:.4f}",
-        )
-    )
-
-    # (2) uint8 wraparound L1 vs SQ8 L2, 64 bytes.
-    q8 = rng.integers(0, 256, (nq, 64), dtype=np.uint8)
-    db8 = rng.integers(0, 256, (n, 64), dtype=np.uint8)
-    sq = faiss.IndexScalarQuantizer(64, faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_L2)
-    dbf = db8.astype(np.float32)
-    sq.train(dbf[: min(n, 100_000)])
-    sq.add(dbf)
-    del dbf
-    q8f = q8.astype(np.float32)
-    t_f, c_f, _ = best_time(lambda: sq.search(q8f, k), args.repeat)
-    qj, dbj = jax.device_put(q8), jax.device_put(db8)
-    t_g, c_g, (gd, gi) = best_time(lambda: search.torus_topk(qj, dbj, k, **tune), args.repeat)
-    sub = slice(0, min(nq, 20))
-    diff = (q8[sub, None, :].astype(np.int32) - db8[None].astype(np.int32)) % 256
-    ref = np.minimum(diff, 256 - diff).sum(-1)
-    ref_i = np.argsort(ref, axis=1, kind="stable")[:, :k]
-    exact = bool((np.asarray(gi)[sub] == ref_i).all())
-    rows.append(
-        (
-            "uint8 wrap-L1 64-byte top-k",
-            "IndexScalarQuantizer(QT_8bit) L2",
-            t_g,
-            t_f,
-            c_g,
-            c_f,
-            f"equals numpy scan on {ref_i.shape[0]} queries: {exact}",
-        )
-    )
-
-    # (3) PQ(8, 8) on clustered 64-d floats.
-    d, m, nbits = 64, 8, 8
-    centres = 2.0 * rng.standard_normal((100, d)).astype(np.float32) / np.sqrt(d) * 4
-    xb = clustered(rng, n, d, centres)
-    xq = clustered(rng, nq, d, centres)
-    n_train = min(n, 65_536)
-    flat = faiss.IndexFlatL2(d)
-    flat.add(xb)
-    _, truth = flat.search(xq, k)
-    ipq = faiss.IndexPQ(d, m, nbits)
-    ipq.train(xb[:n_train])
-    ipq.add(xb)
-    t_f, c_f, (_, fi) = best_time(lambda: ipq.search(xq, k), args.repeat)
-    cb = faiss.vector_to_array(ipq.pq.centroids).reshape(m, 1 << nbits, d // m)
-    codes = faiss.vector_to_array(ipq.codes).reshape(n, m)
-    pq = quantize.PQ(codebooks=jax.device_put(cb), objective=jax.numpy.zeros((m, 0)))
-    qj, cj = jax.device_put(xq), jax.device_put(codes)
-    t_g, c_g, (_, gi) = best_time(lambda: search.pq_topk(qj, pq, cj, k, **tune), args.repeat)
-    gi = np.asarray(gi)
-    r_f, r_g = recall_at(fi, truth), recall_at(gi, truth)
-    own = quantize.pq_fit(xb[:n_train], m=m, nbits=nbits, key=jax.random.key(0))
-    own_codes = quantize.pq_encode(own, xb)
-    _, oi = search.pq_topk(qj, own, own_codes, k)
-    r_o = recall_at(np.asarray(oi), truth)
-    rows.append(
-        (
-            "PQ(m=8, nbits=8) ADC top-k",
-            "IndexPQ (same codebooks+codes)",
-            t_g,
-            t_f,
-            c_g,
-            c_f,
-            f"recall@{k}: geojax {r_g:.4f}, faiss {r_f:.4f} (Δ {r_g - r_f:+.4f}); "
-            f"indices equal {float((gi == fi).mean()):.4f}; own pq_fit recall {r_o:.4f}",
-        )
-    )
-
+    cells = [
+        [
+            name,
+            peer_name,
+            f"{ours.best:.3f}",
+            None if peer is None else f"{peer.best:.3f}",
+            None if peer is None else f"{peer.best / ours.best:.2f}×",
+            None if peer is None else f"{peer.cpu_best / max(ours.cpu_best, 1e-9):.2f}×",
+            note,
+        ]
+        for name, peer_name, ours, peer, note in rows
+    ]
+    header = ["search", "faiss peer", "geojax s", "faiss s", "ratio (faiss/geojax)", "CPU-s ratio", "check"]
     print()
-    print("| search | faiss peer | geojax s | faiss s | ratio (faiss/geojax) | CPU-s ratio | check |")
-    print("|---|---|---:|---:|---:|---:|---|")
-    for name, peer, tg, tf, cg, cf, note in rows:
-        print(
-            f"| {name} | {peer} | {tg:.3f} | {tf:.3f} | {tf / tg:.2f}× | {cf / max(cg, 1e-9):.2f}× | {note} |"
-        )
+    print(markdown_table(header, cells, align="llrrrrl"))
 
 
 if __name__ == "__main__":
