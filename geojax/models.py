@@ -18,7 +18,7 @@ float32 and every head casts to float32 before its projection, so losses see flo
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal, get_args
+from typing import Literal, NamedTuple, get_args
 
 import jax
 import jax.numpy as jnp
@@ -327,13 +327,28 @@ class MixedProjection(nnx.Module):
         return jnp.einsum("nc,nco->no", q, per_chart)
 
 
-class EmbeddingModel(nnx.Module):
-    """Encoder + geometry (or atlas) head + optional projection head. x → dict of float32 arrays.
+class Outputs(NamedTuple):
+    """What :class:`EmbeddingModel` returns for a batch of N inputs (float32 arrays; absent parts are None).
 
-    Output keys: ``embedding`` [N, D'] (the geometry's extrinsic vector; for the atlas, the compressed code
-    sigmoid(coords of the argmax chart) [N, d]); for the atlas also ``coords`` [N, n, d] and ``q`` [N, n];
-    with a projection head, ``projection`` [N, P] (what a SimCLR-style loss sees).
+    embedding: [N, D'] the geometry's extrinsic vector (for the atlas, the compressed code
+    sigmoid(coords of the argmax chart) [N, d]); coords: [N, n, d] pre-sigmoid chart coordinates and
+    q: [N, n] memberships (atlas only); projection: [N, P] the projection head's output, what a
+    SimCLR-style loss sees (None without one).
     """
+
+    embedding: jax.Array
+    coords: jax.Array | None = None
+    q: jax.Array | None = None
+    projection: jax.Array | None = None
+
+    @property
+    def loss_vectors(self) -> jax.Array:
+        """The vectors a vector similarity compares: the projection when there is one, else the embedding."""
+        return self.embedding if self.projection is None else self.projection
+
+
+class EmbeddingModel(nnx.Module):
+    """Encoder + geometry (or atlas) head + optional projection head: x → :class:`Outputs`."""
 
     def __init__(
         self,
@@ -372,16 +387,15 @@ class EmbeddingModel(nnx.Module):
             self.projection = None
         self.projection_kind = projection
 
-    def __call__(self, x: jax.Array) -> dict[str, jax.Array]:
+    def __call__(self, x: jax.Array) -> Outputs:
         h = self.encoder(x)
-        out = {}
         if self.geometry == "atlas":
             coords, q = self.head(h)
-            out.update(coords=coords, q=q, embedding=manifolds.atlas_code(coords, q)[0])
+            out = Outputs(manifolds.atlas_code(coords, q)[0], coords, q)
         else:
-            out["embedding"] = self.head(h)
+            out = Outputs(self.head(h))
         if self.projection_kind == "mixed":
-            out["projection"] = self.projection(out["coords"], out["q"])
+            out = out._replace(projection=self.projection(out.coords, out.q))
         elif self.projection_kind == "mlp":
-            out["projection"] = self.projection(out["embedding"])
+            out = out._replace(projection=self.projection(out.embedding))
         return out

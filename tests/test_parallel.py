@@ -7,7 +7,7 @@ import pytest
 from flax import nnx
 
 from geojax import parallel
-from train import config, data, loop
+from train import config, data, loop, step
 
 
 def test_gather_and_self_index_layout():
@@ -79,19 +79,19 @@ def test_one_step_on_4_devices_equals_1_device(case):
     # step, g/|g|, would hide one).
     cfg = config.make(**CASES[case], optimizer="sgd", momentum=0.0, lr=1.0, warmup=0, steps=4)
     ds = data.load("digits")
-    graphdef, state = loop.init_state(cfg, ds.image_shape)
-    tx = loop.make_optimizer(cfg)
+    graphdef, state = step.init_state(cfg, ds.image_shape)
+    tx = step.make_optimizer(cfg)
     batch = loop.batch_for(cfg, ds.train_y, ds.train_x, 0, 1)
     # Reference: the same step with no parallel machinery at all (plain square-form losses, whole batch).
-    plain_graphdef, _ = loop.init_state(cfg, ds.image_shape, axis_name=None)
-    ref_state, ref_metrics = jax.jit(loop.make_step(cfg, plain_graphdef, tx, axis_name=None))(state, batch)
-    step = loop.make_step(cfg, graphdef, tx)
+    plain_graphdef, _ = step.init_state(cfg, ds.image_shape, axis_name=None)
+    ref_state, ref_metrics = jax.jit(step.make_step(cfg, plain_graphdef, tx, axis_name=None))(state, batch)
+    per_device = step.make_step(cfg, graphdef, tx)
     moved = jax.tree.leaves(
         jax.tree.map(lambda a, b: float(jnp.max(jnp.abs(a - b))), ref_state["params"], state["params"])
     )
     assert max(moved) > 1e-4  # the step does change the parameters
     for mode in parallel.MODES:
-        new, metrics = parallel.data_parallel(step, mode=mode, mesh=parallel.make_mesh(4))(state, batch)
+        new, metrics = parallel.data_parallel(per_device, mode=mode, mesh=parallel.make_mesh(4))(state, batch)
         for a, b in zip(jax.tree.leaves(new["params"]), jax.tree.leaves(ref_state["params"]), strict=True):
             np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5, err_msg=mode)
         for a, b in zip(jax.tree.leaves(new["rest"]), jax.tree.leaves(ref_state["rest"]), strict=True):
@@ -104,6 +104,6 @@ def test_one_step_on_4_devices_equals_1_device(case):
 
 def test_state_is_plain_nnx_split():
     cfg = config.make(width=8, dim=4)
-    graphdef, state = loop.init_state(cfg, (8, 8, 1))
+    graphdef, state = step.init_state(cfg, (8, 8, 1))
     model = nnx.merge(graphdef, state["params"], state["rest"])
-    assert isinstance(model(jnp.zeros((2, 8, 8, 1)))["embedding"], jax.Array)
+    assert isinstance(model(jnp.zeros((2, 8, 8, 1))).embedding, jax.Array)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from train import app as cli
-from train import config, loop
+from train import config, loop, step
 
 TINY = dict(width=8, dim=4, batch_size=16, progress=False, eval_batch=512)
 
@@ -90,12 +90,12 @@ def test_each_process_samples_its_own_slice_of_the_global_batch(monkeypatch):
 
 
 def test_schedules_warm_up_then_decay_or_hold():
-    cos = loop.schedule(config.make(lr=0.5, warmup=10, steps=100))
+    cos = step.schedule(config.make(lr=0.5, warmup=10, steps=100))
     assert (
         float(cos(0)) == 0 and float(cos(5)) == pytest.approx(0.25) and float(cos(10)) == pytest.approx(0.5)
     )
     assert float(cos(55)) == pytest.approx(0.25, abs=1e-6) and float(cos(100)) == pytest.approx(0, abs=1e-7)
-    const = loop.schedule(config.make(lr=0.5, warmup=10, steps=100, schedule="constant"))
+    const = step.schedule(config.make(lr=0.5, warmup=10, steps=100, schedule="constant"))
     assert float(const(5)) == pytest.approx(0.25) and float(const(80)) == pytest.approx(0.5)
 
 
@@ -104,7 +104,7 @@ def test_clipping_modes_and_optimisers():
     params = {"w": jnp.zeros(3)}
 
     def first_update(**kw):
-        tx = loop.make_optimizer(
+        tx = step.make_optimizer(
             config.make(optimizer="sgd", momentum=0.0, lr=1.0, warmup=0, schedule="constant", **kw)
         )
         return np.asarray(tx.update(g, tx.init(params), params)[0]["w"])
@@ -114,14 +114,14 @@ def test_clipping_modes_and_optimisers():
     np.testing.assert_allclose(first_update(clip=0.5, clip_mode="value"), [-0.5, 0.5, -0.1], rtol=1e-6)
     np.testing.assert_allclose(first_update(clip=100.0), -np.asarray(g["w"]), rtol=1e-6)
     # SGD with momentum 0.9: the second update of a constant gradient is −(1 + 0.9)·g
-    tx = loop.make_optimizer(
+    tx = step.make_optimizer(
         config.make(optimizer="sgd", momentum=0.9, lr=1.0, warmup=0, schedule="constant")
     )
     state = tx.init(params)
     _, state = tx.update(g, state, params)
     np.testing.assert_allclose(tx.update(g, state, params)[0]["w"], -1.9 * np.asarray(g["w"]), rtol=1e-6)
     for name in ("adam", "adamw", "rmsprop"):
-        tx = loop.make_optimizer(config.make(optimizer=name, lr=1e-2, warmup=0, schedule="constant"))
+        tx = step.make_optimizer(config.make(optimizer=name, lr=1e-2, warmup=0, schedule="constant"))
         upd = tx.update(g, tx.init(params), params)[0]["w"]
         assert np.all(np.sign(upd) == -np.sign(np.asarray(g["w"])))
 

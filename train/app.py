@@ -1,4 +1,4 @@
-"""Train, evaluate and write a run directory: what ``python -m train``, the reproduction, tests and notebooks call.
+"""Train, evaluate, write a run directory: what ``python -m train``, reproduction, tests and notebooks call.
 
 The run directory gets config.json, metrics.jsonl, checkpoints/, curve.png, embeddings.npz and report.json.
 Rerunning with the same ``workdir`` resumes from its latest checkpoint.
@@ -13,7 +13,7 @@ import time
 
 import jax
 
-from train import config, loop, report
+from train import config, loop, report, step
 
 
 def run(cfg: config.Config, *, stop_at: int | None = None) -> dict | None:
@@ -23,8 +23,8 @@ def run(cfg: config.Config, *, stop_at: int | None = None) -> dict | None:
     if int(state["step"]) < cfg.steps:
         return None
     t_eval = time.time()
-    query = loop.embed(graphdef, state, ds.test_x, batch=cfg.eval_batch, precision=cfg.precision)
-    reference = loop.embed(graphdef, state, ds.train_x, batch=cfg.eval_batch, precision=cfg.precision)
+    query = step.embed(graphdef, state, ds.test_x, batch=cfg.eval_batch, precision=cfg.precision)
+    reference = step.embed(graphdef, state, ds.train_x, batch=cfg.eval_batch, precision=cfg.precision)
     results = report.evaluate(cfg, query, reference, ds)
     timing["eval_s"] = round(time.time() - t_eval, 2)
     timing["total_s"] = round(time.time() - t0, 2)
@@ -69,7 +69,7 @@ def summary(rep: dict) -> str:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m train ARGS``: parse ``key=value`` arguments, run, print the report's summary; exit status."""
+    """``python -m train ARGS``: parse ``key=value`` arguments, run, print a summary; the exit status."""
     if any(a in ("-h", "--help", "help") for a in argv):
         print(config.help_text())
         return 0
@@ -81,4 +81,3 @@ def main(argv: list[str]) -> int:
     print(json.dumps({k: rep[k] for k in ("precision_at_1", "knn_accuracy", "circular_variance")}))
     print(summary(rep))
     return 0
-

@@ -16,12 +16,17 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from typing import Literal, get_args
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 TFDS_NAMES = ("mnist", "fashion_mnist", "cifar10", "cifar100")
+DATASETS = ("digits", *TFDS_NAMES)  # by name; any other data set is a local file: npz:PATH
+Sampler = Literal["random", "m_per_class", "class_subsampled"]
+Augmentation = Literal["shift", "simclr", "none"]
+SAMPLERS: tuple[str, ...] = get_args(Sampler)
 SPLIT_SEED = 0  # the digits / npz train-test split is fixed, whatever the training seed
 
 
@@ -108,20 +113,25 @@ def _tfds_split(name: str, split: str, data_dir: str | None, shard: tuple[int, i
     return images, np.asarray([r["label"] for r in rows], np.int32)
 
 
+def check_dataset_name(name: str) -> None:
+    """Raise ValueError unless ``name`` is one of DATASETS or ``npz:PATH``."""
+    if name not in DATASETS and not name.startswith("npz:"):
+        raise ValueError(f"dataset must be {', '.join(DATASETS)} or npz:PATH, got {name!r}")
+
+
 def load(
-    name: str, *, test_fraction: float = 0.25, data_dir: str = "", shard: tuple[int, int] = (0, 1)
+    name: str, *, test_fraction: float = 0.25, data_dir: str | None = None, shard: tuple[int, int] = (0, 1)
 ) -> Dataset:
     """Load a dataset by name; ``shard=(process, processes)`` keeps training rows process::processes."""
+    check_dataset_name(name)
     if name == "digits":
         ds = _digits(test_fraction)
     elif name.startswith("npz:"):
         ds = _npz(name[4:], test_fraction)
-    elif name in TFDS_NAMES:
-        tr_x, tr_y = _tfds_split(name, "train", data_dir or None, shard)
-        te_x, te_y = _tfds_split(name, "test", data_dir or None, (0, 1))
-        return Dataset(name, tr_x, tr_y, te_x, te_y)
     else:
-        raise ValueError(f"dataset must be digits, {', '.join(TFDS_NAMES)} or npz:PATH, got {name!r}")
+        tr_x, tr_y = _tfds_split(name, "train", data_dir, shard)
+        te_x, te_y = _tfds_split(name, "test", data_dir, (0, 1))
+        return Dataset(name, tr_x, tr_y, te_x, te_y)
     index, count = shard
     return dataclasses.replace(ds, train_x=ds.train_x[index::count], train_y=ds.train_y[index::count])
 
@@ -163,7 +173,7 @@ def sample(
         chosen = rng.choice(classes, k, replace=False)
         members = np.flatnonzero(np.isin(labels, chosen))
         return rng.choice(members, batch, replace=batch > len(members))
-    raise ValueError(f"sampler must be random, m_per_class or class_subsampled, got {kind!r}")
+    raise ValueError(f"sampler must be one of {list(SAMPLERS)}, got {kind!r}")
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -226,7 +236,14 @@ def simclr(key: jax.Array, x: jax.Array) -> jax.Array:
     return jnp.where(jax.random.bernoulli(k5, 0.2), _gray(x), x)
 
 
-AUGMENTATIONS = {"shift": shift, "simclr": simclr, "none": lambda key, x: x}
+def identity(key: jax.Array, x: jax.Array) -> jax.Array:
+    """No augmentation."""
+    del key
+    return x
+
+
+AUGMENTATIONS = {"shift": shift, "simclr": simclr, "none": identity}
+assert tuple(AUGMENTATIONS) == get_args(Augmentation)
 
 
 def views(key: jax.Array, images: jax.Array, positions: jax.Array, *, n_views: int, kind: str) -> jax.Array:

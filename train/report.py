@@ -1,4 +1,4 @@
-"""After training: embeddings.npz (the contract the evaluation tools read), report.json and the curve PNG.
+"""After training: embeddings.npz (what the evaluation tools read), the retrieval report and report.json.
 
 Retrieval protocol: queries = test split, reference = train split. Besides the metrics of the learnt
 embedding, the report holds the raw-input 1-NN baseline (Euclidean on pixels) of the same split.
@@ -10,52 +10,52 @@ import json
 import os
 from typing import Any
 
+import jax
 import numpy as np
 
 from geojax import manifolds, metrics
 from geojax import similarity as similarity_lib
+from geojax.models import Outputs
 from train import files, probe
 from train.config import Config
 from train.data import Dataset
 
 
-def write_embeddings(
-    path: str, cfg: Config, query: dict[str, np.ndarray], reference: dict[str, np.ndarray], ds: Dataset
-) -> None:
-    """WORKDIR/embeddings.npz as in the cross-helper contract (extrinsic embeddings, labels, geometry)."""
+def write_embeddings(path: str, cfg: Config, query: Outputs, reference: Outputs, ds: Dataset) -> None:
+    """WORKDIR/embeddings.npz, what the evaluation tools read: extrinsic embeddings, labels, the geometry and
+    the similarity the model was trained with (and an atlas's chart coordinates and memberships)."""
     arrays = {
-        "query": query["embedding"].astype(np.float32),
+        "query": query.embedding.astype(np.float32),
         "query_labels": ds.test_y.astype(np.int32),
-        "reference": reference["embedding"].astype(np.float32),
+        "reference": reference.embedding.astype(np.float32),
         "reference_labels": ds.train_y.astype(np.int32),
         "geometry": np.array(cfg.geometry),
+        "similarity": np.array(cfg.similarity),
     }
     if cfg.geometry == "atlas":
         arrays.update(
-            query_coords=query["coords"],
-            query_q=query["q"],
-            reference_coords=reference["coords"],
-            reference_q=reference["q"],
+            query_coords=query.coords,
+            query_q=query.q,
+            reference_coords=reference.coords,
+            reference_q=reference.q,
         )
     files.write_npz(path, **arrays)
 
 
-def _retrieval_inputs(cfg: Config, out: dict[str, np.ndarray]):
-    """(array or tuple, similarity) used to rank an output dict."""
-    if cfg.geometry == "atlas":
-
-        def neg_dm(a, b):
-            return -similarity_lib.manifold_distance(a[0], a[1], b[0], b[1], no_overlap=np.inf)
-
-        return (out["coords"], out["q"]), neg_dm
-    if cfg.geometry == "euclidean" and cfg.similarity != "manifold":
-        return out["embedding"], cfg.similarity
-    return out["embedding"], "cosine"  # unit-norm geometries: cosine ranks as arc length and Euclidean do
+def _neg_manifold_distance(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> jax.Array:
+    """−d_M (Korman 2021 eq. 7) between atlas points given as (coords, q); no shared chart ranks last."""
+    return -similarity_lib.manifold_distance(a[0], a[1], b[0], b[1], no_overlap=np.inf)
 
 
-def evaluate(
-    cfg: Config, query: dict[str, np.ndarray], reference: dict[str, np.ndarray], ds: Dataset
-) -> dict[str, Any]:
+def _retrieval_inputs(cfg: Config, out: Outputs) -> tuple[Any, Any]:
+    """(array or (coords, q), similarity) that rank ``out`` (geojax.similarity.retrieval_similarity)."""
+    name = similarity_lib.retrieval_similarity(cfg.geometry, cfg.similarity)
+    if name == "manifold":
+        return (out.coords, out.q), _neg_manifold_distance
+    return out.embedding, name
+
+
+def evaluate(cfg: Config, query: Outputs, reference: Outputs, ds: Dataset) -> dict[str, Any]:
     """Retrieval metrics of test vs train, circular variance, baselines and the preset's probe."""
     q, sim = _retrieval_inputs(cfg, query)
     r, _ = _retrieval_inputs(cfg, reference)
@@ -69,7 +69,7 @@ def evaluate(
         recall = metrics.recall_at_k(*args, ks=(1, 2, 4, 8), similarity=sim)
         out["recall_at_k"] = {str(k): v for k, v in recall.items()}
     if cfg.geometry != "atlas":
-        both = np.concatenate([query["embedding"], reference["embedding"]])
+        both = np.concatenate([query.embedding, reference.embedding])
         unit = np.asarray(manifolds.sphere(both)) if cfg.geometry == "euclidean" else both
         out["circular_variance"] = float(metrics.circular_variance(unit))
     else:
@@ -86,17 +86,17 @@ def evaluate(
     }
     if cfg.probe == "linear":
         out["linear_probe_accuracy"] = probe.linear_probe(
-            reference["embedding"],
+            reference.embedding,
             ds.train_y,
-            query["embedding"],
+            query.embedding,
             ds.test_y,
             num_classes=ds.num_classes,
             epochs=cfg.probe_epochs,
             seed=cfg.seed,
         )
     elif cfg.probe == "piecewise":
-        tr_code, tr_chart = manifolds.atlas_code(reference["coords"], reference["q"])
-        te_code, te_chart = manifolds.atlas_code(query["coords"], query["q"])
+        tr_code, tr_chart = manifolds.atlas_code(reference.coords, reference.q)
+        te_code, te_chart = manifolds.atlas_code(query.coords, query.q)
         out["piecewise_linear_accuracy"] = probe.piecewise_linear(
             np.asarray(tr_code),
             np.asarray(tr_chart),

@@ -1,0 +1,258 @@
+"""The traced part of training: model and optimiser from a config, the objective, and the per-device step.
+
+The train state is a plain pytree ``{'params', 'rest', 'opt_state', 'step'}`` (``rest``: NNX variables other
+than parameters, e.g. batch statistics). The step is a pure function of (state, batch) written once for one
+device's slice of the batch, pmap-style, and run under ``jax.shard_map`` or ``jax.pmap`` by
+``geojax.parallel.data_parallel``. The loss always sees the global batch: embeddings are all-gathered as
+keys, each local anchor's own column is masked through ``self_index``, and normalisation is global
+(``axis_name``). The step closes over objects derived from the config (the model's graph, the optimiser, an
+:class:`Objective`, a :class:`Views` recipe), never over the config itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from geojax import losses, manifolds, models, parallel, regularizers
+from geojax import similarity as similarity_lib
+from train import data
+from train.config import Config
+
+NO_OVERLAP = 1e3  # d_M where two atlas points share no chart (finite, so losses stay finite)
+State = dict[str, Any]
+
+
+def compute_dtype(cfg: Config) -> Any:
+    """Layer compute dtype for ``cfg.precision`` (parameters, loss and embeddings stay float32)."""
+    return jnp.bfloat16 if cfg.precision == "bf16" else None
+
+
+def build_model(
+    cfg: Config, image_shape: tuple[int, int, int], *, axis_name: str | None = parallel.AXIS
+) -> models.EmbeddingModel:
+    """The encoder + head (+ projection) of ``cfg`` for images of ``image_shape``, initialised from the seed.
+
+    Batch norm (if any) synchronises its statistics over ``axis_name`` (None: a plain single-device step).
+    """
+    rngs = nnx.Rngs(cfg.seed)
+    dt = compute_dtype(cfg)
+    enc = models.encoder(
+        cfg.encoder,
+        input_shape=image_shape,
+        width=cfg.width,
+        norm=cfg.norm,
+        axis_name=axis_name,
+        compute_dtype=dt,
+        rngs=rngs,
+    )
+    return models.EmbeddingModel(
+        enc,
+        geometry=cfg.geometry,
+        dim=cfg.dim,
+        charts=cfg.charts,
+        projection=cfg.projection,
+        projection_dim=cfg.projection_dim,
+        compute_dtype=dt,
+        rngs=rngs,
+    )
+
+
+def schedule(cfg: Config) -> optax.Schedule:
+    """Linear warm-up (``warmup`` steps, capped at steps/2) then cosine decay to 0 or a constant rate."""
+    warmup = min(cfg.warmup, cfg.steps // 2)
+    if cfg.schedule == "cosine":
+        return optax.warmup_cosine_decay_schedule(0.0, cfg.lr, warmup, cfg.steps)
+    return optax.linear_schedule(0.0, cfg.lr, warmup) if warmup else optax.constant_schedule(cfg.lr)
+
+
+def make_optimizer(cfg: Config) -> optax.GradientTransformation:
+    """optax.chain(clip_by_global_norm(c) | clip(c), optimiser); Stowell 2026 clips the global norm at 100."""
+    lr = schedule(cfg)
+    opt = {
+        "adam": lambda: optax.adam(lr),
+        "adamw": lambda: optax.adamw(lr, weight_decay=cfg.weight_decay),
+        "sgd": lambda: optax.sgd(lr, momentum=cfg.momentum or None),
+        "rmsprop": lambda: optax.rmsprop(lr),
+    }[cfg.optimizer]()
+    clip = optax.clip_by_global_norm(cfg.clip) if cfg.clip_mode == "global_norm" else optax.clip(cfg.clip)
+    return optax.chain(clip, opt)
+
+
+def init_state(
+    cfg: Config, image_shape: tuple[int, int, int], *, axis_name: str | None = parallel.AXIS
+) -> tuple[nnx.GraphDef, State]:
+    """(graphdef, state) of a fresh run: parameters, other variables, optimiser state, step 0."""
+    graphdef, params, rest = nnx.split(build_model(cfg, image_shape, axis_name=axis_name), nnx.Param, ...)
+    state = {
+        "params": params,
+        "rest": rest,
+        "opt_state": make_optimizer(cfg).init(params),
+        "step": jnp.zeros((), jnp.int32),
+    }
+    return graphdef, state
+
+
+@dataclasses.dataclass(frozen=True)
+class Objective:
+    """The loss on the batch similarity (or SimO on the embeddings) plus weighted regularisers.
+
+    ``similarity`` is a geojax.similarity name, ``torus`` (flat-torus L1 of the angles of torus embeddings)
+    or ``manifold`` (−d_M of an atlas, Korman 2021 eq. 7); ``loss_kwargs`` are the loss's hyper-parameters.
+    """
+
+    loss: str
+    similarity: str
+    loss_kwargs: tuple[tuple[str, Any], ...] = ()
+    koleo: float = 0.0
+    mmd: float = 0.0
+    membership: float = 0.0
+    prior_samples: int = 256
+    chart_dim: int = 1
+
+    @classmethod
+    def from_config(cls, cfg: Config) -> Objective:
+        if cfg.loss in ("supcon", "sincere", "info_nce"):
+            kwargs = {"temperature": cfg.temperature}
+        elif cfg.loss == "triplet":
+            kwargs = {"margin": cfg.margin, "mining": cfg.mining}
+        elif cfg.loss == "simo":
+            kwargs = {"eps": cfg.simo_eps, "orthogonality": cfg.simo_orthogonality}
+        else:
+            margins = {"pos_margin": cfg.pos_margin, "neg_margin": cfg.neg_margin}
+            kwargs = {k: v for k, v in margins.items() if v is not None}
+        return cls(
+            loss=cfg.loss,
+            similarity=cfg.similarity,
+            loss_kwargs=tuple(sorted(kwargs.items())),
+            koleo=cfg.koleo,
+            mmd=cfg.mmd,
+            membership=cfg.membership,
+            prior_samples=cfg.prior_samples,
+            chart_dim=cfg.dim,
+        )
+
+    def _similarity(self, out: models.Outputs, axis_name: str | None) -> jax.Array:
+        """[n, M] similarity of the n local rows to the gathered M global rows."""
+        if self.similarity == "manifold":
+            return -similarity_lib.manifold_distance(
+                out.coords,
+                out.q,
+                parallel.gather(out.coords, axis_name),
+                parallel.gather(out.q, axis_name),
+                no_overlap=NO_OVERLAP,
+            )
+        vectors = out.loss_vectors
+        if self.similarity == "torus":
+            vectors = manifolds.clifford_to_angles(vectors)
+        return similarity_lib.get(self.similarity)(vectors, parallel.gather(vectors, axis_name))
+
+    def __call__(
+        self, out: models.Outputs, labels: jax.Array, key: jax.Array, axis_name: str | None
+    ) -> tuple[jax.Array, dict[str, jax.Array]]:
+        """(total, {term: unweighted value}) of one device's outputs (n rows, ``labels`` [n]) against the keys
+        of all devices; every term is the value on the global batch."""
+        n = labels.shape[0]
+        keys = {
+            "key_labels": parallel.gather(labels, axis_name),
+            "self_index": parallel.self_index(n, axis_name),
+            "axis_name": axis_name,
+        }
+        kwargs = dict(self.loss_kwargs)
+        if self.loss == "simo":
+            vectors = out.loss_vectors
+            main = losses.simo(
+                vectors, labels, key_embeddings=parallel.gather(vectors, axis_name), **kwargs, **keys
+            )
+        else:
+            main = getattr(losses, self.loss)(self._similarity(out, axis_name), labels, **kwargs, **keys)
+        terms = {self.loss: main}
+        total = main
+        if self.koleo > 0:
+            terms["koleo"] = regularizers.koleo(out.embedding, axis_name=axis_name)
+            total = total + self.koleo * terms["koleo"]
+        if self.mmd > 0:
+            prior = regularizers.sample_prior(key, self.prior_samples, self.chart_dim)
+            terms["mmd"] = regularizers.mmd_atlas(out.coords, out.q, prior, axis_name=axis_name)
+            total = total + self.mmd * terms["mmd"]
+        if self.membership > 0:
+            terms["membership"] = regularizers.membership(out.q, axis_name=axis_name)
+            total = total + self.membership * terms["membership"]
+        return total, terms
+
+
+@dataclasses.dataclass(frozen=True)
+class Views:
+    """How a batch becomes the model's input: ``n`` augmented views of each image, in ``dtype``."""
+
+    n: int
+    augment: str
+    dtype: Any = None
+
+    def __call__(self, key: jax.Array, images: jax.Array, positions: jax.Array) -> jax.Array:
+        x = data.views(key, images, positions, n_views=self.n, kind=self.augment)
+        return x if self.dtype is None else x.astype(self.dtype)
+
+
+def make_step(
+    cfg: Config,
+    graphdef: nnx.GraphDef,
+    tx: optax.GradientTransformation,
+    axis_name: str | None = parallel.AXIS,
+) -> Callable[[State, dict[str, jax.Array]], tuple[State, dict[str, jax.Array]]]:
+    """Per-device step ``(state, batch) -> (state, metrics)``; batch = {'x': [n, H, W, C], 'y': [n],
+    'pos': [n] global positions}. Gradients are pmean-ed over ``axis_name`` (geojax.parallel's convention)."""
+    objective_fn = Objective.from_config(cfg)
+    views = Views(cfg.views, cfg.augment, compute_dtype(cfg))
+    base_key = jax.random.key(cfg.seed)
+
+    def step(state, batch):
+        key = jax.random.fold_in(base_key, state["step"])
+        k_aug, k_prior = jax.random.split(key)
+        x = views(k_aug, batch["x"], batch["pos"])
+        labels = jnp.tile(batch["y"], views.n)
+
+        def loss_fn(params):
+            model = nnx.merge(graphdef, params, state["rest"], copy=True)
+            total, terms = objective_fn(model(x), labels, k_prior, axis_name)
+            return total, (terms, nnx.state(model, nnx.Not(nnx.Param)))
+
+        (total, (terms, rest)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["params"])
+        grads = parallel.pmean(grads, axis_name)
+        updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
+        new = {
+            "params": optax.apply_updates(state["params"], updates),
+            "rest": parallel.pmean(rest, axis_name),
+            "opt_state": opt_state,
+            "step": state["step"] + 1,
+        }
+        metrics = {"loss": total, **terms, "grad_norm": optax.tree.norm(grads)}
+        return new, parallel.pmean(metrics, axis_name)
+
+    return step
+
+
+def embed(
+    graphdef: nnx.GraphDef, state: State, images: np.ndarray, *, batch: int, precision: str = "fp32"
+) -> models.Outputs:
+    """Evaluation-mode outputs (no augmentation) for ``images`` [N, H, W, C], in chunks of ``batch``, as
+    float32 NumPy arrays."""
+    model = nnx.merge(graphdef, state["params"], state["rest"])
+    model.eval()
+    dt = jnp.bfloat16 if precision == "bf16" else jnp.float32
+    forward = jax.jit(lambda m, x: jax.tree.map(lambda v: v.astype(jnp.float32), m(x.astype(dt))))
+    chunks = []
+    for start in range(0, len(images), batch):  # one compiled shape: the last chunk is zero-padded
+        x = images[start : start + batch]
+        pad = batch - len(x)
+        out = forward(model, np.concatenate([x, np.zeros((pad, *x.shape[1:]), x.dtype)]) if pad else x)
+        rows = len(x)
+        chunks.append(jax.tree.map(lambda v, rows=rows: np.asarray(v)[:rows], out))
+    return jax.tree.map(lambda *parts: np.concatenate(parts), *chunks)
