@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
+import itertools
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -98,3 +104,80 @@ def test_blocks_on_jax_results():
 def test_timing_statistics():
     timing = Timing(seconds=(3.0, 1.0, 2.0), cpu_seconds=(0.5, 0.7, 0.1), result=None)
     assert (timing.median, timing.best, timing.cpu_median, timing.cpu_best) == (2.0, 1.0, 0.5, 0.1)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# smoke runs of the benchmark scripts (--quick), with or without the optional peers installed
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def _run_script(name: str, *args: str) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # the script's own device set-up
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / name), *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+def _tables(stdout: str) -> list[list[dict[str, str]]]:
+    """The Markdown tables in stdout, each as a list of {column: cell} rows (checks the rule line)."""
+    tables, lines = [], stdout.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("|") and (i == 0 or not lines[i - 1].startswith("|")):
+            block = list(itertools.takewhile(lambda s: s.startswith("|"), lines[i:]))
+            header, rule, *body = ([c.strip() for c in row.strip("|").split("|")] for row in block)
+            assert len(rule) == len(header) and all(set(c) <= set(":-") for c in rule), block[:2]
+            assert all(len(row) == len(header) for row in body), block
+            tables.append([dict(zip(header, row, strict=True)) for row in body])
+    return tables
+
+
+def test_losses_quick():
+    out = _run_script("losses.py", "--quick", "--repeats", "1")
+    timing, memory = _tables(out)
+    assert [(r["loss"], r["N"]) for r in timing] == [
+        (loss, n) for n in ("128", "256") for loss in ("supcon", "info_nce", "triplet")
+    ]
+    assert all(float(r["geojax ms"]) > 0 for r in timing)
+    if not _installed("pytorch_metric_learning") or not _installed("torch"):
+        assert all(r["PML ms"] == r["PML/geojax"] == "–" for r in timing)
+        assert all(r["note"] == "PML not installed" for r in timing)
+    plain, blocked = (float(r["temporary MiB"].replace(",", "")) for r in memory)
+    assert blocked < plain  # the blocked form never holds an [N, N] matrix
+
+
+@pytest.mark.slow
+def test_binary_quick():
+    out = _run_script("binary.py", "--quick", "--repeats", "2")
+    tables = _tables(out)
+    assert len(tables) == 2  # the two shapes of the quick run
+    for rows in tables:
+        assert rows[0]["variant"] == "dense x @ R.T" and rows[0]["speed-up vs dense"] == "1.00×"
+        assert len(rows) == 1 + 6 + (jax.default_backend() == "gpu")
+        assert all(r["bits equal to dense"] == "1.00000" for r in rows)  # same codes as the dense matrix
+
+
+@pytest.mark.slow
+def test_search_quick():
+    out = _run_script("search.py", "--quick", "--rows", "5000", "--queries", "50", "--repeat", "1")
+    (rows,) = _tables(out)
+    assert [r["search"].split()[0] for r in rows] == ["Hamming", "uint8", "PQ(m=8,"]
+    assert all(float(r["geojax s"]) > 0 for r in rows)
+    if _installed("faiss"):
+        assert "distances identical: True" in rows[0]["check"]
+    else:
+        assert "faiss not installed" in out
+        assert all(r["faiss s"] == r["ratio (faiss/geojax)"] == r["CPU-s ratio"] == "–" for r in rows)
+        assert rows[0]["check"].endswith("numpy scan on 20 queries: True")
+    assert rows[1]["check"].endswith("numpy scan on 20 queries: True")
