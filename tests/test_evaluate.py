@@ -1,4 +1,5 @@
-"""train.evaluate on synthetic clustered embeddings: every Table 3 row, the files, and the CLI."""
+"""train.evaluate on synthetic clustered embeddings: every Table 3 row, the ranking similarity, the files,
+the CLI and the plots (train.plots)."""
 
 import json
 import os
@@ -8,7 +9,7 @@ import numpy as np
 import pytest
 
 from geojax import manifolds, quantize, search
-from train import evaluate
+from train import evaluate, plots
 
 
 def clustered(rng, n_per, classes, d, spread):
@@ -74,7 +75,7 @@ def test_sphere_report_and_writers(tmp_path):
     assert rows["PQ(4,4)"]["p_at_1"] is not None and rows["PQ(4,4)"]["codebook_size"] == 16 * 16
     evaluate.write_json([rep], str(tmp_path / "r.json"))
     evaluate.write_markdown([rep], str(tmp_path / "r.md"))
-    evaluate.plot([rep, rep], str(tmp_path / "r.png"))
+    plots.plot_quantised([rep, rep], str(tmp_path / "r.png"))
     back = json.loads((tmp_path / "r.json").read_text())
     assert back[0]["rows"][0]["method"] == "float32"
     md = (tmp_path / "r.md").read_text()
@@ -107,3 +108,59 @@ def test_bad_inputs(tmp_path):
         evaluate.quantised_report(x[:, :5], y, x[:, :5], y, geometry="torus_n", key=jax.random.key(0))
     with pytest.raises(ValueError, match="embeddings.npz"):
         evaluate.main([str(tmp_path)])
+
+
+def _scale_classes(rng):
+    """Two classes along the same directions at norms 1 and 3: cosine cannot tell them apart, distance can."""
+    directions = rng.normal(size=(8, 16))
+    directions /= np.linalg.norm(directions, axis=1, keepdims=True)
+    labels = np.repeat([0, 1], 80).astype(np.int32)
+    pick = rng.integers(0, 8, size=len(labels))
+    x = directions[pick] * np.where(labels == 1, 3.0, 1.0)[:, None] + 0.02 * rng.normal(
+        size=(len(labels), 16)
+    )
+    return x.astype(np.float32), labels
+
+
+def test_float_row_ranks_by_the_trained_similarity():
+    x, y = _scale_classes(np.random.default_rng(3))
+    q, qy, r, ry = x[::2], y[::2], x[1::2], y[1::2]
+
+    def naive_p1(scores):  # a numpy scan: label of the best reference row, ties to the lower index
+        return float(np.mean(ry[np.argmax(scores, axis=1)] == qy))
+
+    unit = lambda v: v / np.linalg.norm(v, axis=1, keepdims=True)  # noqa: E731
+    cosine = naive_p1(unit(q) @ unit(r).T)
+    euclid = naive_p1(-((q[:, None, :] - r[None, :, :]) ** 2).sum(-1))
+    assert euclid > 0.95 and cosine < 0.8  # the data tells the two rankings apart
+
+    def float_row(**kw):
+        rep = evaluate.quantised_report(q, qy, r, ry, key=jax.random.key(0), pq_iters=2, **kw)
+        return rep["rows"][0]
+
+    default = float_row(geometry="euclidean")  # no recorded similarity: Euclidean, as before
+    assert default["note"] == "neg_euclidean" and default["p_at_1"] == pytest.approx(euclid)
+    trained = float_row(geometry="euclidean", similarity="cosine")
+    assert trained["note"] == "cosine" and trained["p_at_1"] == pytest.approx(cosine)
+    # Unit-norm geometries rank by cosine whatever they were trained with (geojax.similarity).
+    sphere = float_row(geometry="sphere", similarity="neg_euclidean")
+    assert sphere["note"] == "cosine" and sphere["p_at_1"] == pytest.approx(cosine)
+
+
+def test_load_run_reads_the_trained_similarity(tmp_path, torus_run):
+    arrays = {k: np.asarray(v) for k, v in torus_run.items()}
+    np.savez(tmp_path / "embeddings.npz", **arrays)
+    assert "similarity" not in evaluate.load_run(str(tmp_path))
+    np.savez(tmp_path / "embeddings.npz", **arrays, similarity=np.array("torus"))
+    run = evaluate.load_run(str(tmp_path))
+    assert run["similarity"] == "torus" and run["geometry"] == "torus_n"
+
+
+def test_plot_curve(tmp_path):
+    rows = [{"step": s, "loss": 1.0 / s, "supcon": 2.0 / s, "lr": 0.1, "time": 0.0} for s in (1, 2, 3)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    plots.plot_curve(str(tmp_path / "metrics.jsonl"), str(tmp_path / "curve.png"))
+    assert (tmp_path / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    (tmp_path / "empty.jsonl").write_text("")
+    plots.plot_curve(str(tmp_path / "empty.jsonl"), str(tmp_path / "none.png"))
+    assert not (tmp_path / "none.png").exists()

@@ -1,14 +1,15 @@
-"""Seed 002 §6.1 protocol: ITQ vs Tensorized Projection, Hamming-ranking mAP, parameters, encode time.
+"""ITQ vs Tensorized Projection by the protocol of Hong, Meng & Yuan 2018 §6.1: Hamming-ranking mAP,
+parameters, encode time.
 
-Ground truth (after Xia et al. 2015, as seed 002 uses it): the threshold is the average Euclidean
-distance of database items to their 50th nearest database neighbour; a database item is a true neighbour
-of a query when it lies within that distance. The database is ranked by Hamming distance to the query's
-code (ties by the lower database index) and mAP is the mean over queries of the average precision of
-that ranking (queries with no true neighbour are left out and counted in the report).
+Ground truth (after Xia et al. 2015, as Hong, Meng & Yuan 2018 use it): the threshold is the average
+Euclidean distance of database items to their 50th nearest database neighbour; a database item is a true
+neighbour of a query when it lies within that distance. The database is ranked by Hamming distance to the
+query's code (ties by the lower database index) and mAP is the mean over queries of the average precision
+of that ranking (queries with no true neighbour are left out and counted in the report).
 
 Features are centred and scaled once by a global constant (mean squared norm = d), so that the
-projected values and the ±1 codes of seed 002 eq. 9 are of the same size whatever the data's units;
-a global scale changes neither the Euclidean ground truth nor the ITQ codes.
+projected values and the ±1 codes of Hong, Meng & Yuan 2018 eq. 9 are of the same size whatever the data's
+units; a global scale changes neither the Euclidean ground truth nor the ITQ codes.
 
     python -m train.binary_eval [--data digits|npz:PATH[:KEY]] [--quick] [--out binary_eval.json]
 """
@@ -25,7 +26,7 @@ import jax
 import numpy as np
 
 from geojax import binary, search, tt
-from train import files
+from train import files, tables
 
 FACTORS = (0.25, 0.5, 1.0, 2.0, 4.0)
 QUICK_FACTORS = (0.5, 1.0, 2.0)
@@ -99,7 +100,8 @@ def average_precision(distances: np.ndarray, relevant: np.ndarray) -> np.ndarray
 
 
 def hamming_map(query_codes, db_codes, relevant: np.ndarray) -> float:
-    """Seed 002 §6.1: mAP of Hamming ranking over packed codes (queries with no true neighbour left out)."""
+    """Hong, Meng & Yuan 2018 §6.1: mAP of Hamming ranking over packed codes (queries with no true
+    neighbour left out)."""
     dist = np.asarray(search.hamming_distances(query_codes, db_codes))
     return float(np.nanmean(average_precision(dist, relevant)))
 
@@ -126,7 +128,8 @@ def evaluate(
     tp_iters: int = 10,
     seed: int = 0,
 ) -> dict:
-    """Run the seed-002 comparison on features x [N, D]; returns the report as a JSON-able dict."""
+    """Run the ITQ vs TP comparison (Hong, Meng & Yuan 2018 §6.1) on features x [N, D]; returns the report
+    as a JSON-able dict."""
     n, d = x.shape
     n_q = queries if queries is not None else max(1, min(1000, n // 10))
     t = cores if cores is not None else max(2, int(math.log(d, 4) + 1e-9))
@@ -170,7 +173,8 @@ def evaluate(
                 }
             )
     return {
-        "protocol": "seed 002 §6.1: Hamming-ranking mAP, ground truth = within the mean 50-NN distance",
+        "protocol": "Hong, Meng & Yuan 2018 §6.1: Hamming-ranking mAP, "
+        "ground truth = within the mean 50-NN distance",
         "n_database": int(db.shape[0]),
         "n_queries": int(n_q),
         "queries_without_true_neighbour": int((relevant.sum(1) == 0).sum()),
@@ -188,23 +192,26 @@ def evaluate(
 
 
 def to_markdown(report: dict) -> str:
-    """The report's rows as a Markdown table."""
-    lines = [
+    """A line on the data and protocol sizes, then the report's rows as a Markdown table."""
+    intro = (
         f"{report.get('data', 'data')}: {report['n_database']} database / {report['n_queries']} queries, "
         f"d = {report['d']} (TT input modes {'×'.join(map(str, report['in_modes']))}, "
         f"rank {report['rank']}), "
-        f"{report['mean_true_neighbours']:.1f} true neighbours per query on average; {report['device']}",
-        "",
-        "| bits | method | mAP | parameters | encode µs/vector | TT output modes |",
-        "|---:|:---|---:|---:|---:|:---|",
+        f"{report['mean_true_neighbours']:.1f} true neighbours per query on average; {report['device']}"
+    )
+    header = ["bits", "method", "mAP", "parameters", "encode µs/vector", "TT output modes"]
+    rows = [
+        [
+            r["bits"],
+            r["method"],
+            r["map"],
+            f"{r['params']:,}",
+            f"{r['encode_us_per_vector']:.3f}",
+            "×".join(map(str, r["out_modes"])) if r["out_modes"] else "dense",
+        ]
+        for r in report["rows"]
     ]
-    for r in report["rows"]:
-        modes = "×".join(map(str, r["out_modes"])) if r["out_modes"] else "dense"
-        lines.append(
-            f"| {r['bits']} | {r['method']} | {r['map']:.4f} | {r['params']:,} | "
-            f"{r['encode_us_per_vector']:.3f} | {modes} |"
-        )
-    return "\n".join(lines)
+    return intro + "\n\n" + tables.markdown_table(header, rows, align="rlrrrl")
 
 
 def main(argv: Sequence[str] | None = None) -> dict:

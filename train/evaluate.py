@@ -1,24 +1,26 @@
-"""Float and quantised retrieval report of trained embeddings (seed 000 Experiment 2, Table 3).
+"""Float and quantised retrieval report of trained embeddings (Stowell 2026, Experiment 2, Table 3).
 
     python -m train.evaluate WORKDIR [WORKDIR ...] [--seed S] [--pq-iters N]
 
 Each WORKDIR holds ``embeddings.npz`` (cross-helper contract: test-split queries, train-split reference,
-labels, geometry). For each run: P@1, R@k and MAP@R (geojax.metrics; queries = test, reference = train) in
-float and under every code of seed 000 Table 3, with bits per vector and codebook size. The Markdown table is
-printed; report_quantised.{json,md,png} go to the first WORKDIR.
+labels, geometry and, when the run recorded it, the trained similarity). For each run: P@1, R@k and MAP@R
+(geojax.metrics; queries = test, reference = train) in float and under every code of Stowell 2026 Table 3,
+with bits per vector and codebook size. The Markdown table is printed; report_quantised.{json,md,png} go to
+the first WORKDIR.
 
 Codes (per geometry):
-- float: the geometry's own similarity (cosine on the sphere and on Clifford vectors, Euclidean, or the atlas
-  semi-metric d_M when chart coordinates are present).
+- float: the similarity ``geojax.similarity.retrieval_similarity`` names for the geometry (cosine on the
+  sphere and on Clifford vectors, the trained vector similarity on ``euclidean``), or on an atlas the
+  semi-metric d_M of Korman 2021 eq. 7 when chart coordinates are present (else Euclidean distance).
 - 8-bit: torus geometries → flat angles (``clifford_to_angles``) → ``torus_uint8`` (no fitted range; D/2
   codes per vector, Table 3 footnote) ranked by the wraparound L1 of ``search``; others → the 8-bit grid
   fitted on the reference set, ranked by the float similarity of the cell centres.
 - 1-bit: sign bits of the extrinsic coordinates (Clifford form for the torus), ranked by Hamming distance.
-- PQ(a, b): named as in seed 000 Table 3, where the *first* number is bits per sub-space and the second the
-  number of sub-spaces (the table's codebook sizes 256D/16D and the paper's code, ``pq_nbits, pq_m``, fix this
-  reading). Fitted on the reference set (flat angles for the torus, extrinsic vectors otherwise); queries are
-  ranked against the reconstructions by asymmetric distance: squared Euclidean (= ``search.pq_distances``) or,
-  on the torus, the squared wraparound distance of the angles.
+- PQ(a, b): named as in Stowell 2026 Table 3, where the *first* number is bits per sub-space and the second
+  the number of sub-spaces (the table's codebook sizes 256D/16D and the paper's code, ``pq_nbits, pq_m``, fix
+  this reading). Fitted on the reference set (flat angles for the torus, extrinsic vectors otherwise);
+  queries are ranked against the reconstructions by asymmetric distance: squared Euclidean
+  (= ``search.pq_distances``) or, on the torus, the squared wraparound distance of the angles.
 """
 
 from __future__ import annotations
@@ -36,9 +38,9 @@ import numpy as np
 
 from geojax import manifolds, metrics, quantize, search
 from geojax import similarity as sim
-from train import files
+from train import files, plots, tables
 
-# (name, sub-spaces m, bits per sub-space) in the order of seed 000 Table 3.
+# (name, sub-spaces m, bits per sub-space) in the order of Stowell 2026 Table 3.
 PQ_CONFIGS: tuple[tuple[str, int, int], ...] = (
     ("PQ(8,16)", 16, 8),
     ("PQ(8,4)", 4, 8),
@@ -109,6 +111,7 @@ def quantised_report(
     *,
     geometry: str,
     key: jax.Array,
+    similarity: str = "neg_euclidean",
     ks: Sequence[int] = (1, 2, 4, 8),
     pq_iters: int = 25,
     query_coords=None,
@@ -116,10 +119,13 @@ def quantised_report(
     reference_coords=None,
     reference_q=None,
 ) -> dict[str, Any]:
-    """Retrieval metrics in float and under every quantisation of seed 000 Table 3 (module docstring).
+    """Retrieval metrics in float and under every quantisation of Stowell 2026 Table 3 (module docstring).
 
     query: [Nq, D] float (test split, extrinsic coordinates), query_labels: [Nq] int, reference: [Nr, D]
-    float (train split), reference_labels: [Nr] int; geometry in GEOMETRIES; key: PRNG key for PQ k-means.
+    float (train split), reference_labels: [Nr] int; geometry in GEOMETRIES; key: PRNG key for PQ k-means;
+    similarity: the similarity the run was trained with (embeddings.npz ``similarity``), which ranks
+    ``euclidean`` embeddings (``geojax.similarity.retrieval_similarity``; unit-norm geometries rank by
+    cosine).
     For 'atlas', query_coords [Nq, n, d] / query_q [Nq, n] (and the reference's) rank the float row by d_M.
     Returns {'geometry', 'dim', 'n_query', 'n_reference', 'rows': [per method: method, m, nbits,
     bits_per_vector, codebook_size, p_at_1, recall_at_k {k: value}, map_at_r, note]}.
@@ -143,20 +149,22 @@ def quantised_report(
     d = q.shape[1]
     rows = []
 
-    def score(qx, rx, similarity):
-        return _scores(qx, labels[0], rx, labels[1], similarity, ks)
+    def score(qx, rx, rank_by):
+        return _scores(qx, labels[0], rx, labels[1], rank_by, ks)
 
-    # Float.
+    # Float. An atlas ranks by d_M (its retrieval similarity, "manifold") on chart coordinates; its extrinsic
+    # vectors, which the 8-bit grid quantises, by Euclidean distance.
+    float_sim = sim.retrieval_similarity(geometry, similarity)
+    if float_sim == "manifold":
+        float_sim = "neg_euclidean"
     if geometry == "atlas" and query_coords is not None:
         float_scores = score(
             (jnp.asarray(query_coords), jnp.asarray(query_q)),
             (jnp.asarray(reference_coords), jnp.asarray(reference_q)),
             _neg_atlas,
         )
-        float_sim = "neg_euclidean"
-        note = "d_M of seed 001 eq. 7 on chart coordinates"
+        note = "d_M of Korman 2021 eq. 7 on chart coordinates"
     else:
-        float_sim = "cosine" if geometry in ("sphere", *_TORUS) else "neg_euclidean"
         float_scores = score(q, r, float_sim)
         note = float_sim
     rows.append(_row("float32", 32 * d, 0, float_scores, note=note))
@@ -230,10 +238,6 @@ def quantised_report(
 # --------------------------------------------------------------------------------------------------------
 
 
-def _fmt(v) -> str:
-    return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.4f}"
-
-
 def markdown_table(reports: Sequence[dict[str, Any]]) -> str:
     """One Markdown table over every run: geometry, method, bits, codebook size, P@1, R@k…, MAP@R."""
     ks = sorted(
@@ -250,26 +254,22 @@ def markdown_table(reports: Sequence[dict[str, Any]]) -> str:
         "MAP@R",
         "note",
     ]
-    lines = [
-        "| " + " | ".join(head) + " |",
-        "|" + "|".join(["---"] * 3 + ["---:"] * (len(head) - 4) + ["---"]) + "|",
+    rows = [
+        [
+            rep["geometry"],
+            rep["dim"],
+            row["method"],
+            row["bits_per_vector"],
+            row["codebook_size"],
+            row["p_at_1"],
+            *[(row["recall_at_k"] or {}).get(k) for k in ks],
+            row["map_at_r"],
+            row["note"],
+        ]
+        for rep in reports
+        for row in rep["rows"]
     ]
-    for rep in reports:
-        for row in rep["rows"]:
-            rk = row["recall_at_k"] or {}
-            cells = [
-                rep["geometry"],
-                str(rep["dim"]),
-                row["method"],
-                str(row["bits_per_vector"]),
-                str(row["codebook_size"]),
-                _fmt(row["p_at_1"]),
-                *[_fmt(rk.get(k)) for k in ks],
-                _fmt(row["map_at_r"]),
-                row["note"],
-            ]
-            lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    return tables.markdown_table(head, rows, align="---" + "r" * (len(head) - 4) + "-") + "\n"
 
 
 def write_json(reports: Sequence[dict[str, Any]], path: str) -> None:
@@ -291,32 +291,6 @@ def write_markdown(reports: Sequence[dict[str, Any]], path: str) -> None:
     files.write_text(path, markdown_table(reports))
 
 
-def plot(reports: Sequence[dict[str, Any]], path: str, *, metric: str = "p_at_1") -> None:
-    """PNG of ``metric`` against bits per vector (log scale), one line per run (geometry, D)."""
-    fig = files.figure(figsize=(7, 4.5))
-    ax = fig.subplots()
-    for rep in reports:
-        pts = sorted(
-            (row["bits_per_vector"], row[metric], row["method"])
-            for row in rep["rows"]
-            if row[metric] is not None and not math.isnan(row[metric])
-        )
-        if not pts:
-            continue
-        xs, ys, names = zip(*pts, strict=True)
-        ax.plot(xs, ys, marker="o", label=f"{rep['geometry']} (D={rep['dim']})")
-        for x, y, name in pts:
-            ax.annotate(name, (x, y), fontsize=6, xytext=(2, 2), textcoords="offset points")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("bits per vector")
-    ax.set_ylabel(metric.replace("_", " ").replace("p at 1", "P@1"))
-    ax.set_title("Retrieval after quantisation (seed 000 Table 3 codes)")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    files.write_figure(fig, path, dpi=120)
-
-
 # --------------------------------------------------------------------------------------------------------
 # CLI.
 # --------------------------------------------------------------------------------------------------------
@@ -336,6 +310,8 @@ def load_run(workdir: str) -> dict[str, Any]:
         "reference_labels": run["reference_labels"],
         "geometry": str(run["geometry"]),
     }
+    if "similarity" in run:  # the trained similarity, when the run recorded it
+        out["similarity"] = str(run["similarity"])
     for name in ("query_coords", "query_q", "reference_coords", "reference_q"):
         if name in run:
             out[name] = run[name]
@@ -361,7 +337,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     base = os.path.join(args.workdirs[0], REPORT_NAME)
     write_json(reports, base + ".json")
     write_markdown(reports, base + ".md")
-    plot(reports, base + ".png")
+    plots.plot_quantised(reports, base + ".png")
     return reports
 
 
