@@ -14,32 +14,26 @@ from __future__ import annotations
 
 import argparse
 import math
-import time
 
 import jax
 import numpy as np
 
 from geojax import parallel
-from train import config, loop
+from train import config, step
+from train.tables import markdown_table
+from train.timing import measure
 
 
-def _rate(one, block, steps: int, warmup: int = 2) -> float:
-    """Steps/s of ``one()`` over ``steps`` calls after ``warmup`` calls; ``block()`` waits for the work."""
-    for _ in range(warmup):
-        one()
-    block()
-    t = time.perf_counter()
-    for _ in range(steps):
-        one()
-    block()
-    return steps / (time.perf_counter() - t)
+def steps_per_s(one, steps: int, block=jax.block_until_ready) -> float:
+    """Throughput of ``one()``: ``steps`` back-to-back calls after two warm-up calls, then one wait."""
+    return 1 / measure(one, repeats=1, warmup=2, number=steps, block=block).median
 
 
 def geojax_steps_per_s(cfg: config.Config, images: np.ndarray, labels: np.ndarray, steps: int) -> float:
-    """The train app's own step (loop.make_step under parallel.data_parallel on one device)."""
-    graphdef, state = loop.init_state(cfg, images.shape[1:])
+    """The train app's own step (train.step.make_step under parallel.data_parallel on one device)."""
+    graphdef, state = step.init_state(cfg, images.shape[1:])
     run = parallel.data_parallel(
-        loop.make_step(cfg, graphdef, loop.make_optimizer(cfg)),
+        step.make_step(cfg, graphdef, step.make_optimizer(cfg)),
         mode=cfg.parallel,
         mesh=parallel.make_mesh(1),
         donate_state=True,
@@ -49,8 +43,9 @@ def geojax_steps_per_s(cfg: config.Config, images: np.ndarray, labels: np.ndarra
 
     def one():
         box[0], _ = run(box[0], batch)
+        return box[0]
 
-    return _rate(one, lambda: jax.block_until_ready(box[0]), steps)
+    return steps_per_s(one, steps)
 
 
 def torch_steps_per_s(
@@ -106,11 +101,11 @@ def torch_steps_per_s(
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
         opt.step()
 
-    def block():
+    def block(_):
         if device != "cpu":
             torch.cuda.synchronize()
 
-    return _rate(one, block, steps)
+    return steps_per_s(one, steps, block)
 
 
 def main() -> None:
@@ -124,6 +119,7 @@ def main() -> None:
         f"device: jax {jax.__version__} on {dev.platform} ({dev.device_kind}), {jax.device_count()} device(s)"
     )
     rng = np.random.default_rng(0)
+    header = ["train step", "steps/s", "images/s"]
     if args.resnet18_gpu:
         per_step = 16 if args.quick else 256
         cfg = config.make(
@@ -140,10 +136,8 @@ def main() -> None:
         labels = rng.integers(0, 10, per_step).astype(np.int32)
         steps = args.steps or (3 if args.quick else 50)
         sps = geojax_steps_per_s(cfg, images, labels, steps)
-        print(
-            f"geojax ResNet-18 32x32 {2 * per_step} images/step ({cfg.precision}): {sps:.2f} steps/s = "
-            f"{sps * 2 * per_step:.0f} images/s"
-        )
+        print(f"ResNet-18 32×32×3, {2 * per_step} images/step ({cfg.precision}), {steps} timed steps:")
+        print(markdown_table(header, [["geojax", f"{sps:.2f}", f"{sps * 2 * per_step:.0f}"]], align="lrr"))
         return
     per_step = 64 if args.quick else 256
     cfg = config.make(batch_size=per_step, augment="none", width=128 if args.quick else 512)
@@ -159,13 +153,17 @@ def main() -> None:
         peer = torch_steps_per_s(cfg, images, labels, steps, torch_device)
     except ImportError:
         print("torch not installed: no peer")
-        peer = float("nan")
+        peer = None
     print(
-        f"train step, MLP {cfg.width} + torusN D={cfg.dim} + SupCon + KoLeo, {2 * per_step} embeddings/step:"
+        f"train step, MLP {cfg.width} + torusN D={cfg.dim} + SupCon + KoLeo, {2 * per_step} embeddings/step, "
+        f"{steps} timed steps:"
     )
-    print(
-        f"  geojax {ours:8.1f} steps/s   torch {peer:8.1f} steps/s   ratio {ours / peer:.2f}x (target 1.5x)"
-    )
+    cells = [
+        [name, None if sps is None else f"{sps:.1f}", None if sps is None else f"{sps * 2 * per_step:.0f}"]
+        for name, sps in (("geojax", ours), ("torch", peer))
+    ]
+    print(markdown_table(header, cells, align="lrr"))
+    print(f"ratio geojax/torch: {'–' if peer is None else f'{ours / peer:.2f}×'} (target 1.5×)")
 
 
 if __name__ == "__main__":

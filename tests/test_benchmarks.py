@@ -181,3 +181,16 @@ def test_search_quick():
         assert all(r["faiss s"] == r["ratio (faiss/geojax)"] == r["CPU-s ratio"] == "–" for r in rows)
         assert rows[0]["check"].endswith("numpy scan on 20 queries: True")
     assert rows[1]["check"].endswith("numpy scan on 20 queries: True")
+
+
+@pytest.mark.slow
+def test_train_step_quick():
+    out = _run_script("train_step.py", "--quick", "--steps", "5")
+    (rows,) = _tables(out)
+    assert [r["train step"] for r in rows] == ["geojax", "torch"]
+    ours = rows[0]
+    assert float(ours["steps/s"]) > 0
+    assert abs(float(ours["images/s"]) / float(ours["steps/s"]) / 128 - 1) < 0.01  # 64 images × 2 views
+    if not _installed("torch"):
+        assert rows[1]["steps/s"] == rows[1]["images/s"] == "–"
+        assert "ratio geojax/torch: – " in out
