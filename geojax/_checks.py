@@ -1,13 +1,17 @@
 """Argument validation shared by every geojax module.
 
-Every check runs on static shapes and dtypes at the Python level, before tracing, and raises a
-``ValueError`` that names the argument and states what was expected.
+Every check raises a ``ValueError`` that names the argument and states what was expected. Shape and dtype
+checks run on static information at the Python level, before tracing. The value checks
+(:func:`check_finite`, :func:`check_index_range`) read the data, so they run only on concrete arrays and are
+skipped for tracers: host-side entry points reject bad values before any work, while under ``jit``,
+``vmap`` or ``grad`` the kernels propagate NaN instead.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -96,3 +100,45 @@ def check_multiple_of(n: int, name: str, m: int) -> None:
     """Raise unless ``n`` is a positive multiple of ``m``."""
     if n < 1 or n % m:
         raise ValueError(f"{name} must be a positive multiple of {m}, got {n}")
+
+
+def is_traced(x) -> bool:
+    """True when ``x`` is a tracer (inside ``jit``, ``vmap``, ``grad``…), whose values cannot be read."""
+    return isinstance(x, jax.core.Tracer)
+
+
+def _values(x):
+    """(array module, array): jax.Arrays are reduced on their device, anything else with NumPy."""
+    return (jnp, x) if isinstance(x, jax.Array) else (np, np.asarray(x))
+
+
+def check_finite(x, name: str) -> None:
+    """Raise unless every entry of ``x`` is finite; the message counts the rows (axis 0) holding a NaN or
+    ±inf (entries for a vector). Integer and bool arrays always pass; tracers are skipped."""
+    if is_traced(x) or not jnp.issubdtype(jnp.result_type(x), jnp.inexact):
+        return
+    xp, v = _values(x)
+    finite = xp.isfinite(v)
+    if v.ndim == 0:
+        if not bool(finite):
+            raise ValueError(f"{name} must be finite, got {v!r}")
+        return
+    good_rows = xp.all(finite, axis=tuple(range(1, v.ndim)))
+    bad = int(v.shape[0] - xp.sum(good_rows))
+    if bad:
+        unit = "rows" if v.ndim > 1 else "entries"
+        raise ValueError(f"{name} must be finite: {bad} of {v.shape[0]} {unit} hold NaN or ±inf")
+
+
+def check_index_range(x, name: str, n: int, what: str) -> None:
+    """Raise unless every entry of the integer array ``x`` lies in [0, n). Tracers are skipped."""
+    if is_traced(x) or jnp.size(x) == 0:
+        return
+    xp, v = _values(x)
+    lo, hi = int(xp.min(v)), int(xp.max(v))
+    if lo < 0 or hi >= n:
+        wide = v.astype(xp.int64) if xp is np else v.astype(jnp.int32)
+        bad = int(xp.sum((wide < 0) | (wide >= n)))
+        raise ValueError(
+            f"{name} must lie in [0, {n - 1}] ({what}): {bad} entries outside, smallest {lo}, largest {hi}"
+        )
