@@ -1,17 +1,21 @@
-"""Retrieval and distribution metrics: P@1, R@k, MAP@R, mAP, kNN accuracy (DESIGN §4), circular variance
-(seed 000 eq. 4) and prototype few-shot accuracy (seed 000 Experiment 3).
+"""Retrieval and distribution metrics: P@1, R@k, MAP@R, mAP, kNN accuracy and nearest neighbours, circular
+variance (Stowell 2026, eq. 4) and prototype few-shot accuracy (Stowell 2026, Experiment 3).
 
-Retrieval protocol, shared by every ranking metric ``f(query, query_labels, reference=None,
-reference_labels=None, *, similarity='cosine', ..., chunk_size=1024)``:
+Retrieval protocol, shared by every ranking function ``f(query, query_labels, reference=None,
+reference_labels=None, *, similarity='cosine', ..., chunk_size=1024)`` and by :func:`nearest_neighbors`
+(the full statement of the conventions is in docs/conventions.md):
 
 - ``similarity`` is a name understood by :func:`geojax.similarity.get` or a callable ``(a, b) -> [N, M]``,
   *higher = more similar*. A distance such as ``similarity.manifold_distance`` must be passed negated, e.g.
   ``lambda a, b: -manifold_distance(a[0], a[1], b[0], b[1])``; with a callable, ``query`` and ``reference``
-  may be tuples of arrays sharing the leading axis (such as ``(coords, q)`` of an atlas).
+  may be tuples of arrays sharing the leading axis (such as ``(coords, q)`` of an atlas, Korman 2021).
 - ``reference=None`` ranks the query set against itself with each query's own row excluded. (Passing the
   same array as ``reference`` excludes nothing.)
 - Ties rank the lower reference index first. NaN and −inf similarities rank below every finite one (but
   above an excluded self-row).
+- Non-finite *input* is rejected: every floating array of ``query`` and ``reference`` (each leaf of a tuple)
+  must be finite, or a ``ValueError`` names it and counts its bad rows before any work. (An all-NaN
+  embedding would otherwise rank exactly like an all-zero one.)
 - A query is *relevant-free* when no other reference item shares its label; such queries are left out of
   ``precision_at_1``, ``recall_at_k`` and ``map_at_r`` (pytorch-metric-learning's rule) and score 0 in
   ``mean_average_precision`` and ``knn_accuracy``. When every query is left out the metric is NaN.
@@ -32,6 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.typing import ArrayLike
 
 from geojax import _checks
 from geojax import similarity as _similarity
@@ -41,11 +46,14 @@ _F32 = jnp.float32
 _LOW = -1e38
 _EXCLUDED = float(jnp.finfo(_F32).min)
 
-Similarity = str | Callable[[jax.Array, jax.Array], jax.Array]
+Similarity = _similarity.SimilarityName | Callable[[jax.Array, jax.Array], jax.Array]
+# One [N, D] array, or (with a callable similarity) a tuple of arrays sharing the leading axis N.
+Embeddings = ArrayLike | tuple[ArrayLike, ...]
 
 
 # --------------------------------------------------------------------------------------------------------
-# Per-query scores of one block: functions of (neighbour labels [b, k], query labels [b], R [b], params).
+# Per-query scores of one block: functions of (neighbour values [b, k], *per-query arrays [b], params).
+# The labelled metrics see neighbour labels, the query labels and R; nearest_neighbors sees indices.
 # --------------------------------------------------------------------------------------------------------
 
 
@@ -85,19 +93,25 @@ def _score_knn(nbr, labels, r, params):
     return (jnp.take_along_axis(nbr, winner[:, None], axis=1)[:, 0] == labels).astype(_F32)
 
 
+def _score_indices(nbr, params):
+    return nbr
+
+
 @functools.partial(jax.jit, static_argnames=("chunk", "sim_fn", "k", "exclude_self", "score", "params"))
 def _score_block(
-    query, labels, r, reference, ref_labels, start, *, chunk, sim_fn, k, exclude_self, score, params
+    query, reference, ref_values, per_query, start, *, chunk, sim_fn, k, exclude_self, score, params
 ):
     """Top-k of the query rows [start, start + chunk) against the whole reference, reduced to per-query
-    scores [chunk, ...]. Rows past the end repeat the last query (one static shape; the caller drops them)."""
-    rows = jnp.minimum(start + jnp.arange(chunk), labels.shape[0] - 1)
+    scores [chunk, ...] by ``score(ref_values[top-k], *(a[rows] for a in per_query), params)``. Rows past the
+    end repeat the last query (one static shape; the caller drops them)."""
+    n_query = jax.tree_util.tree_leaves(query)[0].shape[0]
+    rows = jnp.minimum(start + jnp.arange(chunk), n_query - 1)
     s = jnp.asarray(sim_fn(jax.tree_util.tree_map(lambda a: a[rows], query), reference), _F32)
     s = jnp.where(jnp.isnan(s), _LOW, jnp.maximum(s, _LOW))
     if exclude_self:
         s = jnp.where(jnp.arange(s.shape[1])[None, :] == rows[:, None], _EXCLUDED, s)
     _, idx = lax.top_k(s, k)
-    return score(ref_labels[idx], labels[rows], r[rows], params)
+    return score(ref_values[idx], *(a[rows] for a in per_query), params)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -113,6 +127,12 @@ def _leaves(x, name: str) -> list[jax.Array]:
     if any(len(s) == 0 for s in shapes) or shapes[0][0] == 0 or any(s[0] != shapes[0][0] for s in shapes):
         raise ValueError(f"{name} must hold arrays with one shared, non-zero leading length, got {shapes}")
     return leaves
+
+
+def _check_finite_leaves(x, name: str) -> None:
+    """Every leaf finite; a tuple's leaves are named like ``query[1]``."""
+    for path, leaf in jax.tree_util.tree_flatten_with_path(x)[0]:
+        _checks.check_finite(leaf, name + jax.tree_util.keystr(path))
 
 
 def _resolve_similarity(similarity: Similarity) -> Callable:
@@ -133,17 +153,13 @@ def _labels(x, name: str, n: int, what: str) -> np.ndarray:
     return x
 
 
-class _Problem:
-    """Validated inputs of a ranking metric: arrays on device, labels on host, relevant counts R."""
+class _Ranking:
+    """Validated query and reference sets of a ranking, and the blocked top-k driver."""
 
-    def __init__(self, query, query_labels, reference, reference_labels, similarity, chunk_size):
+    def __init__(self, query, reference, similarity, chunk_size):
         _checks.check_positive_int(chunk_size, "chunk_size")
         self.sim_fn = _resolve_similarity(similarity)
         self.same = reference is None
-        if self.same and reference_labels is not None:
-            raise ValueError("reference_labels must be None when reference is None (query vs itself)")
-        if not self.same and reference_labels is None:
-            raise ValueError("reference_labels must be given with reference")
         reference = query if self.same else reference
         q_leaves, r_leaves = _leaves(query, "query"), _leaves(reference, "reference")
         if not callable(similarity):
@@ -165,19 +181,15 @@ class _Problem:
             )
         self.n_query = jnp.shape(q_leaves[0])[0]
         self.n_ref = jnp.shape(r_leaves[0])[0]
-        self.labels = _labels(query_labels, "query_labels", self.n_query, "one per query row")
-        self.ref_labels = (
-            self.labels
-            if self.same
-            else _labels(reference_labels, "reference_labels", self.n_ref, "one per reference row")
-        )
         self.available = self.n_ref - 1 if self.same else self.n_ref  # rankable reference items per query
         if self.available < 1:
             raise ValueError("query must have at least 2 rows when reference is None (self is excluded)")
         self.chunk = min(chunk_size, self.n_query)
         self.query, self.reference = query, reference
-        self.relevant = _relevant_counts(self.labels, self.ref_labels, self.same)
         self._check_output_shape()
+        _check_finite_leaves(query, "query")
+        if not self.same:
+            _check_finite_leaves(reference, "reference")
 
     def _check_output_shape(self) -> None:
         block = jax.tree_util.tree_map(
@@ -194,14 +206,13 @@ class _Problem:
         what = "reference rows besides the query itself" if self.same else "reference rows"
         _checks.check_k(k, name, self.available, what)
 
-    def scores(self, k: int, score: Callable, params=None) -> np.ndarray:
-        """Per-query scores [Nq, ...] (host) of ``score`` on each query's top-k reference labels."""
+    def top_k(self, k: int, score: Callable, ref_values, per_query: tuple, params=None) -> np.ndarray:
+        """Per-query results [Nq, ...] (host) of ``score`` on each query's top-k ``ref_values``."""
         args = (
             jax.tree_util.tree_map(jnp.asarray, self.query),
-            jnp.asarray(self.labels),
-            jnp.asarray(self.relevant),
             jax.tree_util.tree_map(jnp.asarray, self.reference),
-            jnp.asarray(self.ref_labels),
+            jnp.asarray(ref_values),
+            tuple(jnp.asarray(a) for a in per_query),
         )
         static = dict(
             chunk=self.chunk, sim_fn=self.sim_fn, k=k, exclude_self=self.same, score=score, params=params
@@ -211,6 +222,28 @@ class _Problem:
             for start in range(0, self.n_query, self.chunk)
         ]
         return np.concatenate([np.asarray(o) for o in out])
+
+
+class _Problem(_Ranking):
+    """A labelled ranking: labels on host and relevant counts R."""
+
+    def __init__(self, query, query_labels, reference, reference_labels, similarity, chunk_size):
+        if reference is None and reference_labels is not None:
+            raise ValueError("reference_labels must be None when reference is None (query vs itself)")
+        if reference is not None and reference_labels is None:
+            raise ValueError("reference_labels must be given with reference")
+        super().__init__(query, reference, similarity, chunk_size)
+        self.labels = _labels(query_labels, "query_labels", self.n_query, "one per query row")
+        self.ref_labels = (
+            self.labels
+            if self.same
+            else _labels(reference_labels, "reference_labels", self.n_ref, "one per reference row")
+        )
+        self.relevant = _relevant_counts(self.labels, self.ref_labels, self.same)
+
+    def scores(self, k: int, score: Callable, params=None) -> np.ndarray:
+        """Per-query scores [Nq, ...] (host) of ``score`` on each query's top-k reference labels."""
+        return self.top_k(k, score, self.ref_labels, (self.labels, self.relevant), params)
 
 
 def _relevant_counts(labels: np.ndarray, ref_labels: np.ndarray, same: bool) -> np.ndarray:
@@ -231,15 +264,16 @@ def _mean_over(values: np.ndarray, keep: np.ndarray) -> float:
 
 
 def precision_at_1(
-    query,
-    query_labels,
-    reference=None,
-    reference_labels=None,
+    query: Embeddings,
+    query_labels: ArrayLike,
+    reference: Embeddings | None = None,
+    reference_labels: ArrayLike | None = None,
     *,
     similarity: Similarity = "cosine",
     chunk_size: int = 1024,
 ) -> float:
-    """Precision at 1 (seed 000 Exp. 1): fraction of queries whose nearest reference item shares the label.
+    """Precision at 1 (Stowell 2026, Experiment 1): fraction of queries whose nearest reference item shares
+    the label.
 
     query: [Nq, D], query_labels: [Nq] int, reference: [Nr, D] or None, reference_labels: [Nr] int.
     Relevant-free queries are left out (module docstring).
@@ -249,16 +283,17 @@ def precision_at_1(
 
 
 def recall_at_k(
-    query,
-    query_labels,
-    reference=None,
-    reference_labels=None,
+    query: Embeddings,
+    query_labels: ArrayLike,
+    reference: Embeddings | None = None,
+    reference_labels: ArrayLike | None = None,
     *,
     ks: Sequence[int] = (1, 2, 4, 8),
     similarity: Similarity = "cosine",
     chunk_size: int = 1024,
 ) -> dict[int, float]:
-    """Recall at k (seed 001 §3.2, R@1/2/4/8): fraction of queries with a same-label item in their top k.
+    """Recall at k (Korman 2021, §3.2, R@1/2/4/8): fraction of queries with a same-label item in their
+    top k.
 
     Shapes as :func:`precision_at_1`; returns {k: R@k} for each k in ``ks``. Relevant-free queries are left
     out.
@@ -276,10 +311,10 @@ def recall_at_k(
 
 
 def map_at_r(
-    query,
-    query_labels,
-    reference=None,
-    reference_labels=None,
+    query: Embeddings,
+    query_labels: ArrayLike,
+    reference: Embeddings | None = None,
+    reference_labels: ArrayLike | None = None,
     *,
     similarity: Similarity = "cosine",
     chunk_size: int = 1024,
@@ -298,16 +333,17 @@ def map_at_r(
 
 
 def mean_average_precision(
-    query,
-    query_labels,
-    reference=None,
-    reference_labels=None,
+    query: Embeddings,
+    query_labels: ArrayLike,
+    reference: Embeddings | None = None,
+    reference_labels: ArrayLike | None = None,
     *,
     k: int | None = None,
     similarity: Similarity = "cosine",
     chunk_size: int = 1024,
 ) -> float:
-    """Mean average precision over the top-k ranking (Hamming-ranking mAP of seed 002 §6 when k=None).
+    """Mean average precision over the top-k ranking (the Hamming-ranking mAP of Hong, Meng & Yuan 2018
+    when k=None).
 
     Per query AP = Σ_{i≤k} P(i)·rel(i) / (number of relevant items among the top k); a query with no
     relevant item in its top k scores 0, and every query counts. ``k=None`` ranks the whole reference set
@@ -321,16 +357,17 @@ def mean_average_precision(
 
 
 def knn_accuracy(
-    query,
-    query_labels,
-    reference=None,
-    reference_labels=None,
+    query: Embeddings,
+    query_labels: ArrayLike,
+    reference: Embeddings | None = None,
+    reference_labels: ArrayLike | None = None,
     *,
     k: int = 5,
     similarity: Similarity = "cosine",
     chunk_size: int = 1024,
 ) -> float:
-    """k-nearest-neighbour classification accuracy (seed 003 1NN/5NN): majority vote of the top-k labels.
+    """k-nearest-neighbour classification accuracy (the 1NN/5NN of Feeney & Hughes 2024): majority vote of
+    the top-k labels.
 
     A tie in votes goes to the tied label whose best-ranked member is nearest (the earlier rank; equal
     similarities rank the lower reference index first). Every query counts (a relevant-free query is simply
@@ -341,19 +378,40 @@ def knn_accuracy(
     return float(np.mean(p.scores(k, _score_knn)))
 
 
+def nearest_neighbors(
+    query: Embeddings,
+    reference: Embeddings | None = None,
+    *,
+    k: int = 1,
+    similarity: Similarity = "cosine",
+    chunk_size: int = 1024,
+) -> np.ndarray:
+    """Indices of each query's k most similar reference rows, best first, without an N × M matrix.
+
+    query: [Nq, D] (or a tuple, with a callable similarity), reference: [Nr, D] or None → int32 [Nq, k]
+    (host). The ranking is that of the metrics above (module docstring): ties to the lower reference index,
+    NaN and −inf similarities last, and with ``reference=None`` the query set is ranked against itself with
+    each query's own row excluded. Memory: chunk_size × Nr similarities at a time.
+    """
+    p = _Ranking(query, reference, similarity, chunk_size)
+    p.check_k(k, "k")
+    return p.top_k(k, _score_indices, jnp.arange(p.n_ref, dtype=jnp.int32), ())
+
+
 # --------------------------------------------------------------------------------------------------------
 # Distribution statistic and few-shot episodes.
 # --------------------------------------------------------------------------------------------------------
 
 
 @jax.jit
-def circular_variance(z: jax.Array) -> jax.Array:
-    """Circular variance 1 − ‖(1/n) Σ_i Z_i‖₂ of unit vectors (seed 000 eq. 4), one number for the set.
+def circular_variance(z: ArrayLike) -> jax.Array:
+    """Circular variance 1 − ‖(1/n) Σ_i Z_i‖₂ of unit vectors (Stowell 2026, eq. 4), one number for the set.
 
     z: [N, D] -> float32 scalar in [0, 1]. Rows are L2-normalised first (a no-op for sphere embeddings and
-    Clifford-form torus embeddings, which is the form seed 000 uses for tori; zero rows stay zero). As in
-    the paper this is computed over the whole D-vector, not per angle: for Clifford vectors of D/2 angles
-    ‖mean Z‖² = mean_k R̄_k², R̄_k being angle k's mean resultant length.
+    Clifford-form torus embeddings, which is the form Stowell 2026 uses for tori; zero rows stay zero). As
+    in the paper this is computed over the whole D-vector, not per angle: for Clifford vectors of D/2
+    angles ‖mean Z‖² = mean_k R̄_k², R̄_k being angle k's mean resultant length. A jit-able kernel: a row
+    with a NaN or ±inf entry makes the result NaN.
     """
     _checks.check_matrix(z, "z")
     _checks.check_floating(z, "z")
@@ -409,10 +467,10 @@ def _episodes(
 
 
 def few_shot_accuracy(
-    query,
-    query_labels,
-    reference=None,
-    reference_labels=None,
+    query: ArrayLike,
+    query_labels: ArrayLike,
+    reference: ArrayLike | None = None,
+    reference_labels: ArrayLike | None = None,
     *,
     key: jax.Array,
     ways: int = 5,
@@ -421,7 +479,8 @@ def few_shot_accuracy(
     episodes: int = 600,
     similarity: Similarity = "cosine",
 ) -> tuple[float, float]:
-    """Few-shot accuracy of a prototype classifier over n-way k-shot episodes (seed 000 Exp. 3, ProtoCLR).
+    """Few-shot accuracy of a prototype classifier over n-way k-shot episodes (Stowell 2026,
+    Experiment 3, ProtoCLR).
 
     Each episode draws ``ways`` distinct classes, ``shots`` support and ``queries`` query rows per class
     (without replacement); the prototype of a class is the mean of its support rows, and each query row is
@@ -430,7 +489,8 @@ def few_shot_accuracy(
     query rows from ``query``. Only classes with enough rows take part.
 
     query: [Nq, D], query_labels: [Nq] int, reference: [Nr, D] or None, reference_labels: [Nr] int,
-    key: PRNG key. Returns (mean accuracy, 95% CI half-width 1.96·s/√episodes with the sample std s).
+    key: PRNG key; ``query`` and ``reference`` must be finite. Returns (mean accuracy, 95% CI half-width
+    1.96·s/√episodes with the sample std s).
     """
     sim_fn = _resolve_similarity(similarity)
     _checks.check_matrix(query, "query")
@@ -463,6 +523,9 @@ def few_shot_accuracy(
         need = f"{queries} query rows and {shots} reference rows"
     if len(eligible) < ways:
         raise ValueError(f"ways must be at most {len(eligible)} (classes with {need}), got {ways}")
+    _checks.check_finite(query, "query")
+    if reference is not None:
+        _checks.check_finite(reference, "reference")
     q_table, q_cnt = _class_table(labels, eligible)
     s_table, s_cnt = (q_table, q_cnt) if reference is None else _class_table(ref_labels, eligible)
     acc = np.asarray(

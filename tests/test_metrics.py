@@ -214,7 +214,63 @@ def test_against_pytorch_metric_learning():
 
 
 # --------------------------------------------------------------------------------------------------------
-# Circular variance (seed 000 eq. 4).
+# nearest_neighbors against a full similarity matrix and numpy's stable argsort.
+# --------------------------------------------------------------------------------------------------------
+
+
+def naive_neighbors(sim, k, same):
+    """Stable argsort of −similarity (ties to the lower index); the diagonal removed when same."""
+    order = np.argsort(-sim, axis=1, kind="stable")
+    if same:
+        order = np.array([row[row != i] for i, row in enumerate(order)])
+    return order[:, :k]
+
+
+@pytest.mark.parametrize("same", [True, False])
+@pytest.mark.parametrize("chunk_size", [1, 7, 1000])
+def test_nearest_neighbors_with_ties_vs_stable_argsort(same, chunk_size):
+    rng = np.random.default_rng(11)
+    q, _ = tied_data(rng, 23)
+    r = None if same else tied_data(rng, 31)[0]
+    sim = np.asarray(similarity.dot(q, q if same else r), np.float64)  # small integers: exact, many ties
+    got = metrics.nearest_neighbors(q, r, k=6, similarity="dot", chunk_size=chunk_size)
+    assert got.shape == (23, 6) and got.dtype == np.int32
+    np.testing.assert_array_equal(got, naive_neighbors(sim, 6, same))
+
+
+def test_nearest_neighbors_cosine_full_ranking_and_callable_tuples():
+    rng = np.random.default_rng(12)
+    q = rng.normal(size=(40, 5)).astype(np.float32)
+    r = rng.normal(size=(25, 5)).astype(np.float32)
+    sim = np.asarray(similarity.cosine(q, r))
+    np.testing.assert_array_equal(
+        metrics.nearest_neighbors(q, r, k=25, chunk_size=16), naive_neighbors(sim, 25, False)
+    )
+    # An atlas (coords, q) with the negated manifold distance; −inf (no chart overlap) ranks last.
+    coords = rng.normal(size=(20, 3, 2)).astype(np.float32)
+    member = np.array(jax.nn.softmax(3 * rng.normal(size=(20, 3)), axis=1), np.float32)
+    member[:4] = np.eye(3, dtype=np.float32)[[0, 1, 2, 0]]
+
+    def neg_dm(a, b):
+        return -similarity.manifold_distance(a[0], a[1], b[0], b[1])
+
+    sim = np.asarray(neg_dm((coords, member), (coords, member)))
+    assert np.isinf(sim).any()
+    got = metrics.nearest_neighbors((coords, member), k=19, similarity=neg_dm, chunk_size=6)
+    np.testing.assert_array_equal(got, naive_neighbors(sim, 19, True))
+
+
+def test_nearest_neighbors_is_first_rank_of_precision_at_1():
+    rng = np.random.default_rng(13)
+    x = rng.normal(size=(30, 4)).astype(np.float32)
+    labels = rng.integers(0, 3, size=30)
+    nn = metrics.nearest_neighbors(x)[:, 0]
+    assert (nn != np.arange(30)).all()
+    assert metrics.precision_at_1(x, labels) == pytest.approx(np.mean(labels[nn] == labels))
+
+
+# --------------------------------------------------------------------------------------------------------
+# Circular variance (Stowell 2026, eq. 4).
 # --------------------------------------------------------------------------------------------------------
 
 
@@ -347,6 +403,10 @@ Y = np.array([0, 0, 1, 1, 2, 2])
             "episodes",
         ),
         (lambda: metrics.few_shot_accuracy(X, Y, X[:, :2], Y, key=jax.random.key(0)), "query and reference"),
+        (lambda: metrics.nearest_neighbors(X, k=6), "k"),
+        (lambda: metrics.nearest_neighbors(X, X[:, :2]), "query and reference"),
+        (lambda: metrics.nearest_neighbors(X[:1]), "query"),
+        (lambda: metrics.nearest_neighbors(X, chunk_size=0), "chunk_size"),
     ],
 )
 def test_bad_inputs_raise_naming_the_argument(call, name):
