@@ -1,9 +1,15 @@
-"""Compact codes for embeddings (seed 000 §4 and Experiment 2, Table 3): uint8 flat-torus codes, a fitted
-n-bit grid, packed sign bits, and product quantisation (Jégou et al. 2011) with k-means in jnp.
+"""Compact codes for embeddings (Stowell 2026, §4 and Experiment 2, Table 3): uint8 flat-torus codes, a
+fitted n-bit grid, packed sign bits, and product quantisation (Jégou et al. 2011) with k-means in jnp.
 
-Conventions (DESIGN §4): torus angles are in turns, uint8 code = round(256·t) mod 256 so that integer
-overflow *is* the torus; sign(0) = +1; bits are packed little-endian into uint8 (``numpy.packbits(...,
-bitorder='little')``: bit j of a byte is coordinate 8·byte + j).
+Conventions (docs/conventions.md): torus angles are in turns, uint8 code = round(256·t) mod 256 so that
+integer overflow *is* the torus; sign(0) = +1; bits are packed little-endian into uint8
+(``numpy.packbits(..., bitorder='little')``: bit j of a byte is coordinate 8·byte + j).
+
+Non-finite input: fitting and encoding reject NaN or ±inf in concrete arrays (``ValueError`` naming the
+argument and counting its bad rows), and decoding rejects codes outside [0, 2^nbits). The encoders and
+decoders are plain jnp and may be traced; a traced argument cannot be read, so under ``jit`` or ``vmap``
+the checks are skipped: a decoder then returns NaN for an out-of-range code, while an encoder has no NaN
+code to give and maps a NaN or ±inf input to an unspecified code (check finiteness before tracing).
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import functools
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.typing import ArrayLike
 
 from geojax import _checks
 
@@ -28,16 +35,18 @@ _MAX_PQ_BITS = 16
 # --------------------------------------------------------------------------------------------------------
 
 
-def torus_uint8(t: jax.Array) -> jax.Array:
-    """uint8 code of flat-torus angles, round(256·t) mod 256 (seed 000 §4; no fitted range).
+def torus_uint8(t: ArrayLike) -> jax.Array:
+    """uint8 code of flat-torus angles, round(256·t) mod 256 (Stowell 2026, §4; no fitted range).
 
-    t: [...] turns (any real value; wrapped) → [...] uint8.
+    t: [...] turns (any finite real value; wrapped) → [...] uint8. A concrete ``t`` with NaN or ±inf is
+    rejected; a traced one is not checked (module docstring).
     """
     _checks.check_floating(t, "t")
+    _checks.check_finite(t, "t")
     return jnp.mod(jnp.round(jnp.asarray(t, _F32) * 256.0), 256.0).astype(jnp.uint8)
 
 
-def torus_from_uint8(codes: jax.Array) -> jax.Array:
+def torus_from_uint8(codes: ArrayLike) -> jax.Array:
     """Angles in turns of uint8 torus codes, codes / 256 (inverse of :func:`torus_uint8` on the grid).
 
     codes: [...] uint8 → [...] float32 in [0, 1).
@@ -65,44 +74,56 @@ def _code_dtype(nbits: int):
     return jnp.uint8 if nbits <= 8 else jnp.uint16
 
 
-def grid_fit(x: jax.Array, *, nbits: int = 8) -> Grid:
-    """Fit the n-bit grid of seed 000 Experiment 2: per-dimension [min, max] of the reference set.
+def grid_fit(x: ArrayLike, *, nbits: int = 8) -> Grid:
+    """Fit the n-bit grid of Stowell 2026, Experiment 2: per-dimension [min, max] of the reference set.
 
-    x: [N, D] float → Grid(lo [D], hi [D], nbits). A collapsed range (max = min) is widened to one unit
-    width so that encoding stays finite.
+    x: [N, D] finite float → Grid(lo [D], hi [D], nbits). A collapsed range (max = min) is widened to one
+    unit width so that encoding stays finite.
     """
     _checks.check_matrix(x, "x")
     _checks.check_floating(x, "x")
     _checks.check_positive_int(nbits, "nbits")
     if nbits > _MAX_PQ_BITS:
         raise ValueError(f"nbits must be at most {_MAX_PQ_BITS}, got {nbits}")
+    _checks.check_finite(x, "x")
     x = jnp.asarray(x, _F32)
     lo, hi = jnp.min(x, axis=0), jnp.max(x, axis=0)
     return Grid(lo=lo, hi=jnp.where(hi > lo, hi, lo + 1.0), nbits=int(nbits))
 
 
-def grid_encode(grid: Grid, x: jax.Array) -> jax.Array:
+def _check_grid(grid: Grid, width: int, what: str) -> None:
+    for v, name in ((grid.lo, "grid.lo"), (grid.hi, "grid.hi")):
+        _checks.check_length(jnp.asarray(v), name, width, what)
+        _checks.check_finite(v, name)
+
+
+def grid_encode(grid: Grid, x: ArrayLike) -> jax.Array:
     """Grid cell index floor((x − lo)/(hi − lo)·2^nbits), clipped to [0, 2^nbits − 1].
 
-    x: [N, D] float → [N, D] uint8 (nbits ≤ 8) or uint16.
+    x: [N, D] finite float → [N, D] uint8 (nbits ≤ 8) or uint16.
     """
     _checks.check_matrix(x, "x")
     _checks.check_floating(x, "x")
-    _checks.check_length(jnp.asarray(grid.lo), "grid.lo", x.shape[1], "one per column of x")
+    _check_grid(grid, jnp.shape(x)[1], "one per column of x")
+    _checks.check_finite(x, "x")
     levels = 1 << grid.nbits
     cell = jnp.floor((jnp.asarray(x, _F32) - grid.lo) / (grid.hi - grid.lo) * levels)
     return jnp.clip(cell, 0, levels - 1).astype(_code_dtype(grid.nbits))
 
 
-def grid_decode(grid: Grid, codes: jax.Array) -> jax.Array:
+def grid_decode(grid: Grid, codes: ArrayLike) -> jax.Array:
     """Centre of each grid cell, lo + (code + ½)·(hi − lo)/2^nbits.
 
-    codes: [N, D] unsigned integer → [N, D] float32.
+    codes: [N, D] unsigned integer in [0, 2^nbits) → [N, D] float32 (NaN for an out-of-range traced code).
     """
     _checks.check_matrix(codes, "codes")
     _checks.check_dtype(codes, "codes", _code_dtype(grid.nbits))
-    _checks.check_length(jnp.asarray(grid.lo), "grid.lo", codes.shape[1], "one per column of codes")
-    return grid.lo + (codes.astype(_F32) + 0.5) * (grid.hi - grid.lo) / (1 << grid.nbits)
+    _check_grid(grid, jnp.shape(codes)[1], "one per column of codes")
+    levels = 1 << grid.nbits
+    _checks.check_index_range(codes, "codes", levels, f"{grid.nbits}-bit grid cells")
+    codes = jnp.asarray(codes, jnp.int32)
+    centre = grid.lo + (codes.astype(_F32) + 0.5) * (grid.hi - grid.lo) / levels
+    return jnp.where(codes < levels, centre, jnp.nan)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -110,7 +131,7 @@ def grid_decode(grid: Grid, codes: jax.Array) -> jax.Array:
 # --------------------------------------------------------------------------------------------------------
 
 
-def pack_bits(bits: jax.Array) -> jax.Array:
+def pack_bits(bits: ArrayLike) -> jax.Array:
     """Pack 0/1 values little-endian into bytes, as ``numpy.packbits(bits, axis=-1, bitorder='little')``.
 
     bits: [..., B] bool or integer 0/1, B a multiple of 8 → [..., B/8] uint8.
@@ -125,7 +146,7 @@ def pack_bits(bits: jax.Array) -> jax.Array:
     return jnp.sum(b * weights, axis=-1, dtype=jnp.uint8)
 
 
-def unpack_bits(packed: jax.Array) -> jax.Array:
+def unpack_bits(packed: ArrayLike) -> jax.Array:
     """Inverse of :func:`pack_bits`: little-endian bits of each byte.
 
     packed: [..., n] uint8 → [..., 8n] uint8 in {0, 1}.
@@ -137,15 +158,17 @@ def unpack_bits(packed: jax.Array) -> jax.Array:
     return bits.reshape(*packed.shape[:-1], packed.shape[-1] * 8)
 
 
-def one_bit(x: jax.Array) -> jax.Array:
-    """1-bit grid of seed 000 Experiment 2 (sign bits, sign(0) = +1 → bit 1), packed little-endian.
+def one_bit(x: ArrayLike) -> jax.Array:
+    """1-bit grid of Stowell 2026, Experiment 2 (sign bits, sign(0) = +1 → bit 1), packed little-endian.
 
-    x: [N, D] float, D a multiple of 8 → [N, D/8] uint8.
+    x: [N, D] finite float, D a multiple of 8 → [N, D/8] uint8. A concrete ``x`` with NaN or ±inf is
+    rejected; a traced one is not checked (module docstring).
     """
     _checks.check_matrix(x, "x")
     _checks.check_floating(x, "x")
-    _checks.check_multiple_of(x.shape[1], "x.shape[1]", 8)
-    return pack_bits(x >= 0)
+    _checks.check_multiple_of(jnp.shape(x)[1], "x.shape[1]", 8)
+    _checks.check_finite(x, "x")
+    return pack_bits(jnp.asarray(x) >= 0)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -278,13 +301,14 @@ def _pq_fit(x, key, *, m, nbits, iters, init):
 
 
 def pq_fit(
-    x: jax.Array, *, m: int, nbits: int, key: jax.Array, iters: int = 25, init: str = "kmeans++"
+    x: ArrayLike, *, m: int, nbits: int, key: jax.Array, iters: int = 25, init: str = "kmeans++"
 ) -> PQ:
-    """Product quantiser of Jégou et al. (2011) §III (seed 000 Table 3): k-means with 2^nbits centroids on
-    each of m sub-vectors, all sub-spaces at once (vmapped), ``iters`` Lloyd iterations, empty clusters
-    re-seeded.
+    """Product quantiser of Jégou et al. (2011) §III (Stowell 2026, Table 3): k-means with 2^nbits
+    centroids on each of m sub-vectors, all sub-spaces at once (vmapped), ``iters`` Lloyd iterations, empty
+    clusters re-seeded.
 
-    x: [N, D] float, D divisible by m, N ≥ 2^nbits → PQ(codebooks [m, 2^nbits, D/m], objective [m, iters]).
+    x: [N, D] finite float, D divisible by m, N ≥ 2^nbits → PQ(codebooks [m, 2^nbits, D/m],
+    objective [m, iters]).
     init: 'kmeans++' or 'random' (distinct training rows). Distances are computed in row blocks, so
     nbits = 16 (65,536 centroids) fits in memory.
     """
@@ -303,6 +327,7 @@ def pq_fit(
         raise ValueError(
             f"nbits = {nbits} needs at least 2^nbits = {1 << nbits} training rows for k-means, x has {n}"
         )
+    _checks.check_finite(x, "x")
     return _pq_fit(x, key, m=int(m), nbits=int(nbits), iters=int(iters), init=init)
 
 
@@ -311,19 +336,21 @@ def _check_pq(pq: PQ) -> None:
     k = pq.codebooks.shape[1]
     if k & (k - 1) or k > (1 << _MAX_PQ_BITS):
         raise ValueError(f"pq.codebooks must have 2^nbits (≤ 2^16) centroids per sub-space, got {k}")
+    _checks.check_finite(pq.codebooks, "pq.codebooks")
 
 
-def pq_encode(pq: PQ, x: jax.Array) -> jax.Array:
+def pq_encode(pq: PQ, x: ArrayLike) -> jax.Array:
     """PQ codes: index of the nearest centroid of each sub-vector (Jégou et al. 2011 eq. 9).
 
-    x: [N, D] float → [N, m] uint8 (nbits ≤ 8) or uint16.
+    x: [N, D] finite float → [N, m] uint8 (nbits ≤ 8) or uint16.
     """
     _check_pq(pq)
     _checks.check_matrix(x, "x")
     _checks.check_floating(x, "x")
     m, _, ds = pq.codebooks.shape
-    if x.shape[1] != m * ds:
-        raise ValueError(f"x must have {m * ds} columns (pq's m·D/m), got shape {tuple(x.shape)}")
+    if jnp.shape(x)[1] != m * ds:
+        raise ValueError(f"x must have {m * ds} columns (pq's m·D/m), got shape {tuple(jnp.shape(x))}")
+    _checks.check_finite(x, "x")
     return _pq_encode(pq, x)
 
 
@@ -333,15 +360,20 @@ def _pq_encode(pq: PQ, x: jax.Array) -> jax.Array:
     return idx.T.astype(_code_dtype(pq.nbits))
 
 
-def pq_decode(pq: PQ, codes: jax.Array) -> jax.Array:
+def pq_decode(pq: PQ, codes: ArrayLike) -> jax.Array:
     """Reconstruction from PQ codes: the concatenated centroids.
 
-    codes: [N, m] uint8/uint16 → [N, D] float32.
+    codes: [N, m] uint8/uint16 in [0, 2^nbits) → [N, D] float32 (NaN sub-vectors for out-of-range traced
+    codes).
     """
     _check_pq(pq)
     _checks.check_matrix(codes, "codes")
     _checks.check_dtype(codes, "codes", _code_dtype(pq.nbits))
-    if codes.shape[1] != pq.m:
-        raise ValueError(f"codes must have {pq.m} columns (one per PQ sub-space), got {tuple(codes.shape)}")
-    parts = jax.vmap(lambda c, i: c[i], in_axes=(0, 1), out_axes=1)(pq.codebooks, codes.astype(jnp.int32))
-    return parts.reshape(codes.shape[0], -1)
+    n, m = jnp.shape(codes)
+    if m != pq.m:
+        raise ValueError(f"codes must have {pq.m} columns (one per PQ sub-space), got {(n, m)}")
+    k = pq.codebooks.shape[1]
+    _checks.check_index_range(codes, "codes", k, f"{k} centroids per sub-space")
+    centroid = functools.partial(jnp.take, axis=0, mode="fill")  # out of range: NaN, not a clamped centroid
+    parts = jax.vmap(centroid, in_axes=(0, 1), out_axes=1)(pq.codebooks, jnp.asarray(codes, jnp.int32))
+    return parts.reshape(n, -1)

@@ -1,4 +1,5 @@
-"""Exact top-k scans over compact codes (seed 000 §4; Jégou et al. 2011 §III-A for PQ), chunked and jit-able.
+"""Exact top-k scans over compact codes (Stowell 2026, §4; Jégou et al. 2011, §III-A for PQ), chunked and
+jit-able.
 
 Every search returns ``(distances [Q, k], indices [Q, k] int32)`` in faiss's order: ascending distance, ties
 to the lower database index. Queries run in blocks of ``query_block`` rows against database chunks of
@@ -11,6 +12,12 @@ top-k of the k·_GROUP distances of those groups, recomputed. The k nearest rows
 order and merged with the running result placed first, so ``lax.top_k``'s lower-index-first rule carries
 the tie order across chunks. Integer distances are ranked as float32 keys (exact below 2^24; ``lax.top_k``
 on int32 is far slower on CPU), falling back to int32 keys when the bound is larger.
+
+Bad values: ``pq_topk`` rejects concrete queries or codebooks holding NaN or ±inf and codes outside
+[0, 2^nbits) (``ValueError`` naming the argument), since a NaN distance would otherwise be ranked like a
+real one; traced arguments cannot be read, and bad ones give NaN distances. ``pq_distances`` is a kernel
+and propagates: a NaN query row gives a NaN distance row, an out-of-range code a NaN column. Torus and
+Hamming codes are uint8 and have no bad values.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.typing import ArrayLike
 
 from geojax import _checks
 from geojax.quantize import PQ
@@ -309,8 +317,8 @@ def _torus_codes(p: int, codes: jax.Array) -> tuple[object, jax.Array]:
 # --------------------------------------------------------------------------------------------------------
 
 
-def torus_distances(a: jax.Array, b: jax.Array, *, p: int = 1) -> jax.Array:
-    """Flat-torus Lp^p distance on uint8 codes with wraparound (seed 000 §4; 250 vs 5 → 11).
+def torus_distances(a: ArrayLike, b: ArrayLike, *, p: int = 1) -> jax.Array:
+    """Flat-torus Lp^p distance on uint8 codes with wraparound (Stowell 2026, §4; 250 vs 5 → 11).
 
     a: [N, D] uint8, b: [M, D] uint8 → [N, M] int32, Σ_k min((a−b) mod 256, (b−a) mod 256)^p.
     """
@@ -320,24 +328,25 @@ def torus_distances(a: jax.Array, b: jax.Array, *, p: int = 1) -> jax.Array:
     return kernel(qa, _torus_codes(p, jnp.asarray(b))[1].T, True)
 
 
-def hamming_distances(a: jax.Array, b: jax.Array) -> jax.Array:
+def hamming_distances(a: ArrayLike, b: ArrayLike) -> jax.Array:
     """Hamming distance of packed bit codes. a: [N, B] uint8, b: [M, B] uint8 → [N, M] int32."""
     _check_codes(a, b, "a", "b")
     return _hamming_kernel(_as_words(jnp.asarray(a)), _as_words(jnp.asarray(b)).T, True)
 
 
-def pq_distances(queries: jax.Array, pq: PQ, codes: jax.Array) -> jax.Array:
+def pq_distances(queries: ArrayLike, pq: PQ, codes: ArrayLike) -> jax.Array:
     """Asymmetric PQ distance ‖q − decode(code)‖² via lookup tables (Jégou et al. 2011 eq. 13).
 
-    queries: [Q, D] float, codes: [N, m] uint8/uint16 → [Q, N] float32.
+    queries: [Q, D] float, codes: [N, m] uint8/uint16 → [Q, N] float32. A kernel: NaN or ±inf in a query
+    row gives a non-finite distance row, a code outside [0, 2^nbits) a NaN column (no ValueError).
     """
     _check_pq_search(queries, pq, codes)
     return _pq_kernel(_pq_tables(pq.codebooks, jnp.asarray(queries)), jnp.asarray(codes).T, True)
 
 
 def torus_topk(
-    queries: jax.Array,
-    db: jax.Array,
+    queries: ArrayLike,
+    db: ArrayLike,
     k: int,
     *,
     p: int = 1,
@@ -369,7 +378,7 @@ def torus_topk(
 
 
 def hamming_topk(
-    queries: jax.Array, db: jax.Array, k: int, *, chunk: int = 16384, query_block: int = 1024
+    queries: ArrayLike, db: ArrayLike, k: int, *, chunk: int = 16384, query_block: int = 1024
 ) -> tuple[jax.Array, jax.Array]:
     """Exact k nearest packed bit codes by Hamming distance (XOR + popcount on uint32 words).
 
@@ -407,9 +416,9 @@ def _check_pq_search(queries, pq: PQ, codes) -> None:
 
 
 def pq_topk(
-    queries: jax.Array,
+    queries: ArrayLike,
     pq: PQ,
-    codes: jax.Array,
+    codes: ArrayLike,
     k: int,
     *,
     chunk: int = 16384,
@@ -417,13 +426,21 @@ def pq_topk(
 ) -> tuple[jax.Array, jax.Array]:
     """Exact k nearest PQ codes by asymmetric distance computation (Jégou et al. 2011 §III-A, eq. 13).
 
-    queries: [Q, D] float, codes: [N, m] uint8/uint16 → (distances [Q, k] float32, indices [Q, k] int32).
+    queries: [Q, D] finite float, codes: [N, m] uint8/uint16 in [0, 2^nbits) → (distances [Q, k] float32,
+    indices [Q, k] int32). Concrete arguments with bad values are rejected. Traced ones cannot be read:
+    then a non-finite query gets NaN distances, and non-finite centroids or an out-of-range code make every
+    distance NaN (the indices of such rows mean nothing).
     """
     _check_pq_search(queries, pq, codes)
     _check_search(k, codes.shape[0], chunk, query_block)
-    return _search(
-        jnp.asarray(queries, _F32),
-        jnp.asarray(codes),
+    _checks.check_finite(queries, "queries")
+    _checks.check_finite(pq.codebooks, "pq.codebooks")
+    n_centroids = pq.codebooks.shape[1]
+    _checks.check_index_range(codes, "codes", n_centroids, f"{n_centroids} centroids per sub-space")
+    queries, codes = jnp.asarray(queries, _F32), jnp.asarray(codes)
+    d, i = _search(
+        queries,
+        codes,
         pq.codebooks,
         kernel=_pq_kernel,
         prepare=_pq_tables,
@@ -434,6 +451,12 @@ def pq_topk(
         integer=False,
         devices=_devices(queries.shape[0]),
     )
+    bad = (
+        ~jnp.all(jnp.isfinite(queries), axis=1)
+        | ~jnp.all(jnp.isfinite(pq.codebooks))
+        | (jnp.max(codes).astype(jnp.int32) >= n_centroids)
+    )
+    return jnp.where(bad[:, None], jnp.nan, d), i
 
 
 __all__: list[str] = [
