@@ -1,8 +1,14 @@
-"""Binary embedding (seed 002): ITQ and Tensorized Projection, fit and encode to packed sign bits.
+"""Binary embedding (Hong, Meng & Yuan 2018): ITQ and Tensorized Projection, fit and encode to packed
+sign bits. The "eq." and "§" numbers below are those of Hong, Meng & Yuan 2018.
 
-Data are rows x [N, d]; the seed writes samples as columns (X [d, n]), so its R X is ``x @ R.T`` here.
+Data are rows x [N, d]; the paper writes samples as columns (X [d, n]), so its R X is ``x @ R.T`` here.
 Codes: sign(0) = +1, bit k of a vector is bit (k mod 8) of byte k // 8 (little-endian, as
-``numpy.packbits(..., bitorder='little')``).
+``numpy.packbits(..., bitorder='little')``; docs/conventions.md).
+
+Non-finite input: ``itq_fit``, ``tp_fit`` and ``encode`` reject a concrete ``x`` holding NaN or ±inf
+(``ValueError`` naming it and counting its bad rows). Under ``jit`` the check cannot run: ``encode`` then
+has no NaN bit to give and a NaN coordinate gets an unspecified bit. ``sign`` and ``procrustes`` are
+kernels and propagate NaN.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from geojax import _checks, tt
 from geojax.quantize import pack_bits
@@ -22,7 +29,7 @@ _HIGHEST = jax.lax.Precision.HIGHEST
 
 
 class ITQ(NamedTuple):
-    """Fitted ITQ (Gong & Lazebnik 2011; seed 002 eq. 5): codes sign((x − mean) Rᵀ)."""
+    """Fitted ITQ (Gong & Lazebnik 2011; eq. 5): codes sign((x − mean) Rᵀ)."""
 
     mean: jax.Array  # [d]
     projection: jax.Array  # R [b, d]
@@ -30,20 +37,21 @@ class ITQ(NamedTuple):
 
 
 class TP(NamedTuple):
-    """Fitted Tensorized Projection (seed 002 eq. 9): codes sign(R (x − mean)), R in TT format."""
+    """Fitted Tensorized Projection (eq. 9): codes sign(R (x − mean)), R in TT format."""
 
     mean: jax.Array  # [d]
     projection: tt.TTMatrix  # R [b, d]
     objective: jax.Array  # [iters] eq. 9 after each iteration
 
 
-def sign(v: jax.Array) -> jax.Array:
-    """Seed 002 eq. 6: sgn with sgn(0) = +1, in v's dtype."""
-    return jnp.where(v >= 0, 1.0, -1.0).astype(v.dtype)
+def sign(v: ArrayLike) -> jax.Array:
+    """Eq. 6: sgn with sgn(0) = +1, in v's dtype; NaN stays NaN."""
+    v = jnp.asarray(v)
+    return jnp.where(v >= 0, 1, jnp.where(v < 0, -1, v)).astype(v.dtype)
 
 
-def procrustes(v: jax.Array, y: jax.Array) -> jax.Array:
-    """Seed 002 eqs. 11–12: Q = argmin ‖V Q − Y‖_F over Q [p, b] with orthonormal rows (p ≤ b) or columns.
+def procrustes(v: ArrayLike, y: ArrayLike) -> jax.Array:
+    """Eqs. 11–12: Q = argmin ‖V Q − Y‖_F over Q [p, b] with orthonormal rows (p ≤ b) or columns.
 
     v: [n, p], y: [n, b]. With Vᵀ Y = U Σ Wᵀ (thin SVD), Q = U Wᵀ.
     """
@@ -74,6 +82,7 @@ def _check_fit_args(x, bits, iters) -> None:
     _checks.check_positive_int(bits, "bits")
     _checks.check_multiple_of(int(bits), "bits", 8)
     _checks.check_positive_int(iters, "iters")
+    _checks.check_finite(x, "x")
 
 
 @partial(jax.jit, static_argnames=("bits", "iters"))
@@ -92,12 +101,12 @@ def _itq(x: jax.Array, key: jax.Array, bits: int, iters: int) -> ITQ:
     return ITQ(mean, jnp.matmul(w, q, precision=_HIGHEST).T, objective)
 
 
-def itq_fit(x: jax.Array, bits: int, *, key: jax.Array, iters: int = 50) -> ITQ:
-    """Iterative quantisation (Gong & Lazebnik 2011; seed 002 eq. 5) of x [N, d] to ``bits`` sign bits.
+def itq_fit(x: ArrayLike, bits: int, *, key: jax.Array, iters: int = 50) -> ITQ:
+    """Iterative quantisation (Gong & Lazebnik 2011; eq. 5) of finite x [N, d] to ``bits`` sign bits.
 
     Centre x; if b < d project to the top-b principal directions V = X W [N, b] and learn a rotation
     Q [b, b]; if b ≥ d use eq. 5 directly (V = X, Q [d, b] with orthonormal rows, i.e. the dense R = Qᵀ
-    with orthonormal columns, the seed's "ITQ (dense matrix)"). From a random orthogonal Q alternate
+    with orthonormal columns, the paper's "ITQ (dense matrix)"). From a random orthogonal Q alternate
     B = sign(V Q) and the Procrustes update of Q; ``objective`` [iters] is ‖B − V Q‖²_F after each
     iteration (non-increasing). The projection is R = (W Q)ᵀ [b, d].
     """
@@ -133,7 +142,7 @@ def _tp(x, key, beta, bits, in_modes, out_modes, ranks, iters) -> TP:
 
 
 def tp_fit(
-    x: jax.Array,
+    x: ArrayLike,
     bits: int,
     *,
     in_modes: Sequence[int],
@@ -143,7 +152,7 @@ def tp_fit(
     beta: float = 1.0,
     iters: int = 10,
 ) -> TP:
-    """Tensorized Projection (seed 002 eq. 9) of x [N, d] to ``bits`` sign bits with a TT projection.
+    """Tensorized Projection (eq. 9) of finite x [N, d] to ``bits`` sign bits with a TT projection.
 
     min ‖R̄X − C‖² + β‖R̄X − RX‖² s.t. R̄ᵀR̄ = I and R a TT matrix with row modes ``out_modes``
     (∏ = bits), column modes ``in_modes`` (∏ = d) and TT-rank ``rank`` (an int or r_0 … r_t). Data are
@@ -166,10 +175,11 @@ def tp_fit(
         return _tp(x, key, float(beta), int(bits), in_modes, out_modes, ranks, int(iters))
 
 
-def encode(model: ITQ | TP, x: jax.Array) -> jax.Array:
-    """Seed 002 eq. 6: packed sign bits uint8 [..., b/8] of x [..., d] under a fitted ITQ or TP model.
+def encode(model: ITQ | TP, x: ArrayLike) -> jax.Array:
+    """Eq. 6: packed sign bits uint8 [..., b/8] of x [..., d] under a fitted ITQ or TP model.
 
-    TP projects with the TT matrix-by-vector product (``tt.matvec``), never the dense matrix.
+    TP projects with the TT matrix-by-vector product (``tt.matvec``), never the dense matrix. A concrete
+    ``x`` with NaN or ±inf is rejected; a traced one is not checked (module docstring).
     """
     if not isinstance(model, ITQ | TP):
         raise ValueError(f"model must be a fitted ITQ or TP, got {type(model).__name__}")
@@ -177,6 +187,7 @@ def encode(model: ITQ | TP, x: jax.Array) -> jax.Array:
     d = model.mean.shape[0]
     if jnp.ndim(x) < 1 or jnp.shape(x)[-1] != d:
         raise ValueError(f"x must have last dimension {d} (the fitted width), got {tuple(jnp.shape(x))}")
+    _checks.check_finite(x, "x")
     xc = x - model.mean
     if isinstance(model, TP):
         projected = tt.matvec(model.projection, xc)

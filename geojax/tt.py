@@ -1,9 +1,14 @@
-"""Tensor-train (TT) matrices (seed 002 §3; Oseledets 2011).
+"""Tensor-train (TT) matrices (Hong, Meng & Yuan 2018, §3; Oseledets 2011).
 
 A matrix R [b, d] with b = ∏ b_k and d = ∏ d_k is stored as t cores G_k [r_{k-1}, b_k, d_k, r_k],
-r_0 = r_t = 1, so that R(s, l) = G_1[ν_1(s), μ_1(l)] ⋯ G_t[ν_t(s), μ_t(l)] (seed 002 eq. 2). Row and
-column indices are split into mode indices in row-major (C) order: s = ((ν_1 b_2 + ν_2) b_3 + …), and the
-same for l, so ``x.reshape(d_1, …, d_t)`` is the tensor 𝒳 of eq. 4.
+r_0 = r_t = 1, so that R(s, l) = G_1[ν_1(s), μ_1(l)] ⋯ G_t[ν_t(s), μ_t(l)] (Hong, Meng & Yuan 2018,
+eq. 2). Row and column indices are split into mode indices in row-major (C) order:
+s = ((ν_1 b_2 + ν_2) b_3 + …), and the same for l, so ``x.reshape(d_1, …, d_t)`` is the tensor 𝒳 of eq. 4.
+The "eq." numbers below are those of Hong, Meng & Yuan 2018.
+
+Fitting (``tt_svd``, ``als_sweep``) rejects concrete input holding NaN or ±inf (``ValueError`` naming the
+argument); traced input is not checked. The products (``to_dense``, ``matvec``, ``merge_cores``…) are
+kernels and propagate NaN.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from geojax import _checks
 
@@ -22,7 +28,7 @@ _HIGHEST = jax.lax.Precision.HIGHEST
 
 
 class TTMatrix(NamedTuple):
-    """Seed 002 eq. 2: a TT matrix, cores G_k [r_{k-1}, b_k, d_k, r_k] with r_0 = r_t = 1 (a pytree)."""
+    """Eq. 2: a TT matrix, cores G_k [r_{k-1}, b_k, d_k, r_k] with r_0 = r_t = 1 (a pytree)."""
 
     cores: tuple[jax.Array, ...]
 
@@ -92,11 +98,11 @@ def _exact_ranks(
 def init(
     key: jax.Array, out_modes: Sequence[int], in_modes: Sequence[int], ranks: int | Sequence[int]
 ) -> TTMatrix:
-    """Seed 002 eq. 2: a random TT matrix [∏ out_modes, ∏ in_modes] with the given TT-ranks.
+    """Eq. 2: a random TT matrix [∏ out_modes, ∏ in_modes] with the given TT-ranks.
 
     Core entries are N(0, 1/(d_k r_{k-1})), so every entry of the dense matrix has variance 1/∏ d_k.
     ``ranks`` is one inner rank for all cores or the full list r_0 … r_t (r_0 = r_t = 1); ranks are
-    taken as given (not capped), so ``num_params`` counts exactly what the seed's tables count.
+    taken as given (not capped), so ``num_params`` counts exactly what the paper's Tables 1–2 count.
     """
     out_modes, in_modes = _check_modes(out_modes, in_modes)
     full = _full_ranks(ranks, len(out_modes))
@@ -109,12 +115,12 @@ def init(
 
 
 def num_params(m: TTMatrix) -> int:
-    """Seed 002 Tables 1–2: number of parameters Σ_k r_{k-1} b_k d_k r_k."""
+    """Tables 1–2: number of parameters Σ_k r_{k-1} b_k d_k r_k."""
     return sum(int(np.prod(g.shape)) for g in m.cores)
 
 
 def to_dense(m: TTMatrix) -> jax.Array:
-    """Seed 002 eq. 2: the dense matrix R [∏ b_k, ∏ d_k] of a TT matrix (for checks and fitting only)."""
+    """Eq. 2: the dense matrix R [∏ b_k, ∏ d_k] of a TT matrix (for checks and fitting only)."""
     dense = jnp.ones((1, 1, 1), m.cores[0].dtype)
     for g in m.cores:
         rows, cols, _ = dense.shape
@@ -123,8 +129,8 @@ def to_dense(m: TTMatrix) -> jax.Array:
     return dense[:, :, 0]
 
 
-def matvec(m: TTMatrix, x: jax.Array, *, block: int | None = None) -> jax.Array:
-    """Seed 002 eq. 4: y = R x for x [..., ∏ d_k] → [..., ∏ b_k], one core at a time.
+def matvec(m: TTMatrix, x: ArrayLike, *, block: int | None = None) -> jax.Array:
+    """Eq. 4: y = R x for x [..., ∏ d_k] → [..., ∏ b_k], one core at a time.
 
     The dense matrix is never formed. The working tensor has layout [N, d_k, M, r_{k-1}], where M holds
     the input modes not yet contracted (d_{k+1} … d_t) followed by the output modes already produced
@@ -159,7 +165,7 @@ def _contract(m: TTMatrix, x: jax.Array) -> jax.Array:
 
 
 def merge_cores(m: TTMatrix, group: int) -> TTMatrix:
-    """Seed 002 eq. 2 regrouped: the same matrix with every ``group`` adjacent cores contracted into one.
+    """Eq. 2 regrouped: the same matrix with every ``group`` adjacent cores contracted into one.
 
     The last group may be shorter. Cores k … k+g−1 become one core
     [r_{k-1}, b_k ⋯ b_{k+g−1}, d_k ⋯ d_{k+g−1}, r_{k+g−1}]: fewer, larger cores, so ``matvec`` makes fewer
@@ -207,8 +213,8 @@ def _pow2(n: int) -> int:
     return 1 << max(4, (n - 1).bit_length())
 
 
-def matvec_fused(m: TTMatrix, x: jax.Array, *, block: int = 2, interpret: bool = False) -> jax.Array:
-    """Seed 002 eq. 4 as one fused Pallas kernel (GPU): x [..., ∏ d_k] → R x [..., ∏ b_k] (float32).
+def matvec_fused(m: TTMatrix, x: ArrayLike, *, block: int = 2, interpret: bool = False) -> jax.Array:
+    """Eq. 4 as one fused Pallas kernel (GPU): x [..., ∏ d_k] → R x [..., ∏ b_k] (float32).
 
     ``matvec`` writes an N · max(b, d) · r intermediate to memory after every core; on a GPU those passes,
     not the arithmetic, bound its speed. Here the cores are merged into two halves, A [B1, D1, r] (cores
@@ -248,9 +254,10 @@ def matvec_fused(m: TTMatrix, x: jax.Array, *, block: int = 2, interpret: bool =
 
 
 def tt_svd(
-    dense: jax.Array, out_modes: Sequence[int], in_modes: Sequence[int], ranks: int | Sequence[int]
+    dense: ArrayLike, out_modes: Sequence[int], in_modes: Sequence[int], ranks: int | Sequence[int]
 ) -> TTMatrix:
-    """TT-SVD (Oseledets 2011, used by seed 002 §5.4): round a dense [∏ b_k, ∏ d_k] matrix to TT format.
+    """TT-SVD (Oseledets 2011, used by Hong, Meng & Yuan 2018, §5.4): round a dense [∏ b_k, ∏ d_k] matrix
+    to TT format (``dense`` must be finite).
 
     Sequential truncated SVDs of the unfoldings of the tensor with modes (b_1 d_1, …, b_t d_t). Each
     requested rank is capped at the size of its unfolding, min(∏_{i≤k} b_i d_i, ∏_{i>k} b_i d_i), where
@@ -261,6 +268,8 @@ def tt_svd(
     want = (math.prod(out_modes), math.prod(in_modes))
     if jnp.shape(dense) != want:
         raise ValueError(f"dense must have shape {want} (∏ out_modes, ∏ in_modes), got {jnp.shape(dense)}")
+    _checks.check_finite(dense, "dense")
+    dense = jnp.asarray(dense)
     t = len(out_modes)
     r = _exact_ranks(_full_ranks(ranks, t), out_modes, in_modes)
     interleave = [axis for k in range(t) for axis in (k, t + k)]
@@ -312,8 +321,8 @@ def _right_orthogonalize(cores: list[jax.Array]) -> list[jax.Array]:
     return cores
 
 
-def als_sweep(m: TTMatrix, gram: jax.Array, cross: jax.Array) -> TTMatrix:
-    """Seed 002 eqs. 17–22: one ALS sweep (cores 1 → t) for min_R tr(R S Rᵀ) − 2⟨R, T⟩ in TT format.
+def als_sweep(m: TTMatrix, gram: ArrayLike, cross: ArrayLike) -> TTMatrix:
+    """Eqs. 17–22: one ALS sweep (cores 1 → t) for min_R tr(R S Rᵀ) − 2⟨R, T⟩ in TT format.
 
     With S = X Xᵀ (``gram`` [d, d]) and T = Z Xᵀ (``cross`` [b, d]) this is min_R ‖R X − Z‖²_F (eq. 13)
     at the ranks of ``m``. Each core is the exact least-squares minimiser of eq. 22 with the others
@@ -322,7 +331,8 @@ def als_sweep(m: TTMatrix, gram: jax.Array, cross: jax.Array) -> TTMatrix:
     H̃_k = Σ PL[l_<, α, l'_<, α'] S[(l_<, j, l_>), (l'_<, j', l'_>)] PR[β, l_>, β', l'_>], where PL, PR are the
     Grams of the left and right interfaces (eq. 19) summed over the row indices. The cores are kept
     orthonormal on both sides of the one being solved (QR moves, which leave R unchanged), so each
-    small system is as well conditioned as S allows; a pseudo-inverse handles a singular S.
+    small system is as well conditioned as S allows; a pseudo-inverse handles a singular S. ``gram`` and
+    ``cross`` must be finite.
     """
     b, d = m.shape
     if jnp.shape(gram) != (d, d):
@@ -331,6 +341,9 @@ def als_sweep(m: TTMatrix, gram: jax.Array, cross: jax.Array) -> TTMatrix:
         raise ValueError(f"cross must have shape {(b, d)} (Z Xᵀ), got {tuple(jnp.shape(cross))}")
     if m.ranks != _exact_ranks(m.ranks, m.out_modes, m.in_modes):
         raise ValueError(f"m must have ranks no larger than its unfoldings (as tt_svd gives), got {m.ranks}")
+    _checks.check_finite(gram, "gram")
+    _checks.check_finite(cross, "cross")
+    gram, cross = jnp.asarray(gram), jnp.asarray(cross)
     bm, dm, t = m.out_modes, m.in_modes, len(m.cores)
     cores = _right_orthogonalize(list(m.cores))
     # Right interfaces Rt_k [r_k, B_>, D_>] and their Grams PR_k [r_k, D_>, r_k, D_>], k = t … 1.
@@ -352,8 +365,11 @@ def als_sweep(m: TTMatrix, gram: jax.Array, cross: jax.Array) -> TTMatrix:
         t6 = cross.reshape(b_lo, b_k, b_hi, d_lo, d_k, d_hi)
         lin = jnp.einsum("sla,sitljm,btm->ajbi", left, t6, rts[k], precision=_HIGHEST)
         size = r0 * d_k * r1
-        g = jnp.matmul(jnp.linalg.pinv(hess.reshape(size, size), hermitian=True), lin.reshape(size, b_k),
-                       precision=_HIGHEST)
+        g = jnp.matmul(
+            jnp.linalg.pinv(hess.reshape(size, size), hermitian=True),
+            lin.reshape(size, b_k),
+            precision=_HIGHEST,
+        )
         g = g.reshape(r0, d_k, r1, b_k).transpose(0, 3, 1, 2)
         if k + 1 < t:
             q, rr = jnp.linalg.qr(g.reshape(r0 * b_k * d_k, r1))

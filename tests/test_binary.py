@@ -1,4 +1,4 @@
-"""ITQ and Tensorized Projection (seed 002) and the seed-002 evaluation protocol."""
+"""ITQ and Tensorized Projection (Hong, Meng & Yuan 2018) and that paper's evaluation protocol."""
 
 import json
 
@@ -132,7 +132,7 @@ def test_fit_bad_inputs():
         binary.encode(tt.init(key, (2, 2), (2, 2), 1), x)
 
 
-# ---- seed-002 evaluation protocol ------------------------------------------------------------------------
+# ---- Hong, Meng & Yuan 2018 evaluation protocol ------------------------------------------------------------
 
 
 def _naive_ap(dist_row, rel_row):

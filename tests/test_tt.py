@@ -1,4 +1,4 @@
-"""Tensor-train matrices (seed 002 §3): dense form, matvec, TT-SVD, ALS, parameter counts."""
+"""Tensor-train matrices (Hong, Meng & Yuan 2018, §3): dense form, matvec, TT-SVD, ALS, parameter counts."""
 
 import itertools
 
@@ -11,7 +11,8 @@ from geojax import tt
 
 
 def _naive_dense(m: tt.TTMatrix) -> np.ndarray:
-    """Seed 002 eq. 2 entry by entry: R(s, l) = G_1[ν_1(s), μ_1(l)] ⋯ G_t[ν_t(s), μ_t(l)] (row-major ν, μ)."""
+    """Hong, Meng & Yuan 2018, eq. 2, entry by entry: R(s, l) = G_1[ν_1(s), μ_1(l)] ⋯ G_t[ν_t(s), μ_t(l)]
+    (row-major ν, μ)."""
     cores = [np.asarray(g, np.float64) for g in m.cores]
     out = [g.shape[1] for g in cores]
     inn = [g.shape[2] for g in cores]
@@ -82,9 +83,9 @@ def _count(out_modes, in_modes, rank):
     return sum(r[k] * b * d * r[k + 1] for k, (b, d) in enumerate(zip(out_modes, in_modes, strict=True)))
 
 
-# Seed 002 Table 1 (4096 → 1024 bits) and Table 2 (4096 → b bits, 6 cores of input 4^6, rank 4). Table 2's
-# shape row lists five output modes; the sixth is 4 (it is what makes the products equal b and the counts
-# equal the table).
+# Hong, Meng & Yuan 2018, Table 1 (4096 → 1024 bits) and Table 2 (4096 → b bits, 6 cores of input 4^6,
+# rank 4). Table 2's shape row lists five output modes; the sixth is 4 (it is what makes the products equal
+# b and the counts equal the table).
 TABLE_1 = [
     ((32, 32), (64, 64), {1: 4096, 2: 8192, 4: 16384, 8: 32768, 16: 65536}),
     ((4, 8, 8, 4), (8, 8, 8, 8), {1: 192, 2: 640, 4: 2304, 8: 8704, 16: 33792}),
@@ -116,7 +117,7 @@ def test_num_params_table_2():
 
 def test_als_sweep_full_rank_is_least_squares_and_low_rank_decreases():
     rng = np.random.default_rng(3)
-    x = rng.normal(size=(24, 200)).astype(np.float32)  # X [d, n], seed 002's layout
+    x = rng.normal(size=(24, 200)).astype(np.float32)  # X [d, n], the paper's layout
     z = rng.normal(size=(12, 200)).astype(np.float32)
     gram, cross = jnp.asarray(x @ x.T), jnp.asarray(z @ x.T)
     start = jnp.asarray(rng.normal(size=(12, 24)).astype(np.float32))
