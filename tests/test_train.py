@@ -128,11 +128,11 @@ def test_clipping_modes_and_optimisers():
 
 def test_interrupted_and_resumed_run_ends_with_the_same_parameters(tmp_path):
     kw = dict(TINY, steps=6, checkpoint_every=2, log_every=1, lr=1e-2)
-    ref = loop.train(config.make(workdir=str(tmp_path / "a"), **kw))[2]
+    ref = loop.train(config.make(workdir=str(tmp_path / "a"), **kw)).state
     cfg = config.make(workdir=str(tmp_path / "b"), **kw)
-    _, _, stopped, _, _ = loop.train(cfg, stop_at=3)  # killed after step 3; last checkpoint at step 2
+    stopped = loop.train(cfg, stop_at=3).state  # killed after step 3; last checkpoint at step 2
     assert int(stopped["step"]) == 3
-    resumed = loop.train(cfg)[2]
+    resumed = loop.train(cfg).state
     assert int(resumed["step"]) == 6
     for a, b in zip(jax.tree.leaves(resumed["params"]), jax.tree.leaves(ref["params"]), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)

@@ -13,13 +13,13 @@ import time
 
 import jax
 
-from train import config, loop, report, step
+from train import config, loop, plots, report, step
 
 
 def run(cfg: config.Config, *, stop_at: int | None = None) -> dict | None:
     """Train ``cfg`` and write its outputs; returns the report (None when stopped early by ``stop_at``)."""
     t0 = time.time()
-    workdir, graphdef, state, ds, timing = loop.train(cfg, stop_at=stop_at)
+    workdir, cfg, graphdef, state, ds, timing = loop.train(cfg, stop_at=stop_at)
     if int(state["step"]) < cfg.steps:
         return None
     t_eval = time.time()
@@ -28,6 +28,10 @@ def run(cfg: config.Config, *, stop_at: int | None = None) -> dict | None:
     results = report.evaluate(cfg, query, reference, ds)
     timing["eval_s"] = round(time.time() - t_eval, 2)
     timing["total_s"] = round(time.time() - t0, 2)
+    previous = os.path.join(workdir, "report.json")
+    if timing["steps_run"] == 0 and os.path.exists(previous):  # a finished run, evaluated again
+        with open(previous) as f:
+            timing = {**json.load(f).get("timing", {}), "eval_s": timing["eval_s"]}
     out = {
         **results,
         "timing": timing,
@@ -42,7 +46,7 @@ def run(cfg: config.Config, *, stop_at: int | None = None) -> dict | None:
     }
     if jax.process_index() == 0:
         report.write_embeddings(os.path.join(workdir, "embeddings.npz"), cfg, query, reference, ds)
-        report.plot_curve(os.path.join(workdir, "metrics.jsonl"), os.path.join(workdir, "curve.png"))
+        plots.plot_curve(os.path.join(workdir, "metrics.jsonl"), os.path.join(workdir, "curve.png"))
         report.write(workdir, out)
     return out
 
@@ -78,6 +82,12 @@ def main(argv: list[str]) -> int:
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except loop.Interrupted as stop:  # SIGINT / SIGTERM while training: saved, resumable
+        print(stop, file=sys.stderr)
+        return 128 + stop.signum
+    except KeyboardInterrupt:  # Ctrl-C before training started (loading, compiling): nothing to save
+        print("interrupted before the first step: nothing was trained", file=sys.stderr)
+        return 130
     print(json.dumps({k: rep[k] for k in ("precision_at_1", "knn_accuracy", "circular_variance")}))
     print(summary(rep))
     return 0

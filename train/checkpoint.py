@@ -1,42 +1,84 @@
 """Checkpoints: the one place that talks to orbax (``CheckpointManager`` + ``StandardSave/StandardRestore``).
 
 The train state is a plain pytree (NNX ``State`` of parameters and batch statistics, optax state, step), so
-a later switch to orbax's v1 API touches only this module.
+a later switch to orbax's v1 API touches only this module. Orbax writes each checkpoint into a temporary
+folder and renames it when complete, so a crash never leaves a half-written checkpoint that looks finished;
+a damaged one (a disk fault, a truncated copy) is skipped on restore with a warning, falling back to the
+newest readable one.
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
 
+# Orbax's messages for a checkpoint of another structure or shape than the one asked for.
+_OTHER_MODEL = ("not compatible with the stored shape", "tree structures do not match")
+
+
+class CheckpointError(ValueError):
+    """No checkpoint in a run directory can be restored (a one-line message says why and what to do)."""
+
 
 class Checkpointer:
-    """Periodic checkpoints of a pytree under ``directory``, keeping the ``keep`` most recent."""
+    """Checkpoints of a pytree under ``directory``, keeping the ``keep`` most recent."""
 
-    def __init__(self, directory: str, *, every: int, keep: int = 2):
-        options = ocp.CheckpointManagerOptions(
-            save_interval_steps=every, max_to_keep=keep, enable_async_checkpointing=False
-        )
-        self._manager = ocp.CheckpointManager(os.path.abspath(directory), options=options)
+    def __init__(self, directory: str, *, keep: int = 2):
+        self.directory = os.path.abspath(directory)
+        options = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=False)
+        self._manager = ocp.CheckpointManager(self.directory, options=options)
 
-    def latest_step(self) -> int | None:
-        """Step of the newest checkpoint, or None."""
-        return self._manager.latest_step()
+    def steps(self) -> list[int]:
+        """Steps of the complete checkpoints, oldest first."""
+        return sorted(self._manager.all_steps())
 
-    def save(self, step: int, state: Any, *, force: bool = False) -> bool:
-        """Save ``state`` at ``step`` if the interval says so (or ``force``); True when saved."""
-        saved = self._manager.save(step, args=ocp.args.StandardSave(state), force=force)
+    def save(self, step: int, state: Any) -> None:
+        """Save ``state`` as the checkpoint of ``step`` (blocking until it is complete on disk); one already
+        there for ``step`` (a damaged one that restore skipped) is replaced."""
+        if step in self._manager.all_steps():
+            self._manager.delete(step)
+        self._manager.save(step, args=ocp.args.StandardSave(state), force=True)
         self._manager.wait_until_finished()
-        return saved
 
-    def restore(self, like: Any, step: int | None = None) -> Any:
-        """Restore the checkpoint at ``step`` (default: latest) into the structure/shardings of ``like``."""
-        step = self.latest_step() if step is None else step
+    def restore(self, like: Any) -> Any | None:
+        """The newest readable checkpoint, restored into the structure, shapes and shardings of ``like``;
+        None when there is none. Unreadable ones are skipped with a warning; raises CheckpointError when
+        checkpoints exist but none can be restored (damaged, or written by a model of another shape)."""
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
-        return self._manager.restore(step, args=ocp.args.StandardRestore(abstract))
+        problems = []
+        for step in reversed(self.steps()):
+            try:
+                return self._manager.restore(step, args=ocp.args.StandardRestore(abstract))
+            except (
+                Exception
+            ) as err:  # orbax raises many kinds (JSON, tensorstore, value errors) for one cause
+                other_model = any(text in str(err) for text in _OTHER_MODEL)
+                reason = "written by a model of another shape" if other_model else _first_line(err)
+                problems.append((step, other_model, reason))
+                warnings.warn(
+                    f"checkpoint of step {step} in {self.directory} skipped: {reason}", stacklevel=2
+                )
+        if not problems:
+            return None
+        if all(other for _, other, _ in problems):
+            raise CheckpointError(
+                f"the checkpoints in {self.directory} were written by a model of another shape than this "
+                f"config's; use a fresh workdir (or the config that wrote them)"
+            )
+        listed = "; ".join(f"step {step}: {reason}" for step, _, reason in problems)
+        raise CheckpointError(
+            f"no readable checkpoint in {self.directory} ({listed}); delete that folder to start again, "
+            f"or use a fresh workdir"
+        )
 
     def close(self) -> None:
         self._manager.close()
+
+
+def _first_line(err: Exception) -> str:
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0][:200]}" if text else type(err).__name__

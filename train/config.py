@@ -68,13 +68,17 @@ class Config:
     )
     labels: Labels = key("class", "positives: same class, or instance (each image its own class: SimCLR)")
     temperature: float = key(0.1, "softmax temperature τ (supcon, sincere, info_nce)")
+    base_temperature: float | None = key(
+        None, "supcon × τ/base_temperature as SupContrast (0.07); none: pytorch-metric-learning's form"
+    )
     margin: float = key(0.2, "triplet margin")
     mining: Mining = key("all", "triplet mining")
     pos_margin: float | None = key(None, "contrastive, lifted_structured positive margin (none: the loss's)")
     neg_margin: float | None = key(None, "contrastive, lifted_structured negative margin (none: the loss's)")
     simo_eps: float = key(1e-6, "SimO ε")
     simo_orthogonality: bool = key(True, "false: SimO's ablation (every orthogonality term o_ij = 1)")
-    koleo: float = key(0.1, "KoLeo weight (on the geometry embedding)")
+    koleo: float = key(0.1, "KoLeo weight: KoLeo of each view's embeddings, summed over the views")
+    koleo_eps: float = key(1e-6, "KoLeo ε in log(distance + ε) (Stowell 2026's code: 1e-6; DINOv2: 1e-8)")
     mmd: float = key(0.0, "λ1, the atlas MMD ℓ_Z weight (Korman 2021 eq. 6)")
     membership: float = key(0.0, "λ2, the atlas membership ℓ_J weight")
     prior_samples: int = key(256, "uniform-prior sample size M for ℓ_Z")
@@ -84,10 +88,15 @@ class Config:
     weight_decay: float = key(1e-4, "adamw weight decay")
     momentum: float = key(0.9, "sgd / rmsprop momentum (0 = none)")
     schedule: Schedule = key("cosine", "learning-rate schedule after the linear warm-up")
+    lr_min: float = key(0.0, "cosine schedule's final learning rate (PyTorch's eta_min)")
     warmup: int = key(100, "linear warm-up steps (at most steps/2)")
     clip: float = key(100.0, "gradient clipping threshold (Stowell 2026 clips at 100)")
     clip_mode: ClipMode = key("global_norm", "optax.clip_by_global_norm, or element-wise optax.clip")
-    steps: int = key(1500, "training steps")
+    steps: int = key(1500, "training steps (ignored when epochs is set)")
+    epochs: float | None = key(None, "train for this many passes over the training set (none: use steps)")
+    ema: float | None = key(
+        None, "decay per epoch of an EMA of the weights, which the report evaluates (none: no EMA)"
+    )
     batch_size: int = key(256, "images per step (global); each gives `views` augmented views")
     views: int = key(2, "augmented views per image")
     sampler: Sampler = key("random", "batch sampler")
@@ -100,7 +109,8 @@ class Config:
     devices: int | None = key(None, "data-parallel devices (none = all)")
     precision: Precision = key("fp32", "bf16: bf16 compute, fp32 parameters, loss and embeddings")
     multihost: bool = key(False, "call jax.distributed.initialize(); each process reads its own shard")
-    checkpoint_every: int = key(500, "steps between checkpoints")
+    checkpoint_every: int | None = key(None, "steps between checkpoints (none: a tenth of the steps)")
+    checkpoint_minutes: float = key(10.0, "also checkpoint when this many minutes passed since the last one")
     log_every: int = key(25, "steps between metrics.jsonl lines (each the mean over its window)")
     eval_batch: int = key(1024, "images per evaluation forward pass")
     knn_k: int = key(5, "k of the reported kNN accuracy")
@@ -109,11 +119,55 @@ class Config:
     progress: bool = key(True, "show a progress bar")
 
 
+# Stowell 2026's CIFAR recipe as its public code runs it (SupCon-Framework, branch torus, configs/train):
+# ResNet-18, D = 16, 100 epochs of 200 images, SGD lr 0.1 (no momentum) with cosine annealing to 0.01, SupCon
+# τ = 0.1 with SupContrast's τ/0.07 factor, KoLeo weight 1 per view, gradients clamped element-wise at 100, an
+# EMA of the weights (decay 0.3 per epoch) for evaluation, mixed precision. The public code starts from
+# ImageNet weights; geojax trains from scratch.
+_TORUS_CIFAR = {
+    "encoder": "resnet18",
+    "dim": 16,
+    "batch_size": 200,
+    "epochs": 100,
+    "optimizer": "sgd",
+    "lr": 0.1,
+    "momentum": 0.0,
+    "weight_decay": 0.0,
+    "schedule": "cosine",
+    "warmup": 0,
+    "lr_min": 0.01,
+    "temperature": 0.1,
+    "base_temperature": 0.07,
+    "koleo": 1.0,
+    "clip": 100.0,
+    "clip_mode": "value",
+    "ema": 0.3,
+    "precision": "bf16",
+    "augment": "simclr",
+    "eval_batch": 500,
+}
+_TORUS_GEOMETRIES = ("sphere", "torus_c", "torus_n")
+_CIFAR10 = {
+    "dataset": "cifar10",
+    "encoder": "resnet18",
+    "dim": 128,
+    "batch_size": 512,
+    "epochs": 100,
+    "augment": "simclr",
+    "precision": "bf16",
+    "eval_batch": 500,
+}
+
 PRESETS: dict[str, dict[str, Any]] = {
-    # Stowell 2026: SupCon τ = 0.1, KoLeo, clip 100, two views, P@1.
+    # Stowell 2026 on the bundled digits: SupCon τ = 0.1 (× τ/0.07), KoLeo, clip 100, two views, P@1.
     "supcon_torus_n": {},
     "supcon_sphere": {"geometry": "sphere"},
     "supcon_torus_c": {"geometry": "torus_c", "dim": 32},
+    **{
+        f"supcon_{geometry}_{data}": {**_TORUS_CIFAR, "geometry": geometry, "dataset": data}
+        for geometry in _TORUS_GEOMETRIES
+        for data in ("cifar10", "cifar100")
+    },
     # Feeney & Hughes 2024: SupCon / SINCERE on the sphere, cosine or negative arc length, 1NN / 5NN.
     "supcon": {"geometry": "sphere", "koleo": 0.0},
     "sincere": {"geometry": "sphere", "loss": "sincere", "koleo": 0.0},
@@ -136,6 +190,18 @@ PRESETS: dict[str, dict[str, Any]] = {
         "probe_epochs": 20,
         "batch_size": 128,  # Korman 2021 appendix A.1
     },
+    # Korman 2021 appendix A.1 on MNIST: ResNet-18, batch 128, Adam 1e-4, 100 epochs, SimCLR augmentations,
+    # λ1 = 20, λ2 = 0.1, τ = 1; d = 2 with n = 16 charts (Table 2's MNIST row varies n ∈ {1, 4, 16, 32}).
+    "msimclr_mnist": {
+        "preset": "msimclr",
+        "dataset": "mnist",
+        "encoder": "resnet18",
+        "dim": 2,
+        "lr": 1e-4,
+        "epochs": 100,
+        "augment": "simclr",
+        "probe_epochs": 20,
+    },
     # Korman 2021 §3.2: batch-all triplet on d_M, margin 0.2, 8 classes × 4, λ1 = 1, λ2 = 0.1, RMSProp.
     "mtriplet": {
         "geometry": "atlas",
@@ -156,6 +222,10 @@ PRESETS: dict[str, dict[str, Any]] = {
         "views": 1,
         "steps": 2000,
     },
+    # Feeney & Hughes 2024 on CIFAR-10 (the blog gives no training sizes: SupContrast's ResNet-18, D = 128,
+    # batch 512, SimCLR views, 100 epochs here).
+    "supcon_cifar10": {"preset": "supcon", **_CIFAR10},
+    "sincere_cifar10": {"preset": "sincere", **_CIFAR10},
     # Bouhsine et al. 2024: SimO, class-subsampled batches (< 50 % of classes), linear head for 1 epoch.
     "simo": {
         "geometry": "euclidean",
@@ -166,6 +236,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         "probe": "linear",
         "batch_size": 128,
     },
+    # Bouhsine et al. 2024 on CIFAR-10: ResNet-18 encoder, D = 16, class-subsampled batches, SimCLR views.
+    "simo_cifar10": {"preset": "simo", **_CIFAR10, "dim": 16, "batch_size": 128},
 }
 
 FIELDS: dict[str, dataclasses.Field] = {f.name: f for f in dataclasses.fields(Config)}
@@ -239,11 +311,18 @@ def make(**overrides: Any) -> Config:
     if unknown:
         raise ValueError(f"unknown key(s) {sorted(unknown)}; valid keys: {', '.join(FIELDS)}")
     preset = overrides.get("preset", Config.preset)
-    if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r}; presets: {', '.join(PRESETS)}")
-    cfg = Config(**{**PRESETS[preset], **overrides})
+    cfg = Config(**{**preset_values(preset), **overrides})
     validate(cfg)
     return cfg
+
+
+def preset_values(name: str) -> dict[str, Any]:
+    """The values of preset ``name``: those of the preset it names as its base (its ``preset`` key) first."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; presets: {', '.join(PRESETS)}")
+    values = dict(PRESETS[name])
+    base = values.pop("preset", None)
+    return {**(preset_values(base) if base else {}), **values, "preset": name}
 
 
 def _check_types(cfg: Config) -> None:
@@ -291,9 +370,19 @@ def validate(cfg: Config) -> None:
         value = getattr(cfg, name)
         if value is not None and value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value}")
-    for name in ("lr", "temperature", "clip", "simo_eps"):
+    for name in ("lr", "temperature", "clip", "simo_eps", "checkpoint_minutes"):
         if not getattr(cfg, name) > 0:
             raise ValueError(f"{name} must be positive, got {getattr(cfg, name)}")
+    for name in ("base_temperature", "koleo_eps", "epochs"):
+        value = getattr(cfg, name)
+        if value is not None and not value > 0:
+            raise ValueError(f"{name} must be positive, got {value}")
+    if cfg.ema is not None and not 0 < cfg.ema < 1:
+        raise ValueError(f"ema (decay per epoch) must be in (0, 1), got {cfg.ema}")
+    if not 0 <= cfg.lr_min <= cfg.lr:
+        raise ValueError(f"lr_min must be in [0, lr={cfg.lr}], got {cfg.lr_min}")
+    if cfg.base_temperature is not None and cfg.loss != "supcon":
+        raise ValueError(f"base_temperature scales supcon only, got loss={cfg.loss!r}")
     for name in ("koleo", "mmd", "membership", "weight_decay", "momentum", "warmup"):
         if not getattr(cfg, name) >= 0:
             raise ValueError(f"{name} must be non-negative, got {getattr(cfg, name)}")
@@ -344,7 +433,7 @@ def help_text() -> str:
     """Text for ``python -m train --help``: usage, presets and every key with its default and meaning."""
     lines = ["usage: python -m train [preset=NAME] [key=value ...]", "", "presets:"]
     for name, values in PRESETS.items():
-        desc = ", ".join(f"{k}={v}" for k, v in values.items()) or "(the defaults)"
+        desc = ", ".join(f"{k}={v}" for k, v in values.items() if not isinstance(v, dict)) or "(the defaults)"
         lines.append(f"  {name:16s} {desc}")
     lines += ["", "keys (default; `none` selects the default marked so):"]
     for f in dataclasses.fields(Config):

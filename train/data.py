@@ -15,12 +15,17 @@ position in the batch (the same views on 1 or many devices).
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import os
+import sys
+import zipfile
 from typing import Literal, get_args
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from train import files
 
 TFDS_NAMES = ("mnist", "fashion_mnist", "cifar10", "cifar100")
 DATASETS = ("digits", *TFDS_NAMES)  # by name; any other data set is a local file: npz:PATH
@@ -57,7 +62,16 @@ def _as_images(images: np.ndarray, what: str) -> np.ndarray:
         raise ValueError(f"{what} must be images [N, H, W] or [N, H, W, C], got shape {images.shape}")
     if images.dtype == np.uint8:
         return images.astype(np.float32) / 255.0
-    return images.astype(np.float32)
+    if not np.issubdtype(images.dtype, np.number):
+        raise ValueError(f"{what} must be numbers, got dtype {images.dtype}")
+    images = images.astype(np.float32)
+    bad = ~np.isfinite(images).reshape(len(images), -1).all(axis=1)
+    if bad.any():
+        raise ValueError(
+            f"{what} must be finite: {int(bad.sum())} of {len(images)} images hold NaN or ±inf "
+            f"(the first is image {int(np.argmax(bad))})"
+        )
+    return images
 
 
 def _split(images: np.ndarray, labels: np.ndarray, name: str, test_fraction: float) -> Dataset:
@@ -81,13 +95,21 @@ def _digits(test_fraction: float) -> Dataset:
 def _npz(path: str, test_fraction: float) -> Dataset:
     if not os.path.isfile(path):
         raise ValueError(f"dataset npz:{path}: no such file")
-    with np.load(path) as f:
-        missing = {"images", "labels"} - set(f.files)
-        if missing:
-            raise ValueError(
-                f"dataset npz:{path} must hold arrays 'images' and 'labels'; missing {sorted(missing)}"
-            )
-        images, labels = _as_images(f["images"], f"npz:{path} images"), np.asarray(f["labels"])
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            missing = {"images", "labels"} - set(f.files)
+            if missing:
+                raise ValueError(
+                    f"dataset npz:{path} must hold arrays 'images' and 'labels'; missing {sorted(missing)}"
+                )
+            raw_images, labels = f["images"], np.asarray(f["labels"])
+    except (OSError, EOFError, zipfile.BadZipFile) as err:
+        raise ValueError(f"dataset npz:{path} cannot be read as a NumPy .npz archive ({err})") from None
+    except ValueError as err:
+        if "dataset npz:" in str(err):
+            raise
+        raise ValueError(f"dataset npz:{path} cannot be read as a NumPy .npz archive ({err})") from None
+    images = _as_images(raw_images, f"npz:{path} images")
     if labels.ndim != 1 or len(labels) != len(images) or not np.issubdtype(labels.dtype, np.integer):
         raise ValueError(
             f"npz:{path} labels must be integers [N={len(images)}], got {labels.dtype} {labels.shape}"
@@ -261,3 +283,53 @@ def views(key: jax.Array, images: jax.Array, positions: jax.Array, *, n_views: i
     return jnp.concatenate(
         [jax.vmap(one, in_axes=(0, 0, None))(positions, images, v) for v in range(n_views)]
     )
+
+
+# --------------------------------------------------------------------------------------------------------
+# IDX files (the format of the official MNIST / Fashion-MNIST downloads) → the npz that ``npz:PATH`` reads.
+# --------------------------------------------------------------------------------------------------------
+
+_IDX_TYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+
+
+def read_idx(path: str) -> np.ndarray:
+    """An IDX file (optionally gzipped, as LeCun et al. distribute MNIST) as an array of its shape."""
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rb") as f:
+        raw = f.read()
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_TYPES:
+        raise ValueError(f"{path} is not an IDX file (bad magic number {raw[:4].hex()})")
+    ndim = raw[3]
+    shape = tuple(int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
+    dtype = np.dtype(_IDX_TYPES[raw[2]])
+    body = raw[4 + 4 * ndim :]
+    if len(body) != dtype.itemsize * int(np.prod(shape)):
+        raise ValueError(f"{path}: header says {shape} of {dtype}, but {len(body)} data bytes follow")
+    return np.frombuffer(body, dtype).reshape(shape).astype(dtype.newbyteorder("="))
+
+
+def idx_to_npz(images_path: str, labels_path: str, out_path: str) -> tuple[int, ...]:
+    """Write ``images`` and ``labels`` from two IDX files into ``out_path`` (.npz); the images' shape."""
+    images, labels = read_idx(images_path), read_idx(labels_path)
+    if labels.ndim != 1 or len(labels) != len(images):
+        raise ValueError(f"{labels_path}: {labels.shape} labels do not match the {images.shape} images")
+    files.write_npz(out_path, images=images, labels=labels)
+    return images.shape
+
+
+def main(argv: list[str]) -> int:
+    """``python -m train.data IMAGES_IDX LABELS_IDX OUT.npz``: IDX files → ``dataset=npz:OUT.npz``."""
+    if len(argv) != 3 or any(a in ("-h", "--help") for a in argv):
+        print("usage: python -m train.data IMAGES_IDX[.gz] LABELS_IDX[.gz] OUT.npz", file=sys.stderr)
+        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    try:
+        shape = idx_to_npz(*argv)
+    except (OSError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"wrote {argv[2]}: images {shape}; train with dataset=npz:{argv[2]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

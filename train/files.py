@@ -8,6 +8,7 @@ embedding file, table or plot. Folders are created as needed; files get ordinary
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from collections.abc import Callable
@@ -42,9 +43,24 @@ def write_text(path: str, text: str) -> None:
     atomic_write(path, write)
 
 
+def json_safe(value: Any) -> Any:
+    """A strict-JSON copy: NaN / ±inf → None, NumPy values → Python, tuples → lists, keys → str."""
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return json_safe(value.tolist())
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
 def write_json(path: str, obj: Any, *, indent: int = 1) -> None:
-    """Write ``obj`` as JSON (with a final newline) atomically."""
-    write_text(path, json.dumps(obj, indent=indent) + "\n")
+    """Write ``obj`` as strict JSON (non-finite numbers as null, a final newline) atomically."""
+    write_text(path, json.dumps(json_safe(obj), indent=indent, allow_nan=False) + "\n")
 
 
 def write_npz(path: str, **arrays: np.ndarray) -> None:

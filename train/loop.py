@@ -7,11 +7,16 @@ and orbax ``checkpoints/``; rerunning with the same ``workdir`` resumes from its
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
 import os
+import signal
+import sys
+import threading
 import time
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import jax
@@ -29,18 +34,39 @@ RUN_ONLY = (
     "workdir",
     "progress",
     "checkpoint_every",
+    "checkpoint_minutes",
     "log_every",
     "eval_batch",
     "parallel",
     "devices",
     "multihost",
 )
+# Keys a rerun may raise to extend a finished (or running) run.
+EXTENDABLE = ("steps", "epochs")
+
+
+class Interrupted(Exception):
+    """Training stopped by SIGINT (Ctrl-C) or SIGTERM after saving a checkpoint of its current step."""
+
+    def __init__(self, signum: int, step: int, workdir: str):
+        self.signum, self.step, self.workdir = signum, step, workdir
+        name = signal.Signals(signum).name
+        super().__init__(
+            f"{name}: stopped after step {step} with a checkpoint in {workdir}; rerun the command to resume"
+        )
+
+
+def say(text: str) -> None:
+    """One line for the user on stderr (from the lead process only)."""
+    if jax.process_index() == 0:
+        print(text, file=sys.stderr, flush=True)
 
 
 class TrainResult(NamedTuple):
     """What :func:`train` returns."""
 
     workdir: str
+    config: Config  # with ``steps`` resolved from ``epochs``
     graphdef: nnx.GraphDef
     state: step.State
     dataset: data.Dataset
@@ -57,26 +83,44 @@ def _fresh_workdir() -> str:
 
 
 def _recipe(values: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in values.items() if k not in RUN_ONLY}
+    return {k: v for k, v in values.items() if k not in RUN_ONLY + EXTENDABLE}
+
+
+def _check_workdir(cfg: Config) -> dict[str, Any] | None:
+    """Check, before any work, that ``cfg.workdir`` can hold this run; return its saved config (if any)."""
+    if cfg.workdir is None:
+        return None
+    if os.path.exists(cfg.workdir) and not os.path.isdir(cfg.workdir):
+        raise ValueError(f"workdir {cfg.workdir!r} is a file, not a directory")
+    path = os.path.join(cfg.workdir, "config.json")
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path) as f:
+            saved = json.load(f)
+    except (OSError, json.JSONDecodeError) as err:
+        raise ValueError(
+            f"workdir {cfg.workdir!r}: cannot read its config.json ({err}); use a fresh workdir"
+        ) from None
+    diff = sorted(
+        k
+        for k in set(_recipe(saved)) | set(_recipe(dataclasses.asdict(cfg)))
+        if saved.get(k) != getattr(cfg, k, None)
+    )
+    if diff:
+        raise ValueError(
+            f"workdir {cfg.workdir!r} holds a run with a different config (keys {diff}); "
+            f"use a fresh workdir to start a new run"
+        )
+    return saved
 
 
 def _prepare_workdir(cfg: Config) -> str:
-    """Create (or reuse, checking the config matches) the run directory; write config.json."""
+    """Create (or reuse) the run directory and write config.json."""
     workdir = cfg.workdir or _fresh_workdir()
     os.makedirs(workdir, exist_ok=True)
-    path = os.path.join(workdir, "config.json")
-    current = _recipe(dataclasses.asdict(cfg))
-    if os.path.exists(path):
-        with open(path) as f:
-            saved = _recipe(json.load(f))
-        diff = sorted(k for k in set(saved) | set(current) if saved.get(k) != current.get(k))
-        if diff:
-            raise ValueError(
-                f"workdir {workdir!r} holds a run with a different config (keys {diff}); "
-                f"use a fresh workdir to start a new run"
-            )
     if jax.process_index() == 0:
-        files.write_json(path, dataclasses.asdict(cfg) | {"workdir": workdir})
+        files.write_json(os.path.join(workdir, "config.json"), dataclasses.asdict(cfg) | {"workdir": workdir})
     return workdir
 
 
@@ -126,9 +170,38 @@ class _Window:
         return means
 
 
+@contextlib.contextmanager
+def _stop_signals() -> Iterator[list[int]]:
+    """Catch SIGINT and SIGTERM while training: the list receives the signal, the loop saves and stops."""
+    caught: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield caught
+        return
+    previous = {sig: signal.signal(sig, lambda signum, frame: caught.append(signum)) for sig in _SIGNALS}
+    try:
+        yield caught
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _check_data(cfg: Config, ds: data.Dataset) -> None:
+    """What would fail only after training, checked before it."""
+    if cfg.knn_k > len(ds.train_y):
+        raise ValueError(f"knn_k must be at most the {len(ds.train_y)} training images, got {cfg.knn_k}")
+
+
+def _checkpoint_every(cfg: Config) -> int:
+    return cfg.checkpoint_every or max(1, cfg.steps // 10)
+
+
 def train(cfg: Config, *, stop_at: int | None = None) -> TrainResult:
     """Train (resuming from the workdir's latest checkpoint) until ``cfg.steps`` (or ``stop_at``, which
-    simulates a run killed after that step)."""
+    simulates a run killed after that step). SIGINT / SIGTERM save a checkpoint of the current step and raise
+    :class:`Interrupted`."""
     if cfg.multihost:
         jax.distributed.initialize()
     t_start = time.time()
@@ -139,28 +212,42 @@ def train(cfg: Config, *, stop_at: int | None = None) -> TrainResult:
         data_dir=cfg.data_dir,
         shard=(jax.process_index(), jax.process_count()),
     )
+    _check_data(cfg, ds)
+    n_train = len(ds.train_y) * jax.process_count()
+    cfg = step.resolve(cfg, n_train)
     mesh = parallel.make_mesh(cfg.devices)
     n_dev = mesh.devices.size
     if cfg.batch_size % n_dev or cfg.batch_size % jax.process_count():
         raise ValueError(f"batch_size must be divisible by the {n_dev} devices, got {cfg.batch_size}")
-    workdir = _prepare_workdir(cfg)
+    saved = _check_workdir(cfg)
     tx = step.make_optimizer(cfg)
     graphdef, state = step.init_state(cfg, ds.image_shape)
-    ckpt = checkpoint.Checkpointer(os.path.join(workdir, "checkpoints"), every=cfg.checkpoint_every)
     start = 0
-    if ckpt.latest_step() is not None:
-        state = ckpt.restore(state)
-        start = int(state["step"])
+    if saved is not None:
+        ckpt = checkpoint.Checkpointer(os.path.join(cfg.workdir, "checkpoints"))
+        restored = ckpt.restore(state)
+        if restored is not None:
+            state, start = restored, int(restored["step"])
+            if start > cfg.steps:
+                raise ValueError(
+                    f"workdir {cfg.workdir!r} holds a run at step {start}; steps must be ≥ {start}"
+                )
+            _say_resume(cfg, saved, start)
+        ckpt.close()
+    workdir = _prepare_workdir(cfg)
+    ckpt = checkpoint.Checkpointer(os.path.join(workdir, "checkpoints"))
     log_path = os.path.join(workdir, "metrics.jsonl")
     _trim_log(log_path, start)
-    run = parallel.data_parallel(step.make_step(cfg, graphdef, tx), mode=cfg.parallel, mesh=mesh)
+    per_device = step.make_step(cfg, graphdef, tx, ema=step.ema_decay(cfg, n_train))
+    run = parallel.data_parallel(per_device, mode=cfg.parallel, mesh=mesh)
     lr = step.schedule(cfg)
     end = cfg.steps if stop_at is None else min(stop_at, cfg.steps)
     lead = jax.process_index() == 0
     bar = tqdm(total=cfg.steps, initial=start, disable=not (cfg.progress and lead), unit="step", leave=False)
     window = _Window()
+    every, last_save = _checkpoint_every(cfg), time.time()
     t_train, first_step_s = time.time(), math.nan
-    with open(log_path, "a") as log:
+    with open(log_path, "a") as log, _stop_signals() as caught:
         for i in range(start, end):
             state, metrics = run(state, batch_for(cfg, ds.train_y, ds.train_x, i, n_dev))
             window.add(metrics)
@@ -177,9 +264,15 @@ def train(cfg: Config, *, stop_at: int | None = None) -> TrainResult:
                 if lead:
                     log.write(json.dumps(record) + "\n")
                     log.flush()
-            if done % cfg.checkpoint_every == 0 or done == cfg.steps:
-                ckpt.save(done, state, force=True)
+            overdue = time.time() - last_save > 60 * cfg.checkpoint_minutes
+            if done % every == 0 or done == cfg.steps or overdue or caught:
+                ckpt.save(done, state)
+                last_save = time.time()
             bar.update(1)
+            if caught:
+                bar.close()
+                ckpt.close()
+                raise Interrupted(caught[0], done, workdir)
     bar.close()
     ckpt.close()
     state = jax.block_until_ready(state)
@@ -191,4 +284,17 @@ def train(cfg: Config, *, stop_at: int | None = None) -> TrainResult:
         "steps_run": end - start,
         "devices": n_dev,
     }
-    return TrainResult(workdir, graphdef, state, ds, timing)
+    return TrainResult(workdir, cfg, graphdef, state, ds, timing)
+
+
+def _say_resume(cfg: Config, saved: dict[str, Any], start: int) -> None:
+    """Tell the user that a run resumes, and what raising ``steps`` does to a finished run's schedule."""
+    before = saved.get("steps")
+    if before is not None and cfg.steps > before and start >= before:
+        lr = float(step.schedule(cfg)(start))
+        say(
+            f"extending the finished run in {cfg.workdir} from {before} to {cfg.steps} steps: the learning "
+            f"rate follows the schedule of a {cfg.steps}-step run, from its step-{start} value {lr:.3g}"
+        )
+    elif start < cfg.steps:
+        say(f"resuming from step {start} of {cfg.steps} ({cfg.workdir})")

@@ -6,7 +6,6 @@ embedding, the report holds the raw-input 1-NN baseline (Euclidean on pixels) of
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
@@ -111,24 +110,6 @@ def evaluate(cfg: Config, query: Outputs, reference: Outputs, ds: Dataset) -> di
         )
         out["charts_used"] = int(len(np.unique(np.asarray(tr_chart))))
     return out
-
-
-def plot_curve(metrics_path: str, png_path: str) -> None:
-    """Training curve (total loss and each unweighted term against step) from metrics.jsonl."""
-    with open(metrics_path) as f:
-        rows = [json.loads(line) for line in f if line.strip()]
-    if not rows:
-        return
-    keys = [k for k in rows[0] if k not in ("step", "lr", "time", "grad_norm")]
-    fig = files.figure(figsize=(3.2 * len(keys), 2.8))
-    axes = fig.subplots(1, len(keys), squeeze=False)
-    steps = [r["step"] for r in rows]
-    for ax, key in zip(axes[0], keys, strict=True):
-        ax.plot(steps, [r[key] for r in rows])
-        ax.set_title(key)
-        ax.set_xlabel("step")
-    fig.tight_layout()
-    files.write_figure(fig, png_path, dpi=90)
 
 
 def write(workdir: str, report: dict[str, Any]) -> str:

@@ -65,11 +65,24 @@ def build_model(
     )
 
 
+def steps_per_epoch(cfg: Config, n_train: int) -> int:
+    """Steps in one pass over ``n_train`` training images (whole batches, as a drop-last loader)."""
+    return max(1, n_train // cfg.batch_size)
+
+
+def resolve(cfg: Config, n_train: int) -> Config:
+    """``cfg`` with ``steps`` set from ``epochs`` (when given) for a training set of ``n_train`` images."""
+    if cfg.epochs is None:
+        return cfg
+    return dataclasses.replace(cfg, steps=max(1, round(cfg.epochs * steps_per_epoch(cfg, n_train))))
+
+
 def schedule(cfg: Config) -> optax.Schedule:
-    """Linear warm-up (``warmup`` steps, capped at steps/2) then cosine decay to 0 or a constant rate."""
+    """Linear warm-up (``warmup`` steps, capped at steps/2), then cosine decay to ``lr_min`` or a constant
+    rate."""
     warmup = min(cfg.warmup, cfg.steps // 2)
     if cfg.schedule == "cosine":
-        return optax.warmup_cosine_decay_schedule(0.0, cfg.lr, warmup, cfg.steps)
+        return optax.warmup_cosine_decay_schedule(0.0, cfg.lr, warmup, cfg.steps, end_value=cfg.lr_min)
     return optax.linear_schedule(0.0, cfg.lr, warmup) if warmup else optax.constant_schedule(cfg.lr)
 
 
@@ -97,7 +110,23 @@ def init_state(
         "opt_state": make_optimizer(cfg).init(params),
         "step": jnp.zeros((), jnp.int32),
     }
+    if cfg.ema is not None:
+        state["ema"] = jax.tree.map(jnp.copy, params)
     return graphdef, state
+
+
+def ema_decay(cfg: Config, n_train: int) -> float | None:
+    """Per-step decay of the weights' EMA: ``cfg.ema`` per epoch, i.e. ema^(1/steps per epoch)."""
+    return None if cfg.ema is None else cfg.ema ** (1.0 / steps_per_epoch(cfg, n_train))
+
+
+def ema_update(ema: Any, params: Any, decay: float, count: jax.Array) -> Any:
+    """One EMA step of the weights, as torch_ema's ExponentialMovingAverage (used by Stowell 2026's code):
+    d = min(decay, (1 + count) / (10 + count)) after ``count`` updates (this one included), then
+    ema ← d·ema + (1 − d)·params (``optax.incremental_update`` with step size 1 − d)."""
+    count = count.astype(jnp.float32)
+    d = jnp.minimum(decay, (1.0 + count) / (10.0 + count))
+    return optax.incremental_update(params, ema, 1.0 - d)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,7 +140,9 @@ class Objective:
     loss: str
     similarity: str
     loss_kwargs: tuple[tuple[str, Any], ...] = ()
+    views: int = 1
     koleo: float = 0.0
+    koleo_eps: float = 1e-8
     mmd: float = 0.0
     membership: float = 0.0
     prior_samples: int = 256
@@ -121,6 +152,8 @@ class Objective:
     def from_config(cls, cfg: Config) -> Objective:
         if cfg.loss in ("supcon", "sincere", "info_nce"):
             kwargs = {"temperature": cfg.temperature}
+            if cfg.base_temperature is not None:
+                kwargs["base_temperature"] = cfg.base_temperature
         elif cfg.loss == "triplet":
             kwargs = {"margin": cfg.margin, "mining": cfg.mining}
         elif cfg.loss == "simo":
@@ -132,7 +165,9 @@ class Objective:
             loss=cfg.loss,
             similarity=cfg.similarity,
             loss_kwargs=tuple(sorted(kwargs.items())),
+            views=cfg.views,
             koleo=cfg.koleo,
+            koleo_eps=cfg.koleo_eps,
             mmd=cfg.mmd,
             membership=cfg.membership,
             prior_samples=cfg.prior_samples,
@@ -153,6 +188,15 @@ class Objective:
         if self.similarity == "torus":
             vectors = manifolds.clifford_to_angles(vectors)
         return similarity_lib.get(self.similarity)(vectors, parallel.gather(vectors, axis_name))
+
+    def koleo_per_view(self, embedding: jax.Array, axis_name: str | None) -> jax.Array:
+        """KoLeo of each view's rows (view-major [views·n, D]), summed over the views, as Stowell 2026's code
+        does: two views of one image are not each other's nearest neighbours."""
+        rows = embedding.shape[0] // self.views
+        return sum(
+            regularizers.koleo(embedding[v * rows : (v + 1) * rows], eps=self.koleo_eps, axis_name=axis_name)
+            for v in range(self.views)
+        )
 
     def __call__(
         self, out: models.Outputs, labels: jax.Array, key: jax.Array, axis_name: str | None
@@ -176,7 +220,7 @@ class Objective:
         terms = {self.loss: main}
         total = main
         if self.koleo > 0:
-            terms["koleo"] = regularizers.koleo(out.embedding, axis_name=axis_name)
+            terms["koleo"] = self.koleo_per_view(out.embedding, axis_name)
             total = total + self.koleo * terms["koleo"]
         if self.mmd > 0:
             prior = regularizers.sample_prior(key, self.prior_samples, self.chart_dim)
@@ -206,9 +250,14 @@ def make_step(
     graphdef: nnx.GraphDef,
     tx: optax.GradientTransformation,
     axis_name: str | None = parallel.AXIS,
+    *,
+    ema: float | None = None,
 ) -> Callable[[State, dict[str, jax.Array]], tuple[State, dict[str, jax.Array]]]:
     """Per-device step ``(state, batch) -> (state, metrics)``; batch = {'x': [n, H, W, C], 'y': [n],
-    'pos': [n] global positions}. Gradients are pmean-ed over ``axis_name`` (geojax.parallel's convention)."""
+    'pos': [n] global positions}. Gradients are pmean-ed over ``axis_name`` (geojax.parallel's convention).
+    ``ema``: the per-step decay of the weights' EMA (:func:`ema_decay`), required when ``cfg.ema`` is set."""
+    if (cfg.ema is None) != (ema is None):
+        raise ValueError(f"ema must be the per-step decay when cfg.ema is set (cfg.ema={cfg.ema}), got {ema}")
     objective_fn = Objective.from_config(cfg)
     views = Views(cfg.views, cfg.augment, compute_dtype(cfg))
     base_key = jax.random.key(cfg.seed)
@@ -233,6 +282,8 @@ def make_step(
             "opt_state": opt_state,
             "step": state["step"] + 1,
         }
+        if ema is not None:
+            new["ema"] = ema_update(state["ema"], new["params"], ema, new["step"])
         metrics = {"loss": total, **terms, "grad_norm": optax.tree.norm(grads)}
         return new, parallel.pmean(metrics, axis_name)
 
@@ -243,8 +294,8 @@ def embed(
     graphdef: nnx.GraphDef, state: State, images: np.ndarray, *, batch: int, precision: str = "fp32"
 ) -> models.Outputs:
     """Evaluation-mode outputs (no augmentation) for ``images`` [N, H, W, C], in chunks of ``batch``, as
-    float32 NumPy arrays."""
-    model = nnx.merge(graphdef, state["params"], state["rest"])
+    float32 NumPy arrays; with the EMA of the weights when the run keeps one."""
+    model = nnx.merge(graphdef, state.get("ema", state["params"]), state["rest"])
     model.eval()
     dt = jnp.bfloat16 if precision == "bf16" else jnp.float32
     forward = jax.jit(lambda m, x: jax.tree.map(lambda v: v.astype(jnp.float32), m(x.astype(dt))))

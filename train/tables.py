@@ -1,10 +1,10 @@
 """Markdown tables: the one writer behind every table the app, the reproduction and the benchmarks print.
 
-    >>> print(markdown_table(["method", "P@1"], [["float32", 0.99125], ["1-bit", None]], align="lr"))
-    | method | P@1 |
-    |:---|---:|
-    | float32 | 0.9912 |
-    | 1-bit | – |
+>>> print(markdown_table(["method", "P@1"], [["float32", 0.99125], ["1-bit", None]], align="lr"))
+| method | P@1 |
+|:---|---:|
+| float32 | 0.9912 |
+| 1-bit | – |
 """
 
 from __future__ import annotations

@@ -1,0 +1,159 @@
+"""The papers' training recipes as their public code runs them: KoLeo per view, SupContrast's τ/τ_base factor,
+the EMA of the weights that the report evaluates, the schedule floor, epochs, and every CIFAR / MNIST preset
+(a few steps on synthetic data of the data set's shape)."""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from geojax import losses, similarity
+from geojax.models import Outputs
+from train import app, config, loop, step
+
+TINY = dict(width=8, dim=4, batch_size=16, progress=False, eval_batch=512)
+
+
+def _koleo_np(x: np.ndarray, eps: float) -> float:
+    """−mean log(‖x̂_i − x̂_nn(i)‖ + ε), a float64 loop (Sablayrolles et al. 2019)."""
+    u = x / np.linalg.norm(x, axis=1, keepdims=True)
+    total = 0.0
+    for i in range(len(u)):
+        dots = [u[i] @ u[j] if j != i else -np.inf for j in range(len(u))]
+        total += np.log(np.linalg.norm(u[i] - u[int(np.argmax(dots))]) + eps)
+    return -total / len(u)
+
+
+def test_koleo_is_applied_per_view_and_summed():
+    rng = np.random.default_rng(0)
+    view1 = rng.normal(size=(64, 8))
+    view2 = view1 + 1e-3 * rng.normal(size=(64, 8))  # near-duplicate second views
+    out = Outputs(jnp.asarray(np.concatenate([view1, view2]), jnp.float32))
+    labels = jnp.tile(jnp.arange(64) % 4, 2)
+    cfg = config.make(geometry="euclidean", koleo=1.0, koleo_eps=1e-6, views=2)
+    _, terms = step.Objective.from_config(cfg)(out, labels, jax.random.key(0), None)
+    per_view = _koleo_np(view1, 1e-6) + _koleo_np(view2, 1e-6)
+    pooled = _koleo_np(np.concatenate([view1, view2]), 1e-6)  # each point's neighbour: its own other view
+    assert float(terms["koleo"]) == pytest.approx(per_view, rel=1e-4)
+    assert pooled > per_view + 5  # the pooled form is far off: a wrong implementation cannot pass
+
+
+def test_supcon_base_temperature_reaches_the_loss():
+    rng = np.random.default_rng(1)
+    z = jnp.asarray(rng.normal(size=(32, 6)), jnp.float32)
+    labels = jnp.asarray(rng.integers(0, 4, 32))
+    cfg = config.make(geometry="euclidean", koleo=0.0, views=1, temperature=0.1, base_temperature=0.07)
+    total, _ = step.Objective.from_config(cfg)(Outputs(z), labels, jax.random.key(0), None)
+    plain = losses.supcon(similarity.cosine(z, z), labels, temperature=0.1)
+    np.testing.assert_allclose(total, plain * 0.1 / 0.07, rtol=1e-5)
+    with pytest.raises(ValueError, match="base_temperature"):
+        config.make(loss="sincere", base_temperature=0.07)
+
+
+def test_ema_update_follows_torch_ema_with_its_warm_up():
+    decay = 0.99
+    params = [np.float32(v) for v in (1.0, 3.0, -2.0, 5.0)]
+    ema, want = jnp.float32(0.0), 0.0
+    for count, p in enumerate(params, start=1):
+        ema = step.ema_update(ema, jnp.float32(p), decay, jnp.int32(count))
+        d = min(decay, (1 + count) / (10 + count))
+        want = d * want + (1 - d) * p
+    assert float(ema) == pytest.approx(want, rel=1e-6)
+    cfg = config.make(batch_size=200, ema=0.3)
+    assert step.ema_decay(cfg, 1000) == pytest.approx(0.3 ** (1 / 5))  # five steps per epoch
+
+
+def test_report_evaluates_the_ema_weights(tmp_path):
+    cfg = config.make(workdir=str(tmp_path), **TINY, steps=3, lr=0.05, ema=0.5, devices=1)
+    rep = app.run(cfg)
+    result = loop.train(cfg)  # finished: restores the final state without training
+    assert "ema" in result.state
+    ema_out = step.embed(result.graphdef, result.state, result.dataset.test_x, batch=512)
+    raw_state = {k: v for k, v in result.state.items() if k != "ema"}
+    raw_out = step.embed(result.graphdef, raw_state, result.dataset.test_x, batch=512)
+    with np.load(tmp_path / "embeddings.npz") as z:
+        np.testing.assert_allclose(z["query"], ema_out.embedding, rtol=1e-6, atol=1e-6)
+        assert np.abs(z["query"] - raw_out.embedding).max() > 1e-4
+    assert 0 <= rep["precision_at_1"] <= 1
+
+
+def test_cosine_schedule_floor_and_epochs():
+    cfg = config.make(lr=0.1, lr_min=0.01, warmup=0, steps=100)
+    lr = step.schedule(cfg)
+    assert float(lr(0)) == pytest.approx(0.1) and float(lr(100)) == pytest.approx(0.01)
+    assert float(lr(50)) == pytest.approx(0.055, rel=1e-5)  # halfway down the cosine
+    cfg = config.make(epochs=2.5, batch_size=200)
+    assert step.resolve(cfg, 1000).steps == 12  # 2.5 epochs × 5 whole batches, rounded
+    assert step.resolve(config.make(steps=7), 1000).steps == 7
+    with pytest.raises(ValueError, match="lr_min"):
+        config.make(lr=0.1, lr_min=0.2)
+
+
+def test_stowell_cifar_presets_follow_the_public_code():
+    for geometry in ("sphere", "torus_c", "torus_n"):
+        for data in ("cifar10", "cifar100"):
+            cfg = config.make(preset=f"supcon_{geometry}_{data}")
+            assert (cfg.geometry, cfg.dataset, cfg.encoder, cfg.dim) == (geometry, data, "resnet18", 16)
+            assert (cfg.optimizer, cfg.lr, cfg.momentum, cfg.lr_min, cfg.epochs) == (
+                "sgd",
+                0.1,
+                0.0,
+                0.01,
+                100,
+            )
+            assert (cfg.batch_size, cfg.temperature, cfg.base_temperature) == (200, 0.1, 0.07)
+            assert (cfg.clip, cfg.clip_mode, cfg.ema, cfg.precision) == (100.0, "value", 0.3, "bf16")
+
+
+NEW_PRESETS = {
+    # preset: (image shape, classes)
+    **{
+        f"supcon_{g}_{d}": ((32, 32, 3), 10 if d == "cifar10" else 100)
+        for g in ("sphere", "torus_c", "torus_n")
+        for d in ("cifar10", "cifar100")
+    },
+    "supcon_cifar10": ((32, 32, 3), 10),
+    "sincere_cifar10": ((32, 32, 3), 10),
+    "simo_cifar10": ((32, 32, 3), 10),
+    "msimclr_mnist": ((28, 28), 10),
+}
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory):
+    """npz files of random uint8 images shaped as CIFAR and MNIST, every class present."""
+    root = tmp_path_factory.mktemp("synthetic")
+    paths = {}
+    rng = np.random.default_rng(0)
+    for shape, classes in set(NEW_PRESETS.values()):
+        n = max(2 * classes, 120)
+        path = root / f"{'x'.join(map(str, shape))}-{classes}.npz"
+        labels = np.arange(n) % classes
+        np.savez(path, images=rng.integers(0, 256, (n, *shape), dtype=np.uint8), labels=labels)
+        paths[shape, classes] = str(path)
+    return paths
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("preset", list(NEW_PRESETS))
+def test_every_new_preset_trains_a_few_steps_on_data_of_its_shape(preset, synthetic, tmp_path):
+    shape, classes = NEW_PRESETS[preset]
+    cfg = config.make(
+        preset=preset,
+        dataset=f"npz:{synthetic[shape, classes]}",
+        test_fraction=0.5,
+        width=4,
+        batch_size=40 if preset != "msimclr_mnist" else 16,
+        epochs=None,
+        steps=2,
+        eval_batch=64,
+        probe_epochs=1,
+        progress=False,
+        workdir=str(tmp_path),
+    )
+    rep = app.run(cfg)
+    assert 0 <= rep["precision_at_1"] <= 1
+    with open(tmp_path / "metrics.jsonl") as f:
+        assert [json.loads(line)["step"] for line in f] == [2]
