@@ -1,8 +1,9 @@
-"""Execute every colab notebook top to bottom at tiny size (nbclient, python3 kernel of this environment).
+"""The colab notebooks: each colab/NN_name.ipynb is generated from colab/NN_name.py (jupytext percent format)
+and must match it; each runs top to bottom at tiny size (nbclient, python3 kernel of this environment).
 
-The cell tagged ``parameters`` is followed by an injected cell holding tiny values (papermill-style, without
-papermill); each notebook must run without error and produce its key outputs (figures, tables).
-Select with ``pytest -q tests/test_notebooks.py``.
+The sync tests are fast. The execution tests are marked ``slow``: the cell tagged ``parameters`` is followed
+by an injected cell holding tiny values (papermill-style, without papermill); each notebook must run without
+error and produce its key outputs (figures, tables). Select with ``pytest -q tests/test_notebooks.py``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import pytest
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
+jupytext = pytest.importorskip("jupytext")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COLAB = os.path.join(ROOT, "colab")
@@ -118,12 +120,32 @@ def _outputs(nb) -> tuple[int, str]:
     return figures, "".join(text)
 
 
+def _cells(nb) -> list[tuple[str, str, dict]]:
+    return [(c.cell_type, c.source, dict(c.metadata)) for c in nb.cells]
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_notebook_matches_its_source(name):
+    """The committed .ipynb holds exactly the cells (type, source, metadata) and the notebook metadata that
+    jupytext writes from the .py source; outputs, execution counts and cell ids are not compared."""
+    source = os.path.join(COLAB, name.removesuffix(".ipynb") + ".py")
+    generated = nbformat.reads(jupytext.writes(jupytext.read(source), fmt="ipynb"), as_version=4)
+    committed = nbformat.read(os.path.join(COLAB, name), as_version=4)
+    nbformat.validate(committed)
+    stale = f"colab/{name} differs from its source: run `jupytext --to ipynb --update colab/*.py`"
+    assert _cells(committed) == _cells(generated), stale
+    assert committed.metadata == generated.metadata, stale
+    assert committed.metadata["kernelspec"]["name"] == "python3", "Colab runs the python3 kernel"
+    assert committed.metadata["accelerator"] == "GPU", "Colab opens the notebook on a GPU runtime"
+    code = [c for c in committed.cells if c.cell_type == "code"]
+    assert all(not c.outputs and c.execution_count is None for c in code), "commit without outputs"
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_notebook_runs(name, tmp_path, monkeypatch):
     overrides, min_figures, expected = CASES[name]
     nb = nbformat.read(os.path.join(COLAB, name), as_version=4)
-    nbformat.validate(nb)
-    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), "commit without outputs"
     trains = any("RUNS_DIR" in c.source for c in nb.cells if c.cell_type == "code")
     _inject(nb, {**overrides, "RUNS_DIR": str(tmp_path)} if trains else overrides)
     # The kernel is a fresh process of this interpreter: one CPU device (not the suite's four fake ones).
@@ -143,8 +165,11 @@ def test_notebook_runs(name, tmp_path, monkeypatch):
 
 
 def test_notebooks_list_is_complete():
-    on_disk = sorted(f for f in os.listdir(COLAB) if f.endswith(".ipynb"))
-    assert on_disk == sorted(CASES)
+    """Every notebook has its source and every source its notebook, and each is tested here."""
+    notebooks = sorted(f.removesuffix(".ipynb") for f in os.listdir(COLAB) if f.endswith(".ipynb"))
+    sources = sorted(f.removesuffix(".py") for f in os.listdir(COLAB) if f.endswith(".py"))
+    assert notebooks == sources
+    assert notebooks == sorted(name.removesuffix(".ipynb") for name in CASES)
 
 
 def test_notebooks_small():
