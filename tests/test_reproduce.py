@@ -1,8 +1,9 @@
-"""train.reproduce: the tables' structure at a tiny size (seeds 002 and 004), verdicts recomputed from the
-numbers."""
+"""train.reproduce: the tables' structure at a tiny size (Hong, Meng & Yuan 2018 and Bouhsine et al. 2024),
+verdicts recomputed from the numbers; the shared records, statistics and plots against naive references."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -10,7 +11,9 @@ import os
 import numpy as np
 import pytest
 
-from train import reproduce
+from train import plots
+from train.reproduce import common, render, simo
+from train.reproduce.__main__ import main
 
 CLAIM_KEYS = {"claim", "ours", "paper", "source", "rule", "verdict"}
 
@@ -18,8 +21,8 @@ CLAIM_KEYS = {"claim", "ours", "paper", "source", "rule", "verdict"}
 @pytest.fixture(scope="module")
 def outputs(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("reproduce") / "new" / "folder")  # created by the command
-    results = reproduce.main(["002", "--tiny", "--out", out])
-    results += reproduce.main(["004", "--tiny", "--out", out])
+    results = main(["002", "--tiny", "--out", out])
+    results += main(["004", "--tiny", "--out", out])
     return out, {r["seed"]: r for r in results}
 
 
@@ -36,13 +39,13 @@ def test_json_files_match_results_and_have_claim_tables(outputs):
         assert res["claims"], seed
         for c in res["claims"]:
             assert set(c) == CLAIM_KEYS
-            assert c["verdict"] in (reproduce.HOLDS, reproduce.FAILS)
+            assert c["verdict"] in (common.HOLDS, common.FAILS)
             assert c["ours"] and c["rule"]
         assert _finite(res["wall_s"]) and res["wall_s"] > 0
         assert res["scale"]["name"] == "tiny"
         assert res["data"]["name"] == "digits" and res["data"]["train"] + res["data"]["test"] == 1797
         assert res["command"].startswith(f"python -m train.reproduce {seed} --tiny")
-    assert not [p for p in os.listdir(out) if p.startswith(".reproduce-")]  # no temporary files left
+    assert not [p for p in os.listdir(out) if p.startswith(".tmp-")]  # no temporary files left
 
 
 def test_seed_002_numbers_and_verdicts(outputs):
@@ -55,11 +58,11 @@ def test_seed_002_numbers_and_verdicts(outputs):
     long_bits = [b for b, m in by if m == "TP" and b >= rep["d"]]
     assert long_bits
     holds = all(by[(b, "TP")]["map"] >= by[(b, "ITQ")]["map"] - 0.01 for b in long_bits)
-    assert res["claims"][0]["verdict"] == (reproduce.HOLDS if holds else reproduce.FAILS)
+    assert res["claims"][0]["verdict"] == (common.HOLDS if holds else common.FAILS)
     # Paper-size counts come from geojax.tt and must equal seed 002 Tables 1-2 (published numbers).
     counts = {c["shape"]: c["tp_params"] for c in res["details"]["paper_counts"]}
     assert counts == {"4096 → 1024 bits (Table 1)": 1088, "4096 → 4096 bits (Table 2)": 1152}
-    assert res["claims"][1]["verdict"] == reproduce.HOLDS  # 1,152 / 16.8 M < 1/1000
+    assert res["claims"][1]["verdict"] == common.HOLDS  # 1,152 / 16.8 M < 1/1000
 
 
 def test_seed_004_runs_and_verdicts(outputs):
@@ -68,7 +71,7 @@ def test_seed_004_runs_and_verdicts(outputs):
     # The ablation really trained with its own loss (simo_orthogonality=false is part of the recipe).
     assert res["runs"][0]["loss_trace"] != res["runs"][1]["loss_trace"]
     for r in res["runs"]:
-        assert not r["diverged"] and r["steps"] == reproduce.SCALES["tiny"].steps
+        assert not r["diverged"] and r["steps"] == common.SCALES["tiny"].steps
         assert _finite(r["wall_s"]) and _finite(r["max_grad_norm"])
         rep = r["report"]
         for key in ("precision_at_1", "knn_accuracy", "linear_probe_accuracy"):
@@ -76,13 +79,13 @@ def test_seed_004_runs_and_verdicts(outputs):
         cs = r["class_structure"]
         recalls = list(cs["per_class_1nn_recall"].values())
         assert len(recalls) == cs["classes"] == 10
-        assert cs["distinguishable"] == sum(v >= reproduce.DISTINGUISHABLE for v in recalls)
+        assert cs["distinguishable"] == sum(v >= simo.DISTINGUISHABLE for v in recalls)
         assert abs(cs["nn1"] - rep["precision_at_1"]) < 1e-6  # per-query 1-NN agrees with geojax.metrics
         assert 0.0 <= cs["mean_abs_cos_class_means"] <= 1.0
     full, abl = (res["details"][k] for k in ("SimO", "SimO without orthogonality (ablation)"))
     separates = min(full["distinguishable"]) == full["classes"]
     collapse = np.mean(abl["distinguishable"]) < np.mean(full["distinguishable"])
-    expect = [reproduce.HOLDS if v else reproduce.FAILS for v in (separates, collapse)]
+    expect = [common.HOLDS if v else common.FAILS for v in (separates, collapse)]
     assert [c["verdict"] for c in res["claims"]] == expect
 
 
@@ -91,8 +94,122 @@ def test_markdown_holds_every_seed_and_claim(outputs):
     with open(os.path.join(out, "reproduction.md"), encoding="utf-8") as f:
         text = f.read()
     for seed, res in results.items():
-        assert f"## Seed {seed}" in text
+        assert f"## {res['title']}" in text
         assert f"`{res['command']}`" in text
         for c in res["claims"]:
-            assert f"| {seed} | {c['claim']} | {c['verdict']} |" in text
+            assert f"| {common.PAPERS[seed].citation} | {c['claim']} | {c['verdict']} |" in text
+    assert "Seed 0" not in text and "seed 0" not in text  # papers are cited by author and year
     assert "![reproduce_" not in text  # no plot referenced that these seeds did not write
+
+
+# --------------------------------------------------------------------------------------------------------
+# Records, statistics, rendering and plots (no training).
+# --------------------------------------------------------------------------------------------------------
+
+
+def test_scale_is_built_with_keywords():
+    tiny = common.SCALES["tiny"]
+    assert dataclasses.replace(tiny, steps=7).steps == 7
+    with pytest.raises(TypeError):
+        common.Scale(*dataclasses.astuple(tiny))  # 14 positionals are refused
+
+
+def test_claim_and_run_records():
+    kw = dict(claim="c", ours="o", paper="p", source="s", rule="r")
+    assert common.Claim(**kw, holds=True).to_json() == {**kw, "verdict": common.HOLDS}
+    assert common.Claim(**kw, holds=False).to_json()["verdict"] == common.FAILS
+    trained = common.Run(
+        name="a", overrides={"preset": "simo"}, seed=0, steps=3, report={"precision_at_1": 0.5}
+    )
+    trained.report["recall_at_k"] = {"1": 0.25}
+    trained.extra["ablation"] = True
+    row = trained.to_json()
+    assert "error" not in row and row["report"]["precision_at_1"] == 0.5 and row["ablation"] is True
+    assert trained.metric("precision_at_1") == 0.5 and trained.metric("recall_at_1") == 0.25
+    diverged = common.Run(name="b", overrides={}, seed=1, steps=3, diverged=True, error="nan loss")
+    row = diverged.to_json()
+    assert "report" not in row and row["error"] == "nan loss" and row["diverged"] is True
+    assert math.isnan(diverged.metric("precision_at_1"))
+
+
+def test_mean_sd_and_bootstrap():
+    assert common.mean_sd([]) == "–" and common.mean_sd([math.nan]) == "–"
+    assert common.mean_sd([0.5, math.nan]) == "50.0"
+    assert common.mean_sd([0.9, 0.8]) == f"{100 * 0.85:.1f} ± {100 * np.std([0.9, 0.8]):.1f}"
+    assert math.isnan(common.mean([math.nan])) and common.mean([1.0, math.nan, 3.0]) == 2.0
+    ones, zeros = np.ones(40), np.zeros(40)
+    assert common.bootstrap_diff(ones, zeros, n=20) == (1.0, 1.0, 1.0)
+    rng = np.random.default_rng(0)
+    a, b = (rng.random(200) < 0.7).astype(float), (rng.random(200) < 0.5).astype(float)
+    diff, lo, hi = common.bootstrap_diff(a, b, n=500)
+    assert diff == pytest.approx(a.mean() - b.mean())
+    # The resampled differences of paired 0/1 outcomes: the CI is near diff ± 1.96 × its standard error.
+    se = np.std(a - b) / np.sqrt(len(a))
+    assert lo < diff < hi and abs(hi - lo - 2 * 1.96 * se) < 0.3 * (2 * 1.96 * se)
+
+
+def test_nearest_labels_against_a_numpy_scan():
+    rng = np.random.default_rng(1)
+    query = rng.normal(size=(30, 5)).astype(np.float32)
+    reference = rng.normal(size=(50, 5)).astype(np.float32)
+    reference[7] = reference[3]  # a tie: the lower index wins
+    query[0] = reference[3]
+    labels = np.arange(50) % 7
+    got = common.nearest_labels(query, reference, labels, "neg_euclidean")
+    dist = ((query[:, None, :].astype(np.float64) - reference[None, :, :]) ** 2).sum(-1)
+    want = labels[[int(np.flatnonzero(row == row.min())[0]) for row in dist]]
+    np.testing.assert_array_equal(got, want)
+    assert got[0] == labels[3]
+
+
+def test_render_cites_papers_and_escapes_cells(tmp_path):
+    docs = os.path.join(os.path.dirname(__file__), os.pardir, "docs")
+    with open(os.path.join(docs, "reproduce_000.json"), encoding="utf-8") as f:
+        res = json.load(f)
+    (tmp_path / "reproduce_000.json").write_text(json.dumps(res), encoding="utf-8")
+    text = render.render(str(tmp_path))
+    assert text.rstrip("\n") + "\n" == (tmp_path / "reproduction.md").read_text(encoding="utf-8")
+    assert "| paper | claim | verdict |" in text and f"## {res['title']}" in text
+    for c in res["claims"]:
+        assert f"| Stowell 2026 | {c['claim']} | {c['verdict']} |" in text
+    assert "\\|P@1(torusN) − P@1(sphere)\\| ≤ 2 pts" in text  # a '|' inside a cell is escaped
+    for title, table in res["tables"]:
+        assert f"### {title}\n\n{table.rstrip()}\n" in text
+
+
+def test_runs_table_marks_divergence():
+    runs = [
+        common.Run(name="ok", overrides={}, seed=0, steps=5, report={"precision_at_1": 0.875}, wall_s=1.25),
+        common.Run(name="bad", overrides={}, seed=1, steps=5, diverged=True, error="nan"),
+    ]
+    lines = render.runs_table(runs).splitlines()
+    assert lines[0].startswith("| run | seed | steps | P@1 |") and lines[1].startswith("|:---|---:|")
+    assert lines[2] == "| ok | 0 | 5 | 0.8750 | – | – | – | – | – | 1.2 |"
+    assert lines[3].startswith("| bad (DIVERGED) | 1 | 5 | – |")
+
+
+def test_target_noise_against_a_loop_and_plots(tmp_path):
+    rng = np.random.default_rng(2)
+    emb = {
+        "query": rng.normal(size=(12, 4)).astype(np.float32),
+        "query_labels": np.arange(12) % 3,
+        "reference": rng.normal(size=(20, 4)).astype(np.float32),
+        "reference_labels": np.arange(20) % 3,
+    }
+    target, noise = plots.target_noise(emb, "cosine")
+    unit = lambda x: x / np.linalg.norm(x, axis=1, keepdims=True)  # noqa: E731
+    for i, (q, y) in enumerate(zip(unit(emb["query"]), emb["query_labels"], strict=True)):
+        cos = unit(emb["reference"]) @ q
+        assert target[i] == pytest.approx(cos[emb["reference_labels"] == y].max(), abs=1e-5)
+        assert noise[i] == pytest.approx(cos[emb["reference_labels"] != y].max(), abs=1e-5)
+    fig = plots.plot_target_noise({"a": emb, "b": emb}, str(tmp_path / "h.png"))
+    assert len(fig.axes) == 4 and (tmp_path / "h.png").read_bytes()[:4] == b"\x89PNG"
+    atlas = {
+        "query_coords": rng.random((30, 3, 2)).astype(np.float32),
+        "query_q": rng.dirichlet(np.ones(3), size=30).astype(np.float32),
+        "query_labels": np.arange(30) % 10,
+    }
+    fig = plots.plot_charts(atlas, str(tmp_path / "c.png"), title="t")
+    assert len(fig.axes) == 4  # 3 charts on a 2 × 2 grid, the fourth panel blank
+    assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".tmp-")]

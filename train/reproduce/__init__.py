@@ -1,0 +1,11 @@
+"""Reproduction tables for five papers at reduced scale, the papers' numbers beside ours.
+
+    python -m train.reproduce <000|001|002|003|004|all> [--quick] [--data digits|npz:PATH|NAME] [--out DIR]
+
+The selectors name the papers: ``000`` Stowell 2026 (torus embeddings, :mod:`.torus`), ``001`` Korman 2021
+(atlas target spaces, :mod:`.atlas`), ``002`` Hong, Meng & Yuan 2018 (Tensorized Projection vs ITQ,
+:mod:`.binary`), ``003`` Feeney & Hughes 2024 (similarities × supervised contrastive losses,
+:mod:`.similarities`), ``004`` Bouhsine et al. 2024 (the SimO loss, :mod:`.simo`). What they share (scales,
+the run helper, claim and run records, statistics) is in :mod:`.common`, the Markdown in :mod:`.render`, the
+command line in ``__main__.py``.
+"""

@@ -1,0 +1,321 @@
+"""What every paper's reproduction shares: the papers, the scales, the run helper, claim and result records,
+and the statistics (mean ± sd, paired bootstrap, per-query nearest neighbours)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from geojax import metrics
+from train import app, config, data, evaluate
+
+HOLDS, FAILS = "holds", "does not hold at this scale"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Paper:
+    """A reproduced paper: its command-line selector, how the text cites it, and the section title."""
+
+    key: str  # python -m train.reproduce <key>; also the reproduce_<key>.json file name
+    citation: str  # author and year
+    title: str
+
+
+PAPERS: dict[str, Paper] = {
+    p.key: p
+    for p in (
+        Paper(key="000", citation="Stowell 2026", title="Torus embeddings (Stowell 2026, arXiv 2603.03135)"),
+        Paper(
+            key="001",
+            citation="Korman 2021",
+            title="Atlas / manifold target spaces: MSimCLR and MTriplet (Korman 2021, arXiv 2106.07062)",
+        ),
+        Paper(
+            key="002",
+            citation="Hong, Meng & Yuan 2018",
+            title="Tensorized Projection vs ITQ binary embedding (Hong, Meng & Yuan, AAAI 2018)",
+        ),
+        Paper(
+            key="003",
+            citation="Feeney & Hughes 2024",
+            title="SupCon vs SINCERE, cosine vs negative arc length (Feeney & Hughes 2024, blog)",
+        ),
+        Paper(
+            key="004",
+            citation="Bouhsine et al. 2024",
+            title="SimO loss and its orthogonality ablation (Bouhsine et al. 2024)",
+        ),
+    )
+}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Scale:
+    """Sizes of one reproduction scale (``full``, ``quick`` or the test-only ``tiny``)."""
+
+    name: str
+    steps: int  # training steps per run
+    width: int  # MLP encoder width
+    batch: int  # images per step (SimCLR / SupCon runs; MTriplet keeps 8 classes × 4)
+    dim: int  # D of Stowell 2026's sphere / torusN comparison and of Feeney & Hughes 2024's runs
+    seeds: int  # training seeds per configuration
+    unstable_seeds: int  # seeds per clipping setting in Stowell 2026's torusC stability test
+    probe_epochs: int  # linear / piecewise-linear probe epochs
+    binary_factors: tuple[float, ...]  # Hong, Meng & Yuan 2018: code bits b / input width d
+    binary_rows: int  # Hong, Meng & Yuan 2018: at most this many feature rows
+    itq_iters: int
+    tp_iters: int
+    bootstrap: int  # Feeney & Hughes 2024: test-set bootstrap resamples
+    pq_iters: int
+
+
+SCALES: dict[str, Scale] = {
+    "full": Scale(
+        name="full",
+        steps=1500,
+        width=512,
+        batch=256,
+        dim=32,
+        seeds=3,
+        unstable_seeds=5,
+        probe_epochs=20,
+        binary_factors=(0.25, 0.5, 1.0, 2.0, 4.0),
+        binary_rows=20000,
+        itq_iters=50,
+        tp_iters=10,
+        bootstrap=1000,
+        pq_iters=25,
+    ),
+    "quick": Scale(
+        name="quick",
+        steps=150,
+        width=128,
+        batch=128,
+        dim=32,
+        seeds=1,
+        unstable_seeds=2,
+        probe_epochs=10,
+        binary_factors=(0.5, 1.0, 2.0),
+        binary_rows=5000,
+        itq_iters=10,
+        tp_iters=3,
+        bootstrap=1000,
+        pq_iters=10,
+    ),
+    "tiny": Scale(
+        name="tiny",
+        steps=3,
+        width=16,
+        batch=32,
+        dim=8,
+        seeds=1,
+        unstable_seeds=1,
+        probe_epochs=1,
+        binary_factors=(1.0,),
+        binary_rows=600,
+        itq_iters=2,
+        tp_iters=1,
+        bootstrap=50,
+        pq_iters=2,
+    ),
+}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Claim:
+    """One row of a paper's claim table; the verdict follows from ``holds``, computed by the caller's rule."""
+
+    claim: str  # what the paper claims, in a few words
+    ours: str  # our numbers
+    paper: str  # the paper's numbers (or "no number: …")
+    source: str  # where in the paper
+    rule: str  # the rule that decides ``holds`` from our numbers
+    holds: bool
+
+    @property
+    def verdict(self) -> str:
+        return HOLDS if self.holds else FAILS
+
+    def to_json(self) -> dict[str, str]:
+        """The JSON row: claim, ours, paper, source, rule, verdict."""
+        fields = {k: v for k, v in dataclasses.asdict(self).items() if k != "holds"}
+        return {**fields, "verdict": self.verdict}
+
+
+@dataclasses.dataclass
+class Run:
+    """One training run: what was asked, whether it diverged, ``train.app.run``'s report and the log."""
+
+    name: str
+    overrides: dict[str, Any]  # config keys given on top of the scale's defaults
+    seed: int
+    steps: int
+    diverged: bool = False
+    report: dict[str, Any] | None = None  # the app's report without workdir / device; None when diverged
+    error: str | None = None  # the divergence message
+    wall_s: float = 0.0
+    max_grad_norm: float | None = None  # largest logged gradient norm
+    steps_over_100: int | None = None  # logged steps with a gradient norm over 100 (Stowell 2026's clip)
+    logged_steps: int = 0
+    loss_trace: list[float] = dataclasses.field(default_factory=list)
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)  # a paper's per-run results
+
+    def metric(self, key: str) -> float:
+        """A report metric of the run (``recall_at_1``: R@1 of the report's recall_at_k); NaN if diverged."""
+        if self.report is None:
+            return math.nan
+        if key == "recall_at_1":
+            return float(self.report["recall_at_k"]["1"])
+        return float(self.report[key])
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON record: the fields (``report`` only when trained, ``error`` only when diverged) and
+        ``extra``'s entries at the top level."""
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
+        if self.report is None:
+            del fields["report"]
+        if self.error is None:
+            del fields["error"]
+        return {**fields, **self.extra}
+
+
+@dataclasses.dataclass
+class Findings:
+    """What a paper's reproduction found: claims with verdicts, Markdown tables, raw details, plots, notes."""
+
+    claims: list[Claim]
+    tables: list[tuple[str, str]]  # (title, Markdown table)
+    details: dict[str, Any]  # the numbers behind the claims (JSON-able after ``clean``)
+    plots: list[str] = dataclasses.field(default_factory=list)  # PNG file names in the output folder
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class Context:
+    """What every paper's reproduction needs: scale, data spec, a scratch folder for run directories, the
+    output folder, and the runs made so far."""
+
+    scale: Scale
+    data: str
+    dataset: data.Dataset
+    tmp: str
+    out: str
+    runs: list[Run] = dataclasses.field(default_factory=list)
+
+
+def clean(v: Any) -> Any:
+    """JSON-able copy: NaN/inf → None, numpy scalars → Python, tuples → lists, keys → str."""
+    if isinstance(v, dict):
+        return {str(k): clean(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [clean(x) for x in v]
+    if isinstance(v, np.generic):
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+# --------------------------------------------------------------------------------------------------------
+# Training runs.
+# --------------------------------------------------------------------------------------------------------
+
+
+def train_run(ctx: Context, name: str, **overrides: Any) -> tuple[Run, dict[str, Any] | None]:
+    """Train one configuration with the app's own ``train.app.run``; returns (run, embeddings).
+
+    ``overrides`` are config keys (a preset plus changes). The embeddings are ``train.evaluate.load_run``'s
+    dict of the run's embeddings.npz (with the trained ``similarity``). A run whose training metrics become
+    non-finite (``FloatingPointError`` from the loop) is recorded as diverged and returns no embeddings.
+    """
+    base = {
+        "dataset": ctx.data,
+        "steps": ctx.scale.steps,
+        "width": ctx.scale.width,
+        "probe_epochs": ctx.scale.probe_epochs,
+        "progress": False,
+        "checkpoint_every": ctx.scale.steps,
+        "log_every": min(25, ctx.scale.steps),
+        "workdir": os.path.join(ctx.tmp, f"{len(ctx.runs):03d}-{name}"),
+    }
+    cfg = config.make(**{**base, **overrides})
+    t0 = time.time()
+    run = Run(name=name, overrides=dict(overrides), seed=cfg.seed, steps=cfg.steps)
+    emb: dict[str, Any] | None
+    try:
+        rep = app.run(cfg)
+        emb = evaluate.load_run(cfg.workdir)
+        run.report = {k: v for k, v in rep.items() if k not in ("workdir", "device")}
+    except FloatingPointError as err:
+        emb = None
+        run.diverged, run.error = True, str(err)[:300]
+    run.wall_s = round(time.time() - t0, 2)
+    _read_training_log(run, os.path.join(cfg.workdir, "metrics.jsonl"))
+    ctx.runs.append(run)
+    print(f"  run {name}: {'DIVERGED' if run.diverged else 'done'} in {run.wall_s} s", flush=True)
+    return run, emb
+
+
+def _read_training_log(run: Run, path: str) -> None:
+    """From the run's metrics.jsonl: largest logged gradient norm, logged steps with a norm over 100, and
+    the logged loss values."""
+    if not os.path.exists(path):
+        return
+    with open(path) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    finite = [g for g in (r.get("grad_norm", math.nan) for r in rows) if math.isfinite(g)]
+    run.max_grad_norm = max(finite) if finite else None
+    run.steps_over_100 = int(sum(g > 100.0 for g in finite))
+    run.logged_steps = len(rows)
+    run.loss_trace = [r["loss"] for r in rows]
+
+
+# --------------------------------------------------------------------------------------------------------
+# Statistics.
+# --------------------------------------------------------------------------------------------------------
+
+
+def mean(values: Sequence[float]) -> float:
+    """Mean of the finite values (NaN when there are none, e.g. every run diverged)."""
+    finite = [v for v in values if math.isfinite(v)]
+    return float(np.mean(finite)) if finite else math.nan
+
+
+def mean_sd(values: Sequence[float]) -> str:
+    """Fractions as percent: 'mean ± sd' over the finite values ('x' for one value, '–' for none)."""
+    finite = [v for v in values if math.isfinite(v)]
+    if not finite:
+        return "–"
+    if len(finite) == 1:
+        return f"{100 * finite[0]:.1f}"
+    return f"{100 * np.mean(finite):.1f} ± {100 * np.std(finite):.1f}"
+
+
+def bootstrap_diff(a: np.ndarray, b: np.ndarray, *, n: int, seed: int = 0) -> tuple[float, float, float]:
+    """Paired test-set bootstrap of mean(a) − mean(b) for per-query outcomes: (diff, lo95, hi95).
+
+    a, b: [Nq] outcomes of the same queries; n resamples of the queries with replacement.
+    """
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(a), size=(n, len(a)))
+    diffs = a[idx].mean(1) - b[idx].mean(1)
+    return float(a.mean() - b.mean()), float(np.percentile(diffs, 2.5)), float(np.percentile(diffs, 97.5))
+
+
+def nearest_labels(
+    query: np.ndarray, reference: np.ndarray, reference_labels: np.ndarray, similarity: str
+) -> np.ndarray:
+    """Label [Nq] of each query's most similar reference row (ties to the lower index, as geojax.metrics).
+
+    Used where a per-query outcome is needed (bootstrap, per-class recall); each caller checks its mean
+    against geojax.metrics' 1-NN figure of the same run.
+    """
+    nn = metrics.nearest_neighbors(query, reference, k=1, similarity=similarity)
+    return np.asarray(reference_labels)[np.asarray(nn)[:, 0]]

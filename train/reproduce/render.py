@@ -1,0 +1,116 @@
+"""Markdown of the reproduction: the per-paper tables and ``reproduction.md`` from the JSON results.
+
+Every table goes through ``train.tables.markdown_table``.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from train import files, tables
+from train.reproduce.common import PAPERS, Run
+
+
+def _cell(text: str) -> str:
+    """A free-text cell: a '|' inside it must not end the cell."""
+    return text.replace("|", "\\|")
+
+
+def runs_table(runs: Sequence[Run]) -> str:
+    """The training runs: name, seed, steps, the report's retrieval / probe metrics, max ‖g‖, wall time."""
+    header = ["run", "seed", "steps", "P@1", "kNN@5", "R@1", "probe", "circ. var.", "max ‖g‖", "wall s"]
+    rows = []
+    for r in runs:
+        rep = r.report or {}
+        rows.append(
+            [
+                r.name + (" (DIVERGED)" if r.diverged else ""),
+                r.seed,
+                r.steps,
+                rep.get("precision_at_1"),
+                rep.get("knn_accuracy"),
+                (rep.get("recall_at_k") or {}).get("1"),
+                rep.get("piecewise_linear_accuracy", rep.get("linear_probe_accuracy")),
+                rep.get("circular_variance"),
+                None if r.max_grad_norm is None else f"{r.max_grad_norm:.3g}",
+                f"{r.wall_s:.1f}",
+            ]
+        )
+    return tables.markdown_table(header, rows, align="l" + "r" * (len(header) - 1)) + "\n"
+
+
+def records_table(records: Sequence[Mapping[str, Any]]) -> str:
+    """Records sharing their keys (those of the first) as a table, one column per key."""
+    keys = list(records[0])
+    return tables.markdown_table(keys, [[r[k] for k in keys] for r in records]) + "\n"
+
+
+def paper_section(res: Mapping[str, Any]) -> str:
+    """One paper's section: what ran, the claim table (ours | paper | verdict), then the detail tables."""
+    d, sc = res["data"], res["scale"]
+    claims = tables.markdown_table(
+        ["claim", "ours", "paper", "paper source", "rule", "verdict"],
+        [
+            [_cell(c[k]) for k in ("claim", "ours", "paper", "source", "rule")] + [f"**{c['verdict']}**"]
+            for c in res["claims"]
+        ],
+        align="llllll",
+    )
+    lines = [
+        f"## {res['title']}",
+        "",
+        f"`{res['command']}` · scale **{sc['name']}** ({sc['steps']} steps/run, MLP width {sc['width']}, "
+        f"batch {sc['batch']}) · data {d['name']} ({d['train']} train / {d['test']} test, "
+        f"{d['classes']} classes, images {'×'.join(map(str, d['image_shape']))}) · training seeds "
+        f"{res['training_seeds'] or '–'} · {len(res['runs'])} training runs · wall time {res['wall_s']} s "
+        f"on {res['device']} · {res['finished']}",
+        "",
+        claims,
+        "",
+    ]
+    for note in res.get("notes", []):
+        lines.append(f"- {note}")
+    if res.get("notes"):
+        lines.append("")
+    for title, table in res["tables"]:
+        lines += [f"### {title}", "", table.rstrip("\n"), ""]
+    for png in res.get("plots", []):
+        lines += [f"![{png}]({png})", ""]
+    return "\n".join(lines)
+
+
+def render(out: str) -> str:
+    """``out/reproduction.md`` from every ``out/reproduce_<key>.json``; returns the Markdown."""
+    results = []
+    for path in sorted(glob.glob(os.path.join(out, "reproduce_[0-9][0-9][0-9].json"))):
+        with open(path, encoding="utf-8") as f:
+            results.append(json.load(f))
+    commands = sorted({r["command"] for r in results})
+    summary = tables.markdown_table(
+        ["paper", "claim", "verdict"],
+        [[PAPERS[r["seed"]].citation, _cell(c["claim"]), c["verdict"]] for r in results for c in r["claims"]],
+        align="lll",
+    )
+    selectors = ", ".join(f"`{r['seed']}` {PAPERS[r['seed']].citation}" for r in results)
+    text = "\n".join(
+        [
+            "# Reproduction of the papers' claims (reduced scale)",
+            "",
+            "Made by: " + ", ".join(f"`{c}`" for c in commands),
+            "",
+            "Every number below was computed by that command (train/reproduce/); each verdict is computed "
+            "from the numbers by the rule shown beside it. 'does not hold at this scale' reports what we "
+            "measured at this size, not a judgement of the paper. Papers and their command-line selectors: "
+            f"{selectors}.",
+            "",
+            summary,
+            "",
+            *[paper_section(r) for r in results],
+        ]
+    )
+    files.write_text(os.path.join(out, "reproduction.md"), text.rstrip("\n") + "\n")
+    return text
