@@ -1,4 +1,4 @@
-"""The code base is ruff-clean: `ruff check` and `ruff format --check` over the repository (pyproject's rules)."""
+"""The code base is ruff-clean: `ruff check` and `ruff format --check` over the repository."""
 
 import os
 import subprocess

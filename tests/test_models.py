@@ -119,9 +119,7 @@ def test_embedding_model_outputs_and_bf16_compute():
         rngs=nnx.Rngs(0),
     )
     out = nnx.jit(lambda m, x: m(x))(model, jnp.ones((5, 8, 8, 1), jnp.bfloat16))
-    assert (
-        out.coords.shape == (5, 3, 2) and out.q.shape == (5, 3) and out.projection.shape == (5, 64)
-    )
+    assert out.coords.shape == (5, 3, 2) and out.q.shape == (5, 3) and out.projection.shape == (5, 64)
     assert all(v.dtype == jnp.float32 for v in out)  # the loss sees float32
     assert all(p.dtype == jnp.float32 for p in jax.tree.leaves(nnx.state(model, nnx.Param)))
     code, _ = manifolds.atlas_code(out.coords, out.q)
