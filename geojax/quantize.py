@@ -55,6 +55,90 @@ def torus_from_uint8(codes: ArrayLike) -> jax.Array:
     return codes.astype(_F32) / 256.0
 
 
+TORUS_BITS: tuple[int, ...] = (1, 2, 4, 8)
+
+
+def _check_torus_bits(bits) -> int:
+    _checks.check_choice(bits, "bits", TORUS_BITS)
+    return int(bits)
+
+
+def torus_codes(t: ArrayLike, bits: int = 8) -> jax.Array:
+    """Packed b-bit flat-torus codes, code = round(2^b·t) mod 2^b (Stowell 2026, §4: integers with overflow
+    are a torus, at any word width).
+
+    t: [..., D] turns (any finite real value; wrapped), D·bits a multiple of 8 → [..., D·bits/8] uint8. The
+    8/bits codes of a byte are little-endian: coordinate (8/bits)·j + i sits in bits i·b … i·b + b − 1 of
+    byte j (bits = 8 is :func:`torus_uint8`; bits = 1 packs as :func:`pack_bits`). ``jnp.round`` rounds
+    half to even. A concrete ``t`` with NaN or ±inf is rejected; a traced one is not checked.
+    """
+    bits = _check_torus_bits(bits)
+    _checks.check_floating(t, "t")
+    _checks.check_min_rank(t, "t", 1)
+    _checks.check_multiple_of(jnp.shape(t)[-1] * bits, "t.shape[-1]·bits", 8)
+    _checks.check_finite(t, "t")
+    levels = float(1 << bits)
+    codes = jnp.mod(jnp.round(jnp.asarray(t, _F32) * levels), levels).astype(jnp.uint8)
+    return _pack_lanes(codes, bits)
+
+
+def _pack_lanes(codes: jax.Array, bits: int) -> jax.Array:
+    """[..., D] uint8 values < 2^bits → [..., D·bits/8] uint8, little-endian lanes of ``bits`` bits."""
+    if bits == 8:
+        return codes
+    per = 8 // bits
+    lanes = codes.reshape(*codes.shape[:-1], codes.shape[-1] // per, per)
+    shifts = jnp.arange(0, 8, bits, dtype=jnp.uint8)
+    return jnp.sum(jnp.left_shift(lanes, shifts), axis=-1, dtype=jnp.uint8)
+
+
+def torus_unpack(packed: ArrayLike, bits: int = 8) -> jax.Array:
+    """Inverse of the packing of :func:`torus_codes`: the b-bit codes, one uint8 per coordinate.
+
+    packed: [..., B] uint8 → [..., 8B/bits] uint8 in [0, 2^bits); the angles in turns are codes / 2^bits.
+    """
+    bits = _check_torus_bits(bits)
+    _checks.check_dtype(packed, "packed", jnp.uint8)
+    _checks.check_min_rank(packed, "packed", 1)
+    packed = jnp.asarray(packed)
+    if bits == 8:
+        return packed
+    shifts = jnp.arange(0, 8, bits, dtype=jnp.uint8)
+    lanes = jnp.right_shift(packed[..., None], shifts) & jnp.uint8((1 << bits) - 1)
+    return lanes.reshape(*packed.shape[:-1], packed.shape[-1] * (8 // bits))
+
+
+def torus_fake_quantize(t: ArrayLike, bits: int, *, noise: bool = False) -> jax.Array:
+    """Angles on the b-bit torus grid for quantisation-aware training: forward round(2^b·t)/2^b, backward
+    the straight-through estimator (the identity: Bengio, Léonard & Courville 2013).
+
+    t: [...] turns → [...] float32, equal to ``torus_unpack(torus_codes(t, bits), bits) / 2^bits`` modulo 1
+    (the angle is not wrapped, so the gradient stays continuous across the seam). ``noise=True`` replaces
+    the rounding by additive uniform noise of one grid step, t + u/2^b with u ∈ [−½, ½) (the training-time
+    proxy of Ballé, Laparra & Simoncelli 2017), with gradient 1. The noise is a hash of the float32 bits of
+    each angle (murmur3's finaliser) rather than a PRNG stream, so it needs no key and runs unchanged inside
+    any jit, vmap or shard_map step; angles that move between steps get fresh noise. Jit-able.
+    """
+    bits = _check_torus_bits(bits)
+    _checks.check_floating(t, "t")
+    t = jnp.asarray(t, _F32)
+    levels = float(1 << bits)
+    if noise:
+        step = (_hash_uniform(t) - 0.5) / levels
+    else:
+        step = jnp.round(t * levels) / levels - t
+    return t + lax.stop_gradient(step)
+
+
+def _hash_uniform(x: jax.Array) -> jax.Array:
+    """Uniform [0, 1) float32 of each float32 element, from murmur3's 32-bit finaliser of its bits."""
+    h = lax.bitcast_convert_type(x, jnp.uint32)
+    h = (h ^ (h >> 16)) * jnp.uint32(0x85EBCA6B)
+    h = (h ^ (h >> 13)) * jnp.uint32(0xC2B2AE35)
+    h = h ^ (h >> 16)
+    return (h >> 8).astype(_F32) * (1.0 / (1 << 24))
+
+
 # --------------------------------------------------------------------------------------------------------
 # n-bit grid with a per-dimension range fitted on the reference set.
 # --------------------------------------------------------------------------------------------------------

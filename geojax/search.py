@@ -30,7 +30,7 @@ import numpy as np
 from jax import lax
 from jax.typing import ArrayLike
 
-from geojax import _checks
+from geojax import _checks, quantize
 from geojax.quantize import PQ
 
 _F32 = jnp.float32
@@ -77,38 +77,59 @@ def _wrap_byte_distance(a: jax.Array, b: jax.Array) -> jax.Array:
     return jnp.minimum(a - b, b - a)
 
 
-def _wrap_word_distance(a: jax.Array, b: jax.Array) -> jax.Array:
-    """The same on four bytes packed in a uint32 word (SWAR), summed into two 16-bit lanes.
+def _lane_mask(bits: int, lane_bit: int) -> int:
+    """uint32 mask with bit ``lane_bit`` of every ``bits``-bit lane set."""
+    return sum(1 << (i + lane_bit) for i in range(0, 32, bits))
 
-    d = a − b per byte without borrows between bytes; min(d, 256 − d) = (d XOR 0xFF·s) + s with s = d ≥ 128,
-    which never carries out of a byte; then bytes 0+1 and 2+3 are added into the low and high 16 bits.
+
+def _wrap_word_distance(a: jax.Array, b: jax.Array, bits: int = 8) -> jax.Array:
+    """Per-lane flat-torus distance of 32/bits codes packed in a uint32 word (SWAR), summed into two
+    16-bit lanes.
+
+    d = a − b per ``bits``-bit lane without borrows between lanes; min(d, 2^b − d) = (d XOR (2^b − 1)·s) + s
+    with s = d ≥ 2^(b−1), which never carries out of a lane; then neighbouring lanes are added pairwise
+    until bytes 0+1 and 2+3 sit in the low and high 16 bits. One word adds at most 2^(b−1)·16/b to a
+    16-bit lane (256 for bytes, 32 for nibbles, 16 for 2-bit lanes).
     """
-    hi, low = jnp.uint32(_H), jnp.uint32(_LOW_BITS)
+    hi, low = jnp.uint32(_lane_mask(bits, bits - 1)), jnp.uint32(_lane_mask(bits, 0))
     d = ((a | hi) - (b & ~hi)) ^ ((a ^ ~b) & hi)
-    s = (d >> 7) & low
-    r = (d ^ (s * jnp.uint32(0xFF))) + s
-    even = jnp.uint32(_EVEN_BYTES)
-    return (r & even) + ((r >> 8) & even)
+    s = (d >> (bits - 1)) & low
+    r = (d ^ (s * jnp.uint32((1 << bits) - 1))) + s
+    width = bits
+    while width < 16:
+        keep = jnp.uint32(sum(((1 << width) - 1) << i for i in range(0, 32, 2 * width)))
+        r = (r & keep) + ((r >> width) & keep)
+        width *= 2
+    return r
 
 
-def _torus_words_kernel(q: jax.Array, rows: jax.Array, shared: bool) -> jax.Array:
-    """Wraparound L1 on uint8 codes viewed as uint32 words (≤ 255 words, so 16-bit lanes cannot overflow)."""
-    lanes = _sum_columns(_wrap_word_distance, q, rows, shared, jnp.uint32)
+def _word_limit(bits: int) -> int:
+    """Most uint32 words whose lane sums cannot overflow a 16-bit lane (255 bytes, 2,047 for nibbles …)."""
+    return 0xFFFF // ((1 << (bits - 1)) * 16 // bits)
+
+
+def _torus_words_kernel(q: jax.Array, rows: jax.Array, shared: bool, *, bits: int = 8) -> jax.Array:
+    """Wraparound L1 on packed b-bit codes viewed as uint32 words (≤ :func:`_word_limit` words)."""
+    lanes = _sum_columns(functools.partial(_wrap_word_distance, bits=bits), q, rows, shared, jnp.uint32)
     return ((lanes & jnp.uint32(0xFFFF)) + (lanes >> 16)).astype(jnp.int32)
 
 
-def _torus_bytes_kernel(q: jax.Array, rows: jax.Array, shared: bool, *, p: int) -> jax.Array:
-    """Wraparound Lp^p on uint8 codes, one byte column at a time, int32 sums."""
+def _torus_bytes_kernel(q: jax.Array, rows: jax.Array, shared: bool, *, p: int, shift: int = 0) -> jax.Array:
+    """Wraparound Lp^p on uint8 codes, one byte column at a time, int32 sums. b-bit codes come shifted left
+    by ``shift`` = 8 − b, so that uint8 overflow wraps them at 2^b; the distance is shifted back."""
 
     def term(a, b):
-        d = _wrap_byte_distance(a, b).astype(jnp.int32)
+        d = jnp.right_shift(_wrap_byte_distance(a, b), jnp.uint8(shift)).astype(jnp.int32)
         return d if p == 1 else d * d
 
     return _sum_columns(term, q, rows, shared, jnp.int32)
 
 
-# One object per p, so that jit's static-argument cache hits on repeated calls.
-_TORUS_BYTES_KERNELS = {p: functools.partial(_torus_bytes_kernel, p=p) for p in (1, 2)}
+# One object per (bits, p), so that jit's static-argument cache hits on repeated calls.
+_TORUS_WORDS_KERNELS = {b: functools.partial(_torus_words_kernel, bits=b) for b in (2, 4, 8)}
+_TORUS_BYTES_KERNELS = {
+    (b, p): functools.partial(_torus_bytes_kernel, p=p, shift=8 - b) for b in (2, 4, 8) for p in (1, 2)
+}
 
 
 def _hamming_kernel(q: jax.Array, rows: jax.Array, shared: bool) -> jax.Array:
@@ -305,11 +326,17 @@ def _queries_as_is(aux, q):
     return q
 
 
-def _torus_codes(p: int, codes: jax.Array) -> tuple[object, jax.Array]:
-    """(kernel, operand) for torus codes [N, D]: SWAR on uint32 words for L1 up to 1,020 bytes, else bytes."""
-    if p == 1 and -(-codes.shape[1] // 4) <= 255:
-        return _torus_words_kernel, _as_words(codes)
-    return _TORUS_BYTES_KERNELS[p], codes
+def _torus_codes(p: int, bits: int, codes: jax.Array) -> tuple[object, jax.Array]:
+    """(kernel, operand) for packed b-bit torus codes [N, B]: 1-bit codes by Hamming distance (min(d, 2 − d)
+    = d on one bit, for L1 and squared L2 alike); L1 by SWAR on uint32 words while the 16-bit lanes cannot
+    overflow; otherwise one byte per coordinate, shifted to the top of the byte."""
+    if bits == 1:
+        return _hamming_kernel, _as_words(codes)
+    if p == 1 and -(-codes.shape[1] // 4) <= _word_limit(bits):
+        return _TORUS_WORDS_KERNELS[bits], _as_words(codes)
+    if bits < 8:
+        codes = jnp.left_shift(quantize.torus_unpack(codes, bits), jnp.uint8(8 - bits))
+    return _TORUS_BYTES_KERNELS[bits, p], codes
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -317,15 +344,18 @@ def _torus_codes(p: int, codes: jax.Array) -> tuple[object, jax.Array]:
 # --------------------------------------------------------------------------------------------------------
 
 
-def torus_distances(a: ArrayLike, b: ArrayLike, *, p: int = 1) -> jax.Array:
-    """Flat-torus Lp^p distance on uint8 codes with wraparound (Stowell 2026, §4; 250 vs 5 → 11).
+def torus_distances(a: ArrayLike, b: ArrayLike, *, p: int = 1, bits: int = 8) -> jax.Array:
+    """Flat-torus Lp^p distance on packed b-bit codes with wraparound (Stowell 2026, §4; 8-bit: 250 vs 5
+    → 11).
 
-    a: [N, D] uint8, b: [M, D] uint8 → [N, M] int32, Σ_k min((a−b) mod 256, (b−a) mod 256)^p.
+    a: [N, B] uint8, b: [M, B] uint8 (``quantize.torus_codes(·, bits)``: 8/bits codes per byte) →
+    [N, M] int32, Σ_k min(d_k, 2^b − d_k)^p with d_k = (a_k − b_k) mod 2^b over the 8B/bits coordinates.
     """
     _check_codes(a, b, "a", "b")
     _check_p(p)
-    kernel, qa = _torus_codes(p, jnp.asarray(a))
-    return kernel(qa, _torus_codes(p, jnp.asarray(b))[1].T, True)
+    _checks.check_choice(bits, "bits", quantize.TORUS_BITS)
+    kernel, qa = _torus_codes(p, bits, jnp.asarray(a))
+    return kernel(qa, _torus_codes(p, bits, jnp.asarray(b))[1].T, True)
 
 
 def hamming_distances(a: ArrayLike, b: ArrayLike) -> jax.Array:
@@ -349,22 +379,27 @@ def torus_topk(
     db: ArrayLike,
     k: int,
     *,
+    bits: int = 8,
     p: int = 1,
     chunk: int = 16384,
     query_block: int = 256,
 ) -> tuple[jax.Array, jax.Array]:
-    """Exact k nearest uint8 torus codes under the wraparound L1 (p=1) or squared L2 (p=2) distance.
+    """Exact k nearest packed b-bit torus codes under the wraparound L1 (p=1) or squared L2 (p=2) distance
+    (:func:`torus_distances`), bits ∈ {1, 2, 4, 8}.
 
-    queries: [Q, D] uint8, db: [N, D] uint8 → (distances [Q, k] int32 ascending, indices [Q, k] int32).
+    queries: [Q, B] uint8, db: [N, B] uint8, packed by ``quantize.torus_codes(·, bits)`` → (distances
+    [Q, k] int32 ascending, indices [Q, k] int32). L1 scans the packed words directly (SWAR: 32/bits
+    coordinates per uint32 operation); 1-bit codes are ranked by Hamming distance, which equals both.
     """
     _check_codes(queries, db)
     _check_p(p)
+    _checks.check_choice(bits, "bits", quantize.TORUS_BITS)
     _check_search(k, db.shape[0], chunk, query_block)
-    bound = db.shape[1] * 128**p
-    kernel, q_op = _torus_codes(p, jnp.asarray(queries))
+    bound = db.shape[1] * (8 // bits) * (1 << (bits - 1)) ** p
+    kernel, q_op = _torus_codes(p, bits, jnp.asarray(queries))
     return _search(
         q_op,
-        _torus_codes(p, jnp.asarray(db))[1],
+        _torus_codes(p, bits, jnp.asarray(db))[1],
         _NO_AUX,
         kernel=kernel,
         prepare=_queries_as_is,

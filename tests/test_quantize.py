@@ -22,6 +22,68 @@ def test_torus_uint8_pinned_and_round_trip():
     assert gap.max() <= 0.5 / 256 + 1e-6
 
 
+@pytest.mark.parametrize("bits", [1, 2, 4, 8])
+def test_torus_codes_pack_round_trip(bits):
+    levels, per = 1 << bits, 8 // bits
+    rng = np.random.default_rng(bits)
+    t = rng.uniform(-2, 2, (50, 16)).astype(np.float32)
+    packed = np.asarray(quantize.torus_codes(t, bits))
+    assert packed.dtype == np.uint8 and packed.shape == (50, 16 // per)
+    codes = np.round(t.astype(np.float64) * levels).astype(np.int64) % levels
+    # numpy packing reference: coordinate per·j + i in bits i·b … of byte j.
+    ref = (codes.reshape(50, 16 // per, per) << (np.arange(per) * bits)).sum(-1).astype(np.uint8)
+    np.testing.assert_array_equal(packed, ref)
+    unpacked = np.asarray(quantize.torus_unpack(packed, bits))
+    np.testing.assert_array_equal(unpacked, codes)
+    # Every code survives code → angle → code, and every byte survives unpack → angle → pack.
+    every = np.arange(256, dtype=np.uint8)[:, None]
+    angles = np.asarray(quantize.torus_unpack(every, bits), np.float32) / levels
+    np.testing.assert_array_equal(quantize.torus_codes(angles, bits), every)
+    if bits == 8:
+        np.testing.assert_array_equal(packed, quantize.torus_uint8(t))
+    if bits == 1:
+        np.testing.assert_array_equal(packed, quantize.pack_bits(codes))
+
+
+def test_torus_codes_pinned_and_checked():
+    # 4-bit: 0.5 → 8, 0.999 → 16 mod 16 = 0, −1/16 → 15; 2-bit: 0.25 → 1, 0.75 → 3.
+    t = np.array([[0.5, 0.999, -1 / 16, 0.0]], np.float32)
+    np.testing.assert_array_equal(quantize.torus_codes(t, 4), [[8 | 0 << 4, 15 | 0 << 4]])
+    np.testing.assert_array_equal(
+        quantize.torus_codes(np.array([[0.25, 0.75, 0, 0.5]]), 2), [[1 | 3 << 2 | 2 << 6]]
+    )
+    with pytest.raises(ValueError, match="bits"):
+        quantize.torus_codes(t, 3)
+    with pytest.raises(ValueError, match="multiple of 8"):
+        quantize.torus_codes(np.zeros((1, 3), np.float32), 4)
+    with pytest.raises(ValueError, match="t"):
+        quantize.torus_codes(np.array([[np.nan, 0.0]], np.float32), 4)
+
+
+@pytest.mark.parametrize("bits", [1, 2, 4, 8])
+def test_torus_fake_quantize_forward_and_straight_through_gradient(bits):
+    levels = 1 << bits
+    t = np.random.default_rng(3).uniform(-1.5, 1.5, (6, 8)).astype(np.float32)
+    out = np.asarray(quantize.torus_fake_quantize(t, bits))
+    # Forward: exactly the grid angle of the code, up to whole turns.
+    codes = np.asarray(quantize.torus_unpack(quantize.torus_codes(t, bits), bits))
+    np.testing.assert_array_equal(np.round(out * levels).astype(np.int64) % levels, codes)
+    np.testing.assert_allclose(out * levels, np.round(out * levels), atol=1e-5)
+    # Backward: the identity (straight-through), not the zero gradient of round.
+    w = np.random.default_rng(4).normal(size=t.shape).astype(np.float32)
+    g = jax.grad(lambda x: jnp.sum(jnp.sin(quantize.torus_fake_quantize(x, bits)) * w))(t)
+    np.testing.assert_allclose(g, np.cos(out) * w, rtol=1e-6)
+    # Noise: within half a grid step of t, not on the grid, gradient 1, deterministic in t, and jit-able.
+    noisy = np.asarray(jax.jit(lambda x: quantize.torus_fake_quantize(x, bits, noise=True))(t))
+    assert np.abs(noisy - t).max() <= 0.5 / levels + 1e-6
+    assert np.abs(noisy * levels - np.round(noisy * levels)).max() > 1e-3
+    u = (noisy - t) * levels
+    assert -0.5 <= u.min() < -0.2 and 0.2 < u.max() < 0.5  # spread over the step, both signs
+    np.testing.assert_array_equal(noisy, quantize.torus_fake_quantize(t, bits, noise=True))
+    g = jax.grad(lambda x: jnp.sum(quantize.torus_fake_quantize(x, bits, noise=True) * w))(t)
+    np.testing.assert_array_equal(g, w)
+
+
 def test_grid_fit_encode_decode():
     x = np.random.default_rng(1).normal(size=(200, 5)).astype(np.float32)
     g = quantize.grid_fit(x, nbits=8)

@@ -53,6 +53,74 @@ def test_torus_topk_equals_numpy(n, k, p, width):
     np.testing.assert_array_equal(search.torus_distances(q, db, p=p), torus_numpy(q, db, p))
 
 
+def torus_bits_numpy(a, b, bits, p):
+    """Naive b-bit wraparound Lp^p: unpack each byte's little-endian lanes with numpy, then loop-free sums."""
+    per, levels = 8 // bits, 1 << bits
+
+    def unpack(x):
+        shifts = np.arange(0, 8, bits, dtype=np.uint8)
+        return ((x[..., None] >> shifts) & (levels - 1)).reshape(x.shape[0], x.shape[1] * per)
+
+    diff = (unpack(a)[:, None, :].astype(np.int64) - unpack(b)[None].astype(np.int64)) % levels
+    return (np.minimum(diff, levels - diff) ** p).sum(-1)
+
+
+def test_torus_bits_pinned_wraparound():
+    # 4-bit: coordinates (15, 1) vs (1, 14): wraparound distances 2 and 3; nibbles little-endian in a byte.
+    a = np.array([[15 | 1 << 4]], np.uint8)
+    b = np.array([[1 | 14 << 4]], np.uint8)
+    assert int(search.torus_distances(a, b, bits=4)[0, 0]) == 5
+    assert int(search.torus_distances(a, b, bits=4, p=2)[0, 0]) == 13
+    # 2-bit: 0 vs 2 is the antipode (distance 2), 3 vs 0 is one step.
+    a2 = np.array([[0 | 3 << 2]], np.uint8)
+    b2 = np.array([[2 | 0 << 2]], np.uint8)
+    assert int(search.torus_distances(a2, b2, bits=2)[0, 0]) == 3
+
+
+@pytest.mark.parametrize("bits", [1, 2, 4])
+@pytest.mark.parametrize("n,k", CASES)
+@pytest.mark.parametrize("p,width", [(1, 13), (2, 8)])
+def test_torus_bits_topk_equals_numpy(bits, n, k, p, width):
+    rng = np.random.default_rng(n + p + bits)
+    q, db = with_ties(rng, 9, n, width)
+    d, i = search.torus_topk(q, db, k, bits=bits, p=p, chunk=512, query_block=4)
+    ref = torus_bits_numpy(q, db, bits, p)
+    ref_d, ref_i = naive_topk(ref, k)
+    np.testing.assert_array_equal(np.asarray(d), ref_d)
+    np.testing.assert_array_equal(np.asarray(i), ref_i)
+    np.testing.assert_array_equal(search.torus_distances(q, db, p=p, bits=bits), ref)
+
+
+@pytest.mark.parametrize("bits", [2, 4])
+def test_torus_bits_wide_codes_fall_back_to_bytes(bits):
+    # Past 2,047 (4-bit) or 4,095 (2-bit) uint32 words the 16-bit SWAR lanes could overflow: the scan must
+    # switch to one byte per coordinate and stay exact at the largest distances.
+    width = 4 * search._word_limit(bits) + 4
+    rng = np.random.default_rng(bits)
+    db = rng.integers(0, 256, (6, width), dtype=np.uint8)
+    antipode = {4: 0x88, 2: 0xAA}[bits]  # every coordinate half a turn away from 0
+    db[3] = antipode
+    q = np.zeros((2, width), np.uint8)
+    d, i = search.torus_topk(q, db, 6, bits=bits)
+    ref_d, ref_i = naive_topk(torus_bits_numpy(q, db, bits, 1), 6)
+    np.testing.assert_array_equal(np.asarray(d), ref_d)
+    np.testing.assert_array_equal(np.asarray(i), ref_i)
+    assert int(d[0, -1]) == width * (8 // bits) * (1 << (bits - 1))
+
+
+def test_torus_bits_8_is_the_uint8_scan():
+    rng = np.random.default_rng(5)
+    q, db = with_ties(rng, 5, 300, 12)
+    for a, b in zip(search.torus_topk(q, db, 4, bits=8), search.torus_topk(q, db, 4), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_torus_bits_rejects_other_widths():
+    q = np.zeros((2, 4), np.uint8)
+    with pytest.raises(ValueError, match="bits"):
+        search.torus_topk(q, q, 1, bits=3)
+
+
 @pytest.mark.parametrize("n,k", CASES)
 def test_hamming_topk_equals_numpy(n, k):
     rng = np.random.default_rng(n)
