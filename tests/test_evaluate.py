@@ -37,11 +37,13 @@ def torus_run():
 def test_torus_report_rows_and_consistency(torus_run):
     rep = evaluate.quantised_report(**torus_run, key=jax.random.key(0), pq_iters=4)
     rows = {row["method"]: row for row in rep["rows"]}
-    assert list(rows) == ["float32", "8-bit", "1-bit"] + [name for name, _, _ in evaluate.PQ_CONFIGS]
+    names = ["float32", "8-bit", "4-bit", "2-bit", "1-bit"] + [name for name, _, _ in evaluate.PQ_CONFIGS]
+    assert list(rows) == names
     assert rows["float32"]["p_at_1"] > 0.95
     assert rows["8-bit"]["p_at_1"] > 0.9
     # Table 3 columns: torusN 8-bit codes are D/2 bytes; PQ bits m·nbits, codebook 2^nbits·(D/2 angles).
     assert rows["8-bit"]["bits_per_vector"] == 8 * 8
+    assert rows["4-bit"]["bits_per_vector"] == 4 * 8 and rows["2-bit"]["bits_per_vector"] == 2 * 8
     assert rows["1-bit"]["bits_per_vector"] == 16
     assert (rows["PQ(4,2)"]["m"], rows["PQ(4,2)"]["nbits"], rows["PQ(4,2)"]["bits_per_vector"]) == (2, 4, 8)
     assert rows["PQ(4,2)"]["codebook_size"] == 16 * 8
@@ -59,6 +61,14 @@ def test_torus_report_rows_and_consistency(torus_run):
     _, nn = search.torus_topk(qc, rc, 1)
     p1 = np.mean(torus_run["reference_labels"][np.asarray(nn)[:, 0]] == torus_run["query_labels"])
     assert rows["8-bit"]["p_at_1"] == pytest.approx(p1)
+    # So are the 4- and 2-bit rows' (packed codes, the b-bit scan); 4 bits still separate the clusters.
+    for b in (4, 2):
+        qb = quantize.torus_codes(manifolds.clifford_to_angles(torus_run["query"]), b)
+        rb = quantize.torus_codes(manifolds.clifford_to_angles(torus_run["reference"]), b)
+        _, nn = search.torus_topk(qb, rb, 1, bits=b)
+        p1 = np.mean(torus_run["reference_labels"][np.asarray(nn)[:, 0]] == torus_run["query_labels"])
+        assert rows[f"{b}-bit"]["p_at_1"] == pytest.approx(p1)
+    assert rows["4-bit"]["p_at_1"] > 0.8
 
 
 def test_sphere_report_and_writers(tmp_path):

@@ -15,6 +15,8 @@ Codes (per geometry):
 - 8-bit: torus geometries → flat angles (``clifford_to_angles``) → ``torus_uint8`` (no fitted range; D/2
   codes per vector, Table 3 footnote) ranked by the wraparound L1 of ``search``; others → the 8-bit grid
   fitted on the reference set, ranked by the float similarity of the cell centres.
+- 4-bit, 2-bit (torus geometries only): the same angles as packed b-bit wraparound codes
+  (``quantize.torus_codes``, Stowell 2026 §4 at a narrower word), ranked by their wraparound L1; b·D/2 bits.
 - 1-bit: sign bits of the extrinsic coordinates (Clifford form for the torus), ranked by Hamming distance.
 - PQ(a, b): named as in Stowell 2026 Table 3, where the *first* number is bits per sub-space and the second
   the number of sub-spaces (the table's codebook sizes 256D/16D and the paper's code, ``pq_nbits, pq_m``, fix
@@ -26,6 +28,7 @@ Codes (per geometry):
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import os
 import sys
@@ -66,7 +69,9 @@ def _neg(
 
 
 # Built once, so that the metrics' jit cache (keyed on the similarity function) is reused across calls.
-_NEG_TORUS_L1 = _neg(search.torus_distances)
+_NEG_TORUS_L1 = {b: _neg(functools.partial(search.torus_distances, bits=b)) for b in quantize.TORUS_BITS}
+# Narrower torus codes reported beside the 8-bit row (bits per angle).
+TORUS_LOW_BITS: tuple[int, ...] = (4, 2)
 _NEG_HAMMING = _neg(search.hamming_distances)
 
 
@@ -172,8 +177,15 @@ def quantised_report(
     # 8-bit.
     if geometry in _TORUS:
         qa, ra = manifolds.clifford_to_angles(q), manifolds.clifford_to_angles(r)
-        s = score(quantize.torus_uint8(qa), quantize.torus_uint8(ra), _NEG_TORUS_L1)
+        s = score(quantize.torus_uint8(qa), quantize.torus_uint8(ra), _NEG_TORUS_L1[8])
         rows.append(_row("8-bit", 8 * (d // 2), 0, s, nbits=8, note="torus_uint8, wraparound L1"))
+        for b in TORUS_LOW_BITS:
+            if (d // 2) * b % 8:
+                rows.append(_row(f"{b}-bit", b * (d // 2), 0, nbits=b, note="skipped: not whole bytes"))
+                continue
+            codes = quantize.torus_codes(qa, b), quantize.torus_codes(ra, b)
+            s = score(*codes, _NEG_TORUS_L1[b])
+            rows.append(_row(f"{b}-bit", b * (d // 2), 0, s, nbits=b, note="torus_codes, wraparound L1"))
         pq_q, pq_r, pq_sim = qa, ra, _torus_angles_sq
     else:
         grid = quantize.grid_fit(r, nbits=8)

@@ -42,8 +42,19 @@ def plot_curve(metrics_path: str, png_path: str) -> None:
     files.write_figure(fig, png_path, dpi=90)
 
 
+def pareto_frontier(points: Sequence[tuple[float, float, Any]]) -> list[tuple[float, float]]:
+    """(bits, metric) of the points no other beats: every point with a higher metric than all points of
+    fewer or equal bits, in increasing bits."""
+    front: list[tuple[float, float]] = []
+    for x, y, *_ in sorted(points, key=lambda p: (p[0], -p[1])):
+        if not front or y > front[-1][1]:
+            front.append((x, y))
+    return front
+
+
 def plot_quantised(reports: Sequence[Mapping[str, Any]], path: str | None = None, *, metric: str = "p_at_1"):
-    """``metric`` against bits per vector (log scale), one line per report of ``train.evaluate``.
+    """``metric`` against bits per vector (log scale): every code of each ``train.evaluate`` report as a dot,
+    and its frontier (:func:`pareto_frontier`) as a step line.
 
     reports: ``train.evaluate.quantised_report`` results (geometry, dim, rows with bits_per_vector and the
     metric; rows whose metric is None or NaN are left out). Returns the Figure, also written as PNG to
@@ -60,7 +71,9 @@ def plot_quantised(reports: Sequence[Mapping[str, Any]], path: str | None = None
         if not pts:
             continue
         xs, ys, _ = zip(*pts, strict=True)
-        ax.plot(xs, ys, marker="o", label=f"{rep['geometry']} (D={rep['dim']})")
+        (dots,) = ax.plot(xs, ys, "o", alpha=0.6, label=f"{rep['geometry']} (D={rep['dim']})")
+        front = pareto_frontier(pts)
+        ax.plot(*zip(*front, strict=True), "-", drawstyle="steps-post", color=dots.get_color(), alpha=0.8)
         for x, y, name in pts:
             ax.annotate(name, (x, y), fontsize=6, xytext=(2, 2), textcoords="offset points")
     ax.set_xscale("log", base=2)
