@@ -17,8 +17,6 @@ def test_digits_split_is_fixed_stratified_and_scaled():
     for c in range(10):
         frac = np.sum(a.test_y == c) / (np.sum(a.test_y == c) + np.sum(a.train_y == c))
         assert abs(frac - 0.25) < 0.02
-    shard = data.load("digits", shard=(1, 2))  # multi-host: this process keeps rows 1::2 of the train split
-    np.testing.assert_array_equal(shard.train_y, a.train_y[1::2])
 
 
 def test_npz_loader_and_its_errors(tmp_path):
@@ -50,24 +48,125 @@ def test_tfds_mnist_through_mock_data():
     assert ds.train_y.dtype == np.int32 and ds.train_y.max() < 10
 
 
+def test_any_tfds_name_loads_and_8_bit_images_compact_to_uint8():
+    tfds = pytest.importorskip("tensorflow_datasets")
+    with tfds.testing.mock_data(num_examples=10):
+        ds = data.load("tfds:cifar100")
+        named = data.load("cifar100")
+    assert ds.name == "tfds:cifar100" and ds.train_x.shape == (10, 32, 32, 3) and ds.train_y.max() < 100
+    np.testing.assert_array_equal(ds.train_y, named.train_y)
+    codes = data.compact(ds.train_x)
+    assert codes.dtype == np.uint8  # decoded 8-bit data: a quarter of the bytes on the devices
+    np.testing.assert_array_equal(np.asarray(jax.jit(data.to_unit)(codes)), ds.train_x)  # the same floats
+    digits = data.load("digits").train_x  # k/16, not k/255: kept as float32
+    assert data.compact(digits) is digits
+    for bad in ("tfds:", "npz:", "imagenet"):
+        with pytest.raises(ValueError, match="tfds:NAME"):
+            data.check_dataset_name(bad)
+
+
 def test_tfds_not_prepared_says_how_to_prepare(tmp_path):
     pytest.importorskip("tensorflow_datasets")
-    with pytest.raises(ValueError, match="tfds build cifar10"):
+    with pytest.raises(ValueError, match="tfds build cifar10 --file_format=array_record"):
         data.load("cifar10", data_dir=str(tmp_path))
 
 
-def test_samplers_follow_their_recipes_and_are_functions_of_seed_and_step():
+_sample = jax.jit(data.sample, static_argnames=("kind", "batch", "m_per_class", "class_fraction"))
+
+
+def _draw(labels, step, **kw):
+    tables = data.label_tables(np.asarray(labels))
+    return np.asarray(_sample(jax.random.key(step), tables, **kw))
+
+
+def test_samplers_follow_their_recipes_and_are_functions_of_the_key():
     labels = np.repeat(np.arange(10), 30)
-    kw = dict(seed=3, step=7)
-    idx = data.sample(labels, kind="random", batch=64, **kw)
-    assert len(np.unique(idx)) == 64  # without replacement
-    np.testing.assert_array_equal(idx, data.sample(labels, kind="random", batch=64, **kw))
-    assert not np.array_equal(idx, data.sample(labels, kind="random", batch=64, seed=3, step=8))
-    mpc = data.sample(labels, kind="m_per_class", batch=32, m_per_class=4, **kw)
+    idx = _draw(labels, 7, kind="random", batch=64)
+    assert len(np.unique(idx)) == 64 and idx.min() >= 0 and idx.max() < 300  # without replacement
+    np.testing.assert_array_equal(idx, _draw(labels, 7, kind="random", batch=64))
+    assert not np.array_equal(idx, _draw(labels, 8, kind="random", batch=64))
+    more = _draw(labels[:20], 7, kind="random", batch=50)  # more than there is: with replacement
+    assert len(more) == 50 and more.max() < 20
+    mpc = _draw(labels, 7, kind="m_per_class", batch=32, m_per_class=4)
     classes, counts = np.unique(labels[mpc], return_counts=True)
-    assert len(classes) == 8 and np.all(counts == 4)  # MTriplet: 8 classes × 4
-    sub = data.sample(labels, kind="class_subsampled", batch=50, class_fraction=0.4, **kw)
-    assert len(np.unique(labels[sub])) <= 4 < 5  # SimO: fewer than half the classes
+    assert len(classes) == 8 and np.all(counts == 4) and len(np.unique(mpc)) == 32  # MTriplet: 8 classes × 4
+    sub = _draw(labels, 7, kind="class_subsampled", batch=50, class_fraction=0.4)
+    assert len(np.unique(labels[sub])) <= 4 and len(np.unique(sub)) == 50  # SimO: fewer than half the classes
+    # 4 classes of 30 hold 120 rows: 200 rows come with replacement, from those classes only
+    sub = _draw(labels, 7, kind="class_subsampled", batch=200, class_fraction=0.4)
+    assert len(np.unique(labels[sub])) == 4 and len(np.unique(sub)) <= 120
+    small = np.array([0, 0, 1, 1, 1, 1, 1])  # class 0 has 2 < m = 4 members: drawn with replacement
+    mpc = _draw(small, 3, kind="m_per_class", batch=8, m_per_class=4)
+    assert sorted(small[mpc]) == [0] * 4 + [1] * 4 and len(np.unique(mpc[small[mpc] == 1])) == 4
+    with pytest.raises(ValueError, match="sampler"):
+        _draw(labels, 0, kind="shuffled", batch=8)
+
+
+def _chi2_ok(counts, expected):
+    """Pearson's χ² of counts against expected ones, below its mean + 6 standard deviations."""
+    dof = len(counts) - 1
+    chi2 = float(np.sum((counts - expected) ** 2 / expected))
+    return chi2 < dof + 6 * np.sqrt(2 * dof)
+
+
+def test_samplers_draw_every_row_of_their_pool_equally_often():
+    # uneven classes (5, 7, 12 rows): each of a class's rows must be picked m/count of the times (Floyd's
+    # subsets are uniform), each row of the random sampler batch/N of the times
+    labels = np.repeat([0, 1, 2], [5, 7, 12])
+    tables = data.label_tables(labels)
+    draw = jax.jit(jax.vmap(lambda k: data.sample(k, tables, kind="m_per_class", batch=12, m_per_class=4)))
+    picks = np.asarray(draw(jax.random.split(jax.random.key(0), 3000))).reshape(-1)
+    counts = np.bincount(picks, minlength=24)
+    for c in range(3):
+        rows = labels == c
+        assert _chi2_ok(counts[rows], counts[rows].sum() / rows.sum()), (c, counts[rows])
+    draw = jax.jit(jax.vmap(lambda k: data.sample(k, tables, kind="random", batch=10)))
+    counts = np.bincount(
+        np.asarray(draw(jax.random.split(jax.random.key(1), 3000))).reshape(-1), minlength=24
+    )
+    assert _chi2_ok(counts, np.full(24, 3000 * 10 / 24)), counts
+
+
+@pytest.mark.parametrize("instance", [False, True])
+def test_batch_rows_split_one_global_batch_by_position(instance):
+    labels = np.random.default_rng(0).integers(0, 5, 40)
+    tables = data.label_tables(labels)
+    batches = data.Batches(kind="random", batch=12, seed=4, instance=instance)
+    whole = batches.rows(tables, 9, 0, 12)
+    parts = [batches.rows(tables, 9, start, 3) for start in (0, 3, 6, 9)]  # four devices' rows
+    for key in ("idx", "y", "pos"):
+        np.testing.assert_array_equal(np.concatenate([p[key] for p in parts]), whole[key])
+    np.testing.assert_array_equal(whole["idx"], batches.indices(tables, 9))
+    np.testing.assert_array_equal(whole["pos"], np.arange(12))
+    np.testing.assert_array_equal(whole["y"], np.arange(12) if instance else labels[np.asarray(whole["idx"])])
+    assert not np.array_equal(whole["idx"], batches.rows(tables, 10, 0, 12)["idx"])  # another step
+
+
+def test_prefetch_keeps_order_raises_errors_and_stops_its_thread():
+    import threading
+
+    assert list(data.prefetch(iter(range(7)), depth=2)) == list(range(7))
+
+    def failing():
+        yield 1
+        raise KeyError("boom")
+
+    got = data.prefetch(failing())
+    assert next(got) == 1
+    with pytest.raises(KeyError, match="boom"):
+        next(got)
+    produced = []
+
+    def endless():
+        for i in range(10**9):
+            produced.append(i)
+            yield i
+
+    stream = data.prefetch(endless(), depth=3)
+    assert [next(stream) for _ in range(4)] == [0, 1, 2, 3]
+    stream.close()  # the thread stops: at most depth + 2 items beyond what was taken
+    assert not any(t.name == "prefetch" for t in threading.enumerate())
+    assert len(produced) <= 4 + 3 + 2
 
 
 def _translations(x):

@@ -81,7 +81,11 @@ def test_one_step_on_4_devices_equals_1_device(case):
     ds = data.load("digits")
     graphdef, state = step.init_state(cfg, ds.image_shape)
     tx = step.make_optimizer(cfg)
-    batch = loop.batch_for(cfg, ds.train_y, ds.train_x, 0, 1)
+    calls = [(0, 1)]
+    feed = loop.host_feed(
+        step.make_batches(cfg), data.label_tables(ds.train_y), ds.train_x, calls, processes=1
+    )
+    batch = jax.tree.map(lambda x: x[0], next(feed))
     # Reference: the same step with no parallel machinery at all (plain square-form losses, whole batch).
     plain_graphdef, _ = step.init_state(cfg, ds.image_shape, axis_name=None)
     ref_state, ref_metrics = jax.jit(step.make_step(cfg, plain_graphdef, tx, axis_name=None))(state, batch)
@@ -107,3 +111,60 @@ def test_state_is_plain_nnx_split():
     graphdef, state = step.init_state(cfg, (8, 8, 1))
     model = nnx.merge(graphdef, state["params"], state["rest"])
     assert isinstance(model(jnp.zeros((2, 8, 8, 1))).embedding, jax.Array)
+
+
+@pytest.mark.parametrize(
+    "sampler,labels", [("random", "class"), ("m_per_class", "class"), ("class_subsampled", "instance")]
+)
+def test_device_feed_draws_the_host_feeds_batches(sampler, labels):
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, (90, 6, 6, 1), dtype=np.uint8)  # held on the devices as uint8
+    tables = data.label_tables(rng.integers(0, 6, 90))
+    cfg = config.make(sampler=sampler, labels=labels, batch_size=16, m_per_class=4, seed=3)
+    batches = step.make_batches(cfg)
+
+    def record(state, batch):  # a step that returns the global batch it was given
+        return {"step": state["step"] + 1}, {
+            k: parallel.gather(v).astype(jnp.float32) for k, v in batch.items()
+        }
+
+    mesh = parallel.make_mesh(4)
+    run = step.distribute(step.make_call(record, length=1, batches=batches), mesh=mesh)
+    state = step.replicate({"step": jnp.int32(5)}, mesh)
+    on_devices = step.replicate({"images": images, **tables}, mesh)
+    host = loop.host_feed(batches, tables, images, [(5, 1), (6, 1), (7, 1)], processes=1)
+    for want in host:
+        state, got = run(state, on_devices, {})
+        for key in ("x", "y", "pos"):
+            np.testing.assert_array_equal(got[key], want[key][0], err_msg=key)
+    assert int(state["step"]) == 8
+
+
+def test_k_steps_per_call_equal_k_single_steps_on_4_devices():
+    cfg = config.make(
+        encoder="mlp", width=16, dim=4, batch_size=8, optimizer="sgd", lr=0.5, warmup=0, steps=6
+    )
+    ds = data.load("digits")
+    graphdef, state = step.init_state(cfg, ds.image_shape)
+    one = step.make_step(cfg, graphdef, step.make_optimizer(cfg))
+    mesh = parallel.make_mesh(4)
+    batches = step.make_batches(cfg)
+    on_devices = step.replicate({"images": ds.train_x, **data.label_tables(ds.train_y)}, mesh)
+    single = step.distribute(step.make_call(one, length=1, batches=batches), mesh=mesh)
+    triple = step.distribute(step.make_call(one, length=3, batches=batches), mesh=mesh)
+    # each its own copy: run donates (deletes) the state it is given
+    a, b = (step.replicate(jax.tree.map(jnp.copy, state), mesh) for _ in range(2))
+    losses = []
+    for _ in range(3):
+        a, m = single(a, on_devices, {})
+        losses.append(float(m["loss"]))
+    b, mean = triple(b, on_devices, {})
+    assert int(a["step"]) == int(b["step"]) == 3
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+        np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
+    assert float(mean["loss"]) == pytest.approx(np.mean(losses), rel=1e-5)  # metrics: the mean of the 3
+    moved = [
+        float(jnp.max(jnp.abs(x - y)))
+        for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(state), strict=True)
+    ]
+    assert max(moved) > 1e-3

@@ -1,5 +1,6 @@
 """The training application: config errors, optimiser chain, resume equality, every preset end to end."""
 
+import dataclasses
 import json
 import os
 
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 
 from train import app as cli
-from train import config, loop, step
+from train import checkpoint, config, data, loop, step
 
 TINY = dict(width=8, dim=4, batch_size=16, progress=False, eval_batch=512)
 
@@ -32,6 +33,12 @@ TINY = dict(width=8, dim=4, batch_size=16, progress=False, eval_batch=512)
         (["class_fraction=0.6"], "class_fraction"),
         (["dataset=imagenet"], "dataset"),
         (["multihost=maybe"], "true or false"),
+        (["steps_per_call=0"], "steps_per_call must be a positive"),
+        (["feed=disk"], "feed must be one of"),
+        (["feed=device", "parallel=pmap"], "needs parallel='shard_map'"),
+        (["num_processes=2", "process_id=2"], "process_id must be in"),
+        (["process_id=-1"], "process_id must be in"),
+        (["coordinator=localhost"], "HOST:PORT"),
         (["steps"], "key=value"),
     ],
 )
@@ -53,7 +60,8 @@ def test_cli_help_lists_presets_and_keys_and_errors_exit_2(capsys, tmp_path):
         "simo",
     ):
         assert name in text
-    for key in ("geometry", "loss", "similarity", "koleo", "clip", "parallel", "precision", "multihost"):
+    keys = ("geometry", "loss", "similarity", "koleo", "clip", "parallel", "precision", "multihost", "feed")
+    for key in (*keys, "steps_per_call", "coordinator", "num_processes", "process_id"):
         assert f"\n  {key} " in text
     workdir = tmp_path / "never-created"
     assert cli.main(["dataset=npz:/no/such/file.npz", f"workdir={workdir}"]) == 2
@@ -73,20 +81,6 @@ def test_presets_apply_then_overrides_win():
     )
     assert cfg.charts == 4 and cfg.batch_size == 32  # 8 classes × 4
     assert config.make().geometry == "torus_n" and config.make().clip == 100.0
-
-
-def test_each_process_samples_its_own_slice_of_the_global_batch(monkeypatch):
-    cfg = config.make(batch_size=8, labels="instance")
-    labels = np.repeat(np.arange(10), 5).astype(np.int32)
-    images = np.zeros((50, 8, 8, 1), np.float32)
-    monkeypatch.setattr(jax, "process_count", lambda: 2)
-    parts = []
-    for p in (0, 1):
-        monkeypatch.setattr(jax, "process_index", lambda p=p: p)
-        parts.append(loop.batch_for(cfg, labels, images, 3, 2))
-    assert [len(b["pos"]) for b in parts] == [4, 4]
-    np.testing.assert_array_equal(np.concatenate([b["pos"] for b in parts]), np.arange(8))
-    np.testing.assert_array_equal(np.concatenate([b["y"] for b in parts]), np.arange(8))  # instance ids
 
 
 def test_schedules_warm_up_then_decay_or_hold():
@@ -143,6 +137,103 @@ def test_interrupted_and_resumed_run_ends_with_the_same_parameters(tmp_path):
     assert steps == [1, 2, 3, 4, 5, 6]  # the re-done step 3 is logged once
     with pytest.raises(ValueError, match="different config"):
         loop.train(config.make(workdir=str(tmp_path / "b"), **{**kw, "lr": 0.5}))
+
+
+def test_each_process_feeds_its_own_rows_of_the_same_global_batch():
+    cfg = config.make(batch_size=8, labels="instance", sampler="m_per_class", m_per_class=2)
+    labels = np.repeat(np.arange(10), 5).astype(np.int32)
+    images = np.arange(50, dtype=np.float32).reshape(50, 1, 1, 1) * np.ones((1, 8, 8, 1), np.float32)
+    batches, tables = step.make_batches(cfg), data.label_tables(labels)
+    calls = [(3, 2), (5, 1)]  # a call of steps 3 and 4, then one of step 5
+
+    def feed(p, count):
+        return list(loop.host_feed(batches, tables, images, calls, process=p, processes=count))
+
+    whole = feed(0, 1)
+    parts = [feed(p, 2) for p in (0, 1)]
+    for c, (first, length) in enumerate(calls):
+        assert whole[c]["x"].shape == (length, 8, 8, 8, 1) and parts[0][c]["x"].shape == (length, 4, 8, 8, 1)
+        for key in ("x", "y", "pos"):  # process p holds rows p·4 … p·4 + 3 of every global batch
+            np.testing.assert_array_equal(
+                np.concatenate([parts[0][c][key], parts[1][c][key]], 1), whole[c][key]
+            )
+        for s in range(length):
+            idx = np.asarray(batches.indices(tables, first + s))
+            np.testing.assert_array_equal(whole[c]["x"][s, :, 0, 0, 0], idx)  # the image of row i is i
+            np.testing.assert_array_equal(whole[c]["y"][s], np.arange(8))  # instance ids: global positions
+            np.testing.assert_array_equal(whole[c]["pos"][s], np.arange(8))
+    assert loop.schedule_calls(3, 10, 3) == [(3, 3), (6, 3), (9, 1)]
+
+
+def _metrics(workdir):
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def test_steps_per_call_and_either_feed_give_the_same_run(tmp_path):
+    kw = dict(TINY, steps=7, lr=1e-2, ema=0.5, checkpoint_every=2, devices=4)
+    ref = loop.train(config.make(workdir=str(tmp_path / "ref"), feed="host", log_every=1, **kw))
+    same = loop.train(config.make(workdir=str(tmp_path / "dev"), feed="device", log_every=1, **kw))
+    assert (ref.timing["feed"], same.timing["feed"]) == ("host", "device")
+    for a, b in zip(jax.tree.leaves(same.state), jax.tree.leaves(ref.state), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)  # the same batches, the same steps
+    scan = loop.train(config.make(workdir=str(tmp_path / "k3"), steps_per_call=3, log_every=2, **kw))
+    assert scan.timing["feed"] == "device"  # digits fit: held on the devices by default
+    for a, b in zip(jax.tree.leaves(scan.state), jax.tree.leaves(ref.state), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)  # 3 steps per dispatch: round-off only
+    # calls of steps 1–3, 4–6, 7: a log line and a checkpoint where a call crosses a multiple of 2, and at
+    # the end; each line the mean of the single-step losses since the previous line
+    lines, per_step = _metrics(tmp_path / "k3"), [r["loss"] for r in _metrics(tmp_path / "ref")]
+    assert [r["step"] for r in lines] == [3, 6, 7]
+    for record, (lo, hi) in zip(lines, [(0, 3), (3, 6), (6, 7)], strict=True):
+        assert record["loss"] == pytest.approx(np.mean(per_step[lo:hi]), rel=1e-5)
+    ckpt = checkpoint.Checkpointer(str(tmp_path / "k3" / "checkpoints"))
+    assert ckpt.steps() == [6, 7]  # the two newest of 3, 6, 7
+    ckpt.close()
+    pmap = loop.train(config.make(workdir=str(tmp_path / "pmap"), parallel="pmap", steps_per_call=3, **kw))
+    assert pmap.timing["feed"] == "host"  # pmap takes the host feed
+    for a, b in zip(jax.tree.leaves(pmap.state), jax.tree.leaves(ref.state), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_a_run_of_several_steps_per_call_resumes_exactly(tmp_path):
+    kw = dict(TINY, steps=6, lr=1e-2, checkpoint_every=2, log_every=1, devices=4)
+    ref = loop.train(config.make(workdir=str(tmp_path / "a"), **kw)).state
+    cfg = config.make(workdir=str(tmp_path / "b"), steps_per_call=4, **kw)
+    # calls of 4 and 1 steps, killed after step 5: the checkpoint of step 4 (its call crossed 4) remains
+    assert int(loop.train(cfg, stop_at=5).state["step"]) == 5
+    resumed = loop.train(dataclasses.replace(cfg, steps_per_call=3))  # a run-only key; one call: steps 5–6
+    for a, b in zip(jax.tree.leaves(resumed.state), jax.tree.leaves(ref), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert [r["step"] for r in _metrics(tmp_path / "b")] == [4, 6]
+
+
+def test_multi_process_settings_come_from_keys_or_jax_environment(monkeypatch):
+    for name in ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID"):
+        monkeypatch.delenv(name, raising=False)
+    started, updates = [], []
+    monkeypatch.setattr(jax.config, "update", lambda name, value: updates.append((name, value)))
+    monkeypatch.setattr(jax.distributed, "is_initialized", lambda: False)
+    monkeypatch.setattr(jax.distributed, "initialize", lambda *args: started.append(args))
+    loop.join_processes(config.make())  # a single-process run starts nothing
+    loop.join_processes(config.make(coordinator="10.0.0.1:1234", num_processes=4, process_id=3))
+    monkeypatch.setenv("JAX_COORDINATOR_ADDRESS", "127.0.0.1:99")
+    monkeypatch.setenv("JAX_NUM_PROCESSES", "2")
+    monkeypatch.setenv("JAX_PROCESS_ID", "1")
+    loop.join_processes(config.make())
+    loop.join_processes(config.make(process_id=0))  # a key wins over the environment
+    assert started == [("10.0.0.1:1234", 4, 3), ("127.0.0.1:99", 2, 1), ("127.0.0.1:99", 2, 0)]
+    assert set(updates) == {("jax_cpu_collectives_implementation", "gloo")}  # CPU collectives: gloo
+    monkeypatch.setenv("JAX_NUM_PROCESSES", "two")
+    with pytest.raises(ValueError, match="JAX_NUM_PROCESSES must be a non-negative integer"):
+        loop.join_processes(config.make())
+    monkeypatch.delenv("JAX_COORDINATOR_ADDRESS")
+    monkeypatch.delenv("JAX_NUM_PROCESSES")
+    with pytest.raises(ValueError, match="coordinator"):
+        loop.join_processes(config.make(num_processes=2, process_id=1))
+    monkeypatch.setattr(jax.distributed, "initialize", lambda *args: started.append(("auto", *args)))
+    loop.join_processes(config.make(multihost=True, process_id=None))  # the cluster's own settings
+    assert started[-1] == ("auto", None, None, 1)
 
 
 PRESETS = [

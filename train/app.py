@@ -88,6 +88,7 @@ def main(argv: list[str]) -> int:
     except KeyboardInterrupt:  # Ctrl-C before training started (loading, compiling): nothing to save
         print("interrupted before the first step: nothing was trained", file=sys.stderr)
         return 130
-    print(json.dumps({k: rep[k] for k in ("precision_at_1", "knn_accuracy", "circular_variance")}))
-    print(summary(rep))
+    if jax.process_index() == 0:  # in a multi-process run, the lead speaks for all
+        print(json.dumps({k: rep[k] for k in ("precision_at_1", "knn_accuracy", "circular_variance")}))
+        print(summary(rep))
     return 0

@@ -33,6 +33,7 @@ Schedule = Literal["cosine", "constant"]
 ClipMode = Literal["global_norm", "value"]
 Precision = Literal["fp32", "bf16"]
 Probe = Literal["linear", "piecewise"]
+Feed = Literal["device", "host"]
 # "manifold" ranks atlas points by −d_M (Korman 2021 eq. 7); the rest are geojax.similarity's names.
 LossSimilarity = SimilarityName | Literal["manifold"]
 
@@ -48,7 +49,7 @@ class Config:
 
     preset: str = key("supcon_torus_n", "named recipe whose values replace these defaults (see presets)")
     workdir: str | None = key(None, "run directory (none: new, under runs/); an existing one resumes")
-    dataset: str = key("digits", "digits | mnist | fashion_mnist | cifar10 | cifar100 | npz:PATH")
+    dataset: str = key("digits", "digits | mnist | fashion_mnist | cifar10 | cifar100 | tfds:NAME | npz:PATH")
     test_fraction: float = key(0.25, "held-out fraction for data without a test split (digits, npz)")
     data_dir: str | None = key(None, "tfds data directory (none = tfds's default)")
     # model
@@ -108,7 +109,22 @@ class Config:
     parallel: str = key("shard_map", "data-parallel mode: shard_map or pmap")
     devices: int | None = key(None, "data-parallel devices (none = all)")
     precision: Precision = key("fp32", "bf16: bf16 compute, fp32 parameters, loss and embeddings")
-    multihost: bool = key(False, "call jax.distributed.initialize(); each process reads its own shard")
+    feed: Feed | None = key(
+        None,
+        "device: training images held on the devices, batches drawn inside the step; host: rows gathered "
+        "in NumPy by a prefetch thread; none: device when the images take ≤ 1 GiB and parallel=shard_map",
+    )
+    steps_per_call: int = key(
+        1, "training steps per dispatch (one lax.scan); logs and checkpoints round to calls"
+    )
+    coordinator: str | None = key(
+        None, "multi-process run: jax.distributed coordinator HOST:PORT (none: $JAX_COORDINATOR_ADDRESS)"
+    )
+    num_processes: int | None = key(None, "multi-process run: number of processes (none: $JAX_NUM_PROCESSES)")
+    process_id: int | None = key(None, "multi-process run: this process's id (none: $JAX_PROCESS_ID)")
+    multihost: bool = key(
+        False, "jax.distributed.initialize() with the cluster's own settings (TPU pod slice, SLURM, Open MPI)"
+    )
     checkpoint_every: int | None = key(None, "steps between checkpoints (none: a tenth of the steps)")
     checkpoint_minutes: float = key(10.0, "also checkpoint when this many minutes passed since the last one")
     log_every: int = key(25, "steps between metrics.jsonl lines (each the mean over its window)")
@@ -360,6 +376,8 @@ _POSITIVE_INTS = (
     "probe_epochs",
     "width",
     "devices",
+    "steps_per_call",
+    "num_processes",
 )
 
 
@@ -425,6 +443,14 @@ def validate(cfg: Config) -> None:
         raise ValueError(
             f"batch_size must be a multiple of m_per_class={cfg.m_per_class}, got {cfg.batch_size}"
         )
+    if cfg.feed == "device" and cfg.parallel != "shard_map":
+        raise ValueError("feed='device' (images held on the devices) needs parallel='shard_map'")
+    if cfg.process_id is not None and not 0 <= cfg.process_id < (cfg.num_processes or cfg.process_id + 1):
+        raise ValueError(
+            f"process_id must be in [0, num_processes={cfg.num_processes}), got {cfg.process_id}"
+        )
+    if cfg.coordinator is not None and not cfg.coordinator.rpartition(":")[2].isdigit():
+        raise ValueError(f"coordinator must be HOST:PORT, got {cfg.coordinator!r}")
     if cfg.probe == "piecewise" and cfg.geometry != "atlas":
         raise ValueError("probe='piecewise' (one linear classifier per chart) needs geometry='atlas'")
 

@@ -1,13 +1,16 @@
-"""Datasets, batch samplers and two-view augmentations.
+"""Datasets, batch samplers, host prefetching and two-view augmentations.
 
 - ``digits``: scikit-learn's bundled ``load_digits`` (1,797 8×8 images, 10 classes), offline; a fixed,
   stratified, seeded train/test split.
-- ``mnist``, ``fashion_mnist``, ``cifar10``, ``cifar100``: ``tfds.data_source`` (no TensorFlow needed),
-  read one element at a time; the data must have been prepared (an error says how otherwise).
+- ``mnist``, ``fashion_mnist``, ``cifar10``, ``cifar100`` and any ``tfds:NAME`` with ``image`` and ``label``
+  features and train/test splits: ``tfds.data_source`` (no TensorFlow needed to read), one element at a
+  time; the data must have been prepared in the ``array_record`` format (an error says how otherwise).
 - ``npz:PATH``: a local ``.npz`` with ``images`` [N, H, W(, C)] and ``labels`` [N]; split like digits.
 
-Images are float32 in [0, 1], [N, H, W, C]. Samplers are host-side NumPy functions of (seed, step,
-process): a run's data order is a function of its seed and step, so a resumed run sees the same batches.
+Images are float32 in [0, 1], [N, H, W, C] (:func:`compact` stores 8-bit data as uint8 for the devices).
+The sampler is one jnp function of (seed, step) and the label tables: the training step evaluates it on the
+devices (data held there), or the host evaluates it on its CPU and gathers the rows in NumPy; both give the
+same batches, so a resumed run, or a run on another number of devices or processes, sees the same data.
 Augmentations are jnp functions of a key, applied per example with a key folded from the example's global
 position in the batch (the same views on 1 or many devices).
 """
@@ -17,22 +20,28 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import os
+import queue
 import sys
+import threading
 import zipfile
-from typing import Literal, get_args
+from collections.abc import Iterable, Iterator
+from typing import Any, Literal, TypeVar, get_args
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from train import files
 
 TFDS_NAMES = ("mnist", "fashion_mnist", "cifar10", "cifar100")
-DATASETS = ("digits", *TFDS_NAMES)  # by name; any other data set is a local file: npz:PATH
+DATASETS = ("digits", *TFDS_NAMES)  # by name; any other: tfds:NAME, or a local file npz:PATH
 Sampler = Literal["random", "m_per_class", "class_subsampled"]
 Augmentation = Literal["shift", "simclr", "none"]
 SAMPLERS: tuple[str, ...] = get_args(Sampler)
 SPLIT_SEED = 0  # the digits / npz train-test split is fixed, whatever the training seed
+T = TypeVar("T")
+UNIT = np.float32(1 / 255)  # uint8 code k → k·UNIT in [0, 1] (a product: host and devices round it alike)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,7 +70,7 @@ def _as_images(images: np.ndarray, what: str) -> np.ndarray:
     if images.ndim != 4 or 0 in images.shape:
         raise ValueError(f"{what} must be images [N, H, W] or [N, H, W, C], got shape {images.shape}")
     if images.dtype == np.uint8:
-        return images.astype(np.float32) / 255.0
+        return images.astype(np.float32) * UNIT
     if not np.issubdtype(images.dtype, np.number):
         raise ValueError(f"{what} must be numbers, got dtype {images.dtype}")
     images = images.astype(np.float32)
@@ -117,7 +126,7 @@ def _npz(path: str, test_fraction: float) -> Dataset:
     return _split(images, labels, f"npz:{path}", test_fraction)
 
 
-def _tfds_split(name: str, split: str, data_dir: str | None, shard: tuple[int, int]):
+def _tfds_split(name: str, split: str, data_dir: str | None) -> tuple[np.ndarray, np.ndarray]:
     import tensorflow_datasets as tfds
 
     try:
@@ -125,77 +134,219 @@ def _tfds_split(name: str, split: str, data_dir: str | None, shard: tuple[int, i
     except Exception as err:  # tfds raises several kinds for "not prepared"; all mean the same here
         raise ValueError(
             f"dataset {name!r} ({split}) is not prepared in {data_dir or 'the tfds data dir'} ({err}). "
-            f"Prepare it once on a machine with network access: `tfds build {name}` (or python -c "
-            f"\"import tensorflow_datasets as tfds; tfds.data_source('{name}', download=True)\"), then copy "
-            f"~/tensorflow_datasets (or pass data_dir=...)."
+            f"Prepare it once on a machine with network access (tfds's builders need TensorFlow: pip install "
+            f"tensorflow): `tfds build {name} --file_format=array_record`, then copy ~/tensorflow_datasets "
+            f"(or pass data_dir=...)."
         ) from err
-    index, count = shard
-    rows = [source[i] for i in range(index, len(source), count)]  # one element at a time
+    rows = [source[i] for i in range(len(source))]  # one element at a time
     images = _as_images(np.stack([r["image"] for r in rows]), f"{name} images")
     return images, np.asarray([r["label"] for r in rows], np.int32)
 
 
 def check_dataset_name(name: str) -> None:
-    """Raise ValueError unless ``name`` is one of DATASETS or ``npz:PATH``."""
-    if name not in DATASETS and not name.startswith("npz:"):
-        raise ValueError(f"dataset must be {', '.join(DATASETS)} or npz:PATH, got {name!r}")
+    """Raise ValueError unless ``name`` is one of DATASETS, ``tfds:NAME`` or ``npz:PATH``."""
+    if name not in DATASETS and not (name.startswith(("npz:", "tfds:")) and len(name.split(":", 1)[1])):
+        raise ValueError(f"dataset must be {', '.join(DATASETS)}, tfds:NAME or npz:PATH, got {name!r}")
 
 
-def load(
-    name: str, *, test_fraction: float = 0.25, data_dir: str | None = None, shard: tuple[int, int] = (0, 1)
-) -> Dataset:
-    """Load a dataset by name; ``shard=(process, processes)`` keeps training rows process::processes."""
+def load(name: str, *, test_fraction: float = 0.25, data_dir: str | None = None) -> Dataset:
+    """Load a dataset by name (every process of a multi-process run loads all of it: each draws the same
+    global batches and uses its own rows of them)."""
     check_dataset_name(name)
     if name == "digits":
-        ds = _digits(test_fraction)
-    elif name.startswith("npz:"):
-        ds = _npz(name[4:], test_fraction)
-    else:
-        tr_x, tr_y = _tfds_split(name, "train", data_dir, shard)
-        te_x, te_y = _tfds_split(name, "test", data_dir, (0, 1))
-        return Dataset(name, tr_x, tr_y, te_x, te_y)
-    index, count = shard
-    return dataclasses.replace(ds, train_x=ds.train_x[index::count], train_y=ds.train_y[index::count])
+        return _digits(test_fraction)
+    if name.startswith("npz:"):
+        return _npz(name[4:], test_fraction)
+    source = name.removeprefix("tfds:")
+    tr_x, tr_y = _tfds_split(source, "train", data_dir)
+    te_x, te_y = _tfds_split(source, "test", data_dir)
+    return Dataset(name, tr_x, tr_y, te_x, te_y)
+
+
+def compact(images: np.ndarray) -> np.ndarray:
+    """``images`` (float32 in [0, 1]) as uint8 when they are exactly k·UNIT (decoded 8-bit data: a quarter of
+    the bytes to hold on a device or send), else as they are; :func:`to_unit` gives back the same floats."""
+    if images.dtype == np.uint8:
+        return images
+    codes = np.round(images * 255.0)
+    if codes.min() < 0 or codes.max() > 255:
+        return images
+    codes = codes.astype(np.uint8)
+    return codes if np.array_equal(codes.astype(np.float32) * UNIT, images) else images
+
+
+def to_unit(images: jax.Array) -> jax.Array:
+    """Images as float32 in [0, 1]: uint8 codes k → k·UNIT (as the loaders compute it), floats as they are."""
+    return images.astype(jnp.float32) * UNIT if images.dtype == jnp.uint8 else images
 
 
 # --------------------------------------------------------------------------------------------------------
-# Samplers: indices [batch] into the (local) training set, a function of (seed, step, process).
+# Samplers: the global batch's row indices, a jnp function of (seed, step) and the label tables, evaluated
+# inside the jitted step (device feed) or on the host CPU (host feed): both give the same batches.
 # --------------------------------------------------------------------------------------------------------
+
+SAMPLER_STREAM = 0x7FFFFFFF  # fold_in tag of the sampler's keys (no step index reaches it)
+
+
+def label_tables(labels: np.ndarray) -> dict[str, np.ndarray]:
+    """What the samplers read about the training labels [N]: ``labels``; ``class_of`` [N], each row's class
+    as an index into the sorted distinct classes; ``order`` [N], the rows grouped by class (stable) and
+    ``starts`` [C + 1], so that class c's rows are ``order[starts[c]:starts[c + 1]]``."""
+    labels = np.asarray(labels)
+    if labels.ndim != 1 or len(labels) == 0 or not np.issubdtype(labels.dtype, np.integer):
+        raise ValueError(f"labels must be integers [N] with N ≥ 1, got {labels.dtype} {labels.shape}")
+    classes, class_of = np.unique(labels, return_inverse=True)
+    starts = np.concatenate([[0], np.cumsum(np.bincount(class_of, minlength=len(classes)))])
+    return {
+        "labels": labels.astype(np.int32),
+        "class_of": class_of.astype(np.int32),
+        "order": np.argsort(class_of, kind="stable").astype(np.int32),
+        "starts": starts.astype(np.int32),
+    }
+
+
+def _subset(key: jax.Array, size: int, n: int, mask: jax.Array | None = None) -> jax.Array:
+    """``size`` distinct indices of ``range(n)`` (those where ``mask`` [n] holds, when given), uniformly: the
+    ``size`` largest of i.i.d. uniform scores; drawn with replacement when fewer than ``size`` qualify."""
+    k_scores, k_repeat = jax.random.split(key)
+    count = n if mask is None else jnp.sum(mask)
+    repeated = jax.random.randint(k_repeat, (size,), 0, count)
+    if mask is not None:  # the repeated draws' r-th qualifying index
+        repeated = jnp.searchsorted(jnp.cumsum(mask), repeated, side="right")
+    if size > n:
+        return repeated.astype(jnp.int32)
+    scores = jax.random.uniform(k_scores, (n,))
+    distinct = lax.top_k(scores if mask is None else jnp.where(mask, scores, -1.0), size)[1]
+    return (distinct if mask is None else jnp.where(size > count, repeated, distinct)).astype(jnp.int32)
+
+
+def _floyd(key: jax.Array, m: int, counts: jax.Array) -> jax.Array:
+    """[k, m] offsets into k groups of ``counts`` [k] items: m distinct ones per group by Floyd's algorithm
+    (Bentley & Floyd 1987: for j = count − m … count − 1 draw t ∈ [0, j], keep t, or j when t is taken),
+    or m drawn with replacement where a group holds fewer than m."""
+    k_floyd, k_repeat = jax.random.split(key)
+    counts = counts[:, None]
+    tops = counts - m + jnp.arange(m)  # j of each round
+    draws = jax.random.randint(k_floyd, (counts.shape[0], m), 0, jnp.maximum(tops + 1, 1))
+    picks: list[jax.Array] = []
+    for i in range(m):
+        taken = jnp.any(jnp.stack(picks, 1) == draws[:, i : i + 1], axis=1) if picks else False
+        picks.append(jnp.where(taken, tops[:, i], draws[:, i]))
+    repeated = jax.random.randint(k_repeat, (counts.shape[0], m), 0, counts)
+    return jnp.where(counts >= m, jnp.stack(picks, 1), repeated)
 
 
 def sample(
-    labels: np.ndarray,
+    key: jax.Array,
+    tables: dict[str, jax.Array],
     *,
     kind: str,
     batch: int,
-    seed: int,
-    step: int,
-    process: int = 0,
     m_per_class: int = 4,
     class_fraction: float = 0.4,
-) -> np.ndarray:
-    """Batch indices for ``step``: ``random`` (uniform, without replacement), ``m_per_class`` (batch/m
-    classes × m images, MTriplet's 8 × 4) or ``class_subsampled`` (uniform within a random subset of
-    ``class_fraction`` of the classes, SimO's < 50 %)."""
-    rng = np.random.default_rng([seed, step, process])
-    n = len(labels)
+) -> jax.Array:
+    """Row indices [batch] of one global batch (jnp; ``tables`` from :func:`label_tables`): ``random``
+    (uniform, without replacement), ``m_per_class`` (batch/m classes × m images, MTriplet's 8 × 4) or
+    ``class_subsampled`` (uniform within a random subset of ``class_fraction`` of the classes, SimO's < 50 %).
+    Draws are without replacement unless the batch asks for more than there is."""
+    class_of, order, starts = (jnp.asarray(tables[name]) for name in ("class_of", "order", "starts"))
+    n, n_classes = class_of.shape[0], starts.shape[0] - 1
+    k_classes, k_rows = jax.random.split(key)
     if kind == "random":
-        return rng.choice(n, batch, replace=batch > n)
-    classes = np.unique(labels)
+        return _subset(k_rows, batch, n)
     if kind == "m_per_class":
-        k = batch // m_per_class
-        chosen = rng.choice(classes, k, replace=k > len(classes))
-        picks = []
-        for c in chosen:
-            members = np.flatnonzero(labels == c)
-            picks.append(rng.choice(members, m_per_class, replace=m_per_class > len(members)))
-        return np.concatenate(picks)
+        chosen = _subset(k_classes, batch // m_per_class, n_classes)
+        first = starts[chosen]
+        offsets = _floyd(k_rows, m_per_class, starts[chosen + 1] - first)
+        return order[first[:, None] + offsets].reshape(-1)
     if kind == "class_subsampled":
-        k = max(1, int(class_fraction * len(classes)))
-        chosen = rng.choice(classes, k, replace=False)
-        members = np.flatnonzero(np.isin(labels, chosen))
-        return rng.choice(members, batch, replace=batch > len(members))
+        chosen = _subset(k_classes, max(1, int(class_fraction * n_classes)), n_classes)
+        in_chosen = jnp.zeros(n_classes, bool).at[chosen].set(True)[class_of]
+        return _subset(k_rows, batch, n, in_chosen)
     raise ValueError(f"sampler must be one of {list(SAMPLERS)}, got {kind!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Batches:
+    """The batches of a run: the global batch of step s is a function of (``seed``, s) and the label tables,
+    so a resumed run, a run on other devices and both feeds see the same batches.
+
+    :meth:`rows` gives one device's (or process's) slice ``[start, start + count)`` of the global batch: row
+    indices, labels (the global positions themselves when ``instance``: each image its own class) and global
+    positions, the key of the image's augmentations.
+    """
+
+    kind: str
+    batch: int
+    seed: int
+    m_per_class: int = 4
+    class_fraction: float = 0.4
+    instance: bool = False
+
+    def key(self, step: jax.Array | int) -> jax.Array:
+        return jax.random.fold_in(jax.random.fold_in(jax.random.key(self.seed), SAMPLER_STREAM), step)
+
+    def indices(self, tables: dict[str, jax.Array], step: jax.Array | int) -> jax.Array:
+        """Row indices [batch] of the global batch of ``step``."""
+        return sample(
+            self.key(step),
+            tables,
+            kind=self.kind,
+            batch=self.batch,
+            m_per_class=self.m_per_class,
+            class_fraction=self.class_fraction,
+        )
+
+    def rows(
+        self, tables: dict[str, jax.Array], step: jax.Array | int, start: jax.Array | int, count: int
+    ) -> dict[str, jax.Array]:
+        """{'idx', 'y', 'pos'} [count] of the global batch of ``step``, its rows start … start + count − 1."""
+        idx = lax.dynamic_slice_in_dim(self.indices(tables, step), start, count)
+        pos = (start + jnp.arange(count)).astype(jnp.int32)
+        labels = pos if self.instance else jnp.asarray(tables["labels"])[idx]
+        return {"idx": idx, "y": labels, "pos": pos}
+
+
+def prefetch(items: Iterable[T], depth: int = 2) -> Iterator[T]:
+    """``items`` computed ahead by a background thread, at most ``depth`` of them waiting, so the devices do
+    not wait on the host's NumPy work. An error raised while computing an item is raised here; closing this
+    generator (or dropping it) stops the thread."""
+    ready: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+    done = object()
+
+    def offer(item: Any) -> bool:
+        while not stop.is_set():
+            try:
+                ready.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for item in items:
+                if not offer((item, None)):
+                    return
+        except BaseException as err:  # handed to the consumer, which raises it
+            offer((None, err))
+            return
+        offer((done, None))
+
+    thread = threading.Thread(target=produce, name="prefetch", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item, err = ready.get()
+            if err is not None:
+                raise err
+            if item is done:
+                return
+            yield item
+    finally:
+        stop.set()
+        thread.join()
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -1,14 +1,23 @@
-"""The host part of training: run directory, resume, checkpoints, batches, logging and progress.
+"""The host part of training: run directory, resume, checkpoints, feeding, logging and progress.
 
 The traced part (model, objective, optimiser, per-device step) is :mod:`train.step`. A run directory holds
 ``config.json``, ``metrics.jsonl`` (one line per ``log_every`` steps, each value the mean over that window)
 and orbax ``checkpoints/``; rerunning with the same ``workdir`` resumes from its latest checkpoint.
+
+Feeding (``feed``): ``device`` keeps the training images (uint8 when they are 8-bit) on every device and
+draws each step's batch inside the jitted step; ``host`` gathers each step's rows in NumPy in a background
+thread, a few calls ahead. Both take the same batches from the same sampler (:class:`train.data.Batches`).
+Each dispatch runs ``steps_per_call`` steps (a ``lax.scan``); a log line or a checkpoint falls due when a
+call crosses a multiple of ``log_every`` or ``checkpoint_every``. Several processes (JAX's distributed
+runtime, :func:`join_processes`) form one data-parallel mesh: each loads the whole training set, draws the
+same global batches and feeds or uses only its own rows.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -23,6 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from jax.experimental import multihost_utils
 from tqdm.auto import tqdm
 
 from geojax import parallel
@@ -39,8 +49,14 @@ RUN_ONLY = (
     "eval_batch",
     "parallel",
     "devices",
+    "feed",
+    "steps_per_call",
+    "coordinator",
+    "num_processes",
+    "process_id",
     "multihost",
 )
+DEVICE_FEED_BYTES = 1 << 30  # the automatic feed holds training images up to this size on each device
 # Keys a rerun may raise to extend a finished (or running) run.
 EXTENDABLE = ("steps", "epochs")
 
@@ -133,24 +149,67 @@ def _trim_log(path: str, upto: int) -> None:
     files.write_text(path, "".join(lines))
 
 
-def batch_for(cfg: Config, labels: np.ndarray, images: np.ndarray, step_index: int, n_global: int) -> dict:
-    """This process's slice of the global batch of ``step_index``: images, labels (or instance ids),
-    global positions."""
-    p, count = jax.process_index(), jax.process_count()
-    local = cfg.batch_size // count
-    idx = data.sample(
-        labels,
-        kind=cfg.sampler,
-        batch=local,
-        seed=cfg.seed,
-        step=step_index,
-        process=p,
-        m_per_class=cfg.m_per_class,
-        class_fraction=cfg.class_fraction,
-    )
-    pos = (p * local + np.arange(local)).astype(np.int32)
-    y = pos if cfg.labels == "instance" else labels[idx].astype(np.int32)
-    return {"x": images[idx], "y": y, "pos": pos}
+def join_processes(cfg: Config) -> None:
+    """Start JAX's distributed runtime when the config (``coordinator``, ``num_processes``, ``process_id``) or
+    JAX's environment (``JAX_COORDINATOR_ADDRESS``, ``JAX_NUM_PROCESSES``, ``JAX_PROCESS_ID``) names a
+    multi-process run, or ``multihost`` asks for the cluster's own settings; CPU collectives then go through
+    gloo. Must run before anything starts JAX's backends."""
+
+    def setting(value: Any, name: str) -> Any:
+        if value is not None or name not in os.environ:
+            return value
+        text = os.environ[name]
+        if name != "JAX_COORDINATOR_ADDRESS" and not text.strip().isdigit():
+            raise ValueError(f"environment variable {name} must be a non-negative integer, got {text!r}")
+        return text if name == "JAX_COORDINATOR_ADDRESS" else int(text)
+
+    address = setting(cfg.coordinator, "JAX_COORDINATOR_ADDRESS")
+    count = setting(cfg.num_processes, "JAX_NUM_PROCESSES")
+    index = setting(cfg.process_id, "JAX_PROCESS_ID")
+    if address is None and not cfg.multihost:
+        if count not in (None, 1) or index not in (None, 0):
+            raise ValueError("a multi-process run needs coordinator=HOST:PORT (or $JAX_COORDINATOR_ADDRESS)")
+        return
+    if jax.distributed.is_initialized():
+        return
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(address, count, index)
+
+
+def feed_kind(cfg: Config, images: np.ndarray) -> str:
+    """``cfg.feed``, or by default ``device`` when ``images`` fit in DEVICE_FEED_BYTES under shard_map."""
+    if cfg.feed is not None:
+        return cfg.feed
+    return "device" if cfg.parallel == "shard_map" and images.nbytes <= DEVICE_FEED_BYTES else "host"
+
+
+def schedule_calls(start: int, end: int, steps_per_call: int) -> list[tuple[int, int]]:
+    """(first step, number of steps) of each dispatch from ``start`` to ``end``; the last may be shorter."""
+    return [(i, min(steps_per_call, end - i)) for i in range(start, end, steps_per_call)]
+
+
+def host_feed(
+    batches: data.Batches,
+    tables: dict[str, np.ndarray],
+    images: np.ndarray,
+    calls: list[tuple[int, int]],
+    *,
+    process: int | None = None,
+    processes: int | None = None,
+) -> Iterator[dict[str, np.ndarray]]:
+    """This process's rows of each call's batches, {'x', 'y', 'pos'} [length, B/processes, ...] in NumPy.
+
+    The row indices come from the same jnp sampler as the device feed (:meth:`data.Batches.rows`), evaluated
+    on the host CPU; process p (default: this one) takes rows p·B/P … (p + 1)·B/P − 1 of each global batch.
+    """
+    p = jax.process_index() if process is None else process
+    count = batches.batch // (jax.process_count() if processes is None else processes)
+    cpu = jax.local_devices(backend="cpu")[0]
+    label_tables = jax.device_put(tables, cpu)
+    rows = jax.jit(jax.vmap(lambda t, s: batches.rows(t, s, p * count, count), in_axes=(None, 0)))
+    for first, length in calls:
+        got = jax.device_get(rows(label_tables, jax.device_put(np.arange(first, first + length), cpu)))
+        yield {"x": images[got["idx"]], "y": got["y"], "pos": got["pos"]}
 
 
 class _Window:
@@ -160,9 +219,11 @@ class _Window:
         self.sums: dict[str, jax.Array] | None = None
         self.count = 0
 
-    def add(self, metrics: dict[str, jax.Array]) -> None:
-        self.sums = metrics if self.sums is None else jax.tree.map(jnp.add, self.sums, metrics)
-        self.count += 1
+    def add(self, metrics: dict[str, jax.Array], steps: int) -> None:
+        """Add a call's metrics, each the mean over its ``steps`` steps."""
+        weighted = jax.tree.map(lambda m: m * steps, metrics)
+        self.sums = weighted if self.sums is None else jax.tree.map(jnp.add, self.sums, weighted)
+        self.count += steps
 
     def mean(self) -> dict[str, float]:
         means = {k: float(v) / self.count for k, v in self.sums.items()}
@@ -201,27 +262,24 @@ def _checkpoint_every(cfg: Config) -> int:
 def train(cfg: Config, *, stop_at: int | None = None) -> TrainResult:
     """Train (resuming from the workdir's latest checkpoint) until ``cfg.steps`` (or ``stop_at``, which
     simulates a run killed after that step). SIGINT / SIGTERM save a checkpoint of the current step and raise
-    :class:`Interrupted`."""
-    if cfg.multihost:
-        jax.distributed.initialize()
+    :class:`Interrupted`. In a multi-process run every process calls this; the returned state is then this
+    process's copy."""
+    join_processes(cfg)
     t_start = time.time()
     # Everything that can reject the run (data, device count) is checked before the workdir is touched.
-    ds = data.load(
-        cfg.dataset,
-        test_fraction=cfg.test_fraction,
-        data_dir=cfg.data_dir,
-        shard=(jax.process_index(), jax.process_count()),
-    )
+    ds = data.load(cfg.dataset, test_fraction=cfg.test_fraction, data_dir=cfg.data_dir)
     _check_data(cfg, ds)
-    n_train = len(ds.train_y) * jax.process_count()
-    cfg = step.resolve(cfg, n_train)
+    cfg = step.resolve(cfg, len(ds.train_y))
     mesh = parallel.make_mesh(cfg.devices)
     n_dev = mesh.devices.size
     if cfg.batch_size % n_dev or cfg.batch_size % jax.process_count():
         raise ValueError(f"batch_size must be divisible by the {n_dev} devices, got {cfg.batch_size}")
+    images = data.compact(ds.train_x)
+    feed = feed_kind(cfg, images)
     saved = _check_workdir(cfg)
     tx = step.make_optimizer(cfg)
     graphdef, state = step.init_state(cfg, ds.image_shape)
+    state = step.replicate(state, mesh)
     start = 0
     if saved is not None:
         ckpt = checkpoint.Checkpointer(os.path.join(cfg.workdir, "checkpoints"))
@@ -234,41 +292,64 @@ def train(cfg: Config, *, stop_at: int | None = None) -> TrainResult:
                 )
             _say_resume(cfg, saved, start)
         ckpt.close()
+    if jax.process_count() > 1:  # every process has read the workdir before the lead writes to it
+        multihost_utils.sync_global_devices("train: workdir checked")
     workdir = _prepare_workdir(cfg)
     ckpt = checkpoint.Checkpointer(os.path.join(workdir, "checkpoints"))
-    log_path = os.path.join(workdir, "metrics.jsonl")
-    _trim_log(log_path, start)
-    per_device = step.make_step(cfg, graphdef, tx, ema=step.ema_decay(cfg, n_train))
-    run = parallel.data_parallel(per_device, mode=cfg.parallel, mesh=mesh)
+    lead = jax.process_index() == 0
+    log_path = os.path.join(workdir, "metrics.jsonl") if lead else os.devnull
+    if lead:
+        _trim_log(log_path, start)
+    per_device = step.make_step(cfg, graphdef, tx, ema=step.ema_decay(cfg, len(ds.train_y)))
+    batches = step.make_batches(cfg)
+    label_tables = data.label_tables(ds.train_y)
+    tables = step.replicate({"images": images, **label_tables}, mesh) if feed == "device" else None
+    compiled: dict[int, Any] = {}
+
+    def run(length: int):  # one compiled call per number of steps (steps_per_call, and a shorter last one)
+        if length not in compiled:
+            call = step.make_call(per_device, length=length, batches=batches if feed == "device" else None)
+            compiled[length] = step.distribute(call, mesh=mesh, mode=cfg.parallel)
+        return compiled[length]
+
     lr = step.schedule(cfg)
     end = cfg.steps if stop_at is None else min(stop_at, cfg.steps)
-    lead = jax.process_index() == 0
+    calls = schedule_calls(start, end, cfg.steps_per_call)
+    if feed == "host":
+        put = functools.partial(step.put_feed, mesh=mesh, mode=cfg.parallel)
+        feeds = data.prefetch(map(put, host_feed(batches, label_tables, images, calls)))
+    else:
+        feeds = ({} for _ in calls)  # the device feed draws its batches inside the step
     bar = tqdm(total=cfg.steps, initial=start, disable=not (cfg.progress and lead), unit="step", leave=False)
     window = _Window()
     every, last_save = _checkpoint_every(cfg), time.time()
     t_train, first_step_s = time.time(), math.nan
-    with open(log_path, "a") as log, _stop_signals() as caught:
-        for i in range(start, end):
-            state, metrics = run(state, batch_for(cfg, ds.train_y, ds.train_x, i, n_dev))
-            window.add(metrics)
-            if i == start:
+    with open(log_path, "a") as log, _stop_signals() as caught, contextlib.closing(feeds):
+        for (first, length), batch in zip(calls, feeds, strict=True):
+            state, metrics = run(length)(state, tables, batch)
+            window.add(metrics, length)
+            if first == start:
                 jax.block_until_ready(metrics)
                 first_step_s = time.time() - t_train
-            done = i + 1
-            if done % cfg.log_every == 0 or done == end:
+            done = first + length
+            if done // cfg.log_every > first // cfg.log_every or done == end:
                 means = window.mean()
-                record = {"step": done, **means, "lr": float(lr(i)), "time": round(time.time() - t_start, 3)}
+                record = {
+                    "step": done,
+                    **means,
+                    "lr": float(lr(done - 1)),
+                    "time": round(time.time() - t_start, 3),
+                }
                 if not all(math.isfinite(v) for v in means.values()):
                     raise FloatingPointError(f"non-finite training metrics at step {done}: {record}")
                 bar.set_postfix(loss=f"{means['loss']:.4f}", refresh=False)
-                if lead:
-                    log.write(json.dumps(record) + "\n")
-                    log.flush()
+                log.write(json.dumps(record) + "\n")
+                log.flush()
             overdue = time.time() - last_save > 60 * cfg.checkpoint_minutes
-            if done % every == 0 or done == cfg.steps or overdue or caught:
+            if done // every > first // every or done == cfg.steps or overdue or caught:
                 ckpt.save(done, state)
                 last_save = time.time()
-            bar.update(1)
+            bar.update(length)
             if caught:
                 bar.close()
                 ckpt.close()
@@ -283,7 +364,12 @@ def train(cfg: Config, *, stop_at: int | None = None) -> TrainResult:
         "steps_per_s": round((end - start) / train_s, 2) if end > start else 0.0,
         "steps_run": end - start,
         "devices": n_dev,
+        "processes": jax.process_count(),
+        "feed": feed,
+        "steps_per_call": cfg.steps_per_call,
     }
+    if jax.process_count() > 1:
+        state = step.local_copy(state)
     return TrainResult(workdir, cfg, graphdef, state, ds, timing)
 
 

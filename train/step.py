@@ -7,6 +7,9 @@ device's slice of the batch, pmap-style, and run under ``jax.shard_map`` or ``ja
 keys, each local anchor's own column is masked through ``self_index``, and normalisation is global
 (``axis_name``). The step closes over objects derived from the config (the model's graph, the optimiser, an
 :class:`Objective`, a :class:`Views` recipe), never over the config itself.
+
+:func:`make_call` scans several steps per dispatch and, for the device feed, draws each step's batch from
+images held on the devices; :func:`distribute` runs it over the data mesh with the state donated.
 """
 
 from __future__ import annotations
@@ -20,6 +23,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
+from jax import lax
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from geojax import losses, manifolds, models, parallel, regularizers
 from geojax import similarity as similarity_lib
@@ -241,7 +247,7 @@ class Views:
     dtype: Any = None
 
     def __call__(self, key: jax.Array, images: jax.Array, positions: jax.Array) -> jax.Array:
-        x = data.views(key, images, positions, n_views=self.n, kind=self.augment)
+        x = data.views(key, data.to_unit(images), positions, n_views=self.n, kind=self.augment)
         return x if self.dtype is None else x.astype(self.dtype)
 
 
@@ -253,9 +259,10 @@ def make_step(
     *,
     ema: float | None = None,
 ) -> Callable[[State, dict[str, jax.Array]], tuple[State, dict[str, jax.Array]]]:
-    """Per-device step ``(state, batch) -> (state, metrics)``; batch = {'x': [n, H, W, C], 'y': [n],
-    'pos': [n] global positions}. Gradients are pmean-ed over ``axis_name`` (geojax.parallel's convention).
-    ``ema``: the per-step decay of the weights' EMA (:func:`ema_decay`), required when ``cfg.ema`` is set."""
+    """Per-device step ``(state, batch) -> (state, metrics)``; batch = {'x': [n, H, W, C] (float32 in [0, 1]
+    or uint8 codes, see :func:`data.to_unit`), 'y': [n], 'pos': [n] global positions}. Gradients are pmean-ed
+    over ``axis_name`` (geojax.parallel's convention). ``ema``: the per-step decay of the weights' EMA
+    (:func:`ema_decay`), required when ``cfg.ema`` is set."""
     if (cfg.ema is None) != (ema is None):
         raise ValueError(f"ema must be the per-step decay when cfg.ema is set (cfg.ema={cfg.ema}), got {ema}")
     objective_fn = Objective.from_config(cfg)
@@ -288,6 +295,108 @@ def make_step(
         return new, parallel.pmean(metrics, axis_name)
 
     return step
+
+
+def make_batches(cfg: Config) -> data.Batches:
+    """The run's batches (sampler, global batch size, seed, labels) as :class:`data.Batches`."""
+    return data.Batches(
+        kind=cfg.sampler,
+        batch=cfg.batch_size,
+        seed=cfg.seed,
+        m_per_class=cfg.m_per_class,
+        class_fraction=cfg.class_fraction,
+        instance=cfg.labels == "instance",
+    )
+
+
+def make_call(
+    one_step: Callable[[State, dict[str, jax.Array]], tuple[State, dict[str, jax.Array]]],
+    *,
+    length: int,
+    batches: data.Batches | None = None,
+    axis_name: str | None = parallel.AXIS,
+) -> Callable[[State, Any, Any], tuple[State, dict[str, jax.Array]]]:
+    """Per-device ``call(state, tables, feed) -> (state, metrics)``: ``length`` steps of ``one_step`` in one
+    ``lax.scan``, the metrics averaged over them (so a logging window's mean stays a mean over steps).
+
+    Device feed (``batches`` given): ``tables`` holds the training ``images`` [N, H, W, C] (replicated) and
+    the :func:`data.label_tables`; each step draws its global batch from its own step counter and takes this
+    device's rows of it (no host work, no transfer); ``feed`` is unused. Host feed: ``feed`` leaves
+    [length, n, ...] hold this device's rows of each step's batch; ``tables`` is unused.
+    """
+
+    def call(state, tables, feed):
+        def body(state, batch):
+            if batches is not None:
+                count = batches.batch // (1 if axis_name is None else lax.axis_size(axis_name))
+                start = 0 if axis_name is None else lax.axis_index(axis_name) * count
+                rows = batches.rows(tables, state["step"], start, count)
+                batch = {"x": tables["images"][rows["idx"]], "y": rows["y"], "pos": rows["pos"]}
+            return one_step(state, batch)
+
+        state, metrics = lax.scan(body, state, None if batches is not None else feed, length=length)
+        return state, jax.tree.map(lambda m: jnp.mean(m, axis=0), metrics)
+
+    return call
+
+
+def replicate(tree: Any, mesh: jax.sharding.Mesh) -> Any:
+    """``tree`` (the same on every process) as arrays replicated on every device of ``mesh``."""
+    sharding = NamedSharding(mesh, P())
+    if jax.process_count() == 1:
+        return jax.device_put(tree, sharding)
+    return jax.tree.map(lambda x: jax.make_array_from_process_local_data(sharding, np.asarray(x)), tree)
+
+
+def local_copy(tree: Any) -> Any:
+    """A replicated (possibly multi-process) ``tree`` as arrays on this process's first device."""
+    return jax.tree.map(lambda x: x.addressable_data(0) if isinstance(x, jax.Array) else x, tree)
+
+
+def distribute(
+    call: Callable[[State, Any, Any], tuple[State, dict[str, jax.Array]]],
+    *,
+    mesh: jax.sharding.Mesh,
+    mode: str = "shard_map",
+) -> Callable[[State, Any, Any], tuple[State, dict[str, jax.Array]]]:
+    """``run(state, tables, feed)`` of a per-device :func:`make_call` over the 1-D data ``mesh``, as
+    ``geojax.parallel.data_parallel`` runs a step, with a replicated data argument added.
+
+    ``state`` replicated (:func:`replicate`) and, under shard_map, donated (its buffers are reused for the
+    new state); ``tables`` replicated and kept; ``feed`` leaves [length, B, ...] with B split over the
+    devices (:func:`put_feed`). ``mode='pmap'`` runs under ``jax.pmap`` (host feed only).
+    """
+    axis = mesh.axis_names[0]
+    if mode == "shard_map":
+        specs = (P(), P(), P(None, axis))
+        mapped = jax.shard_map(call, mesh=mesh, in_specs=specs, out_specs=P(), check_vma=False)
+        return jax.jit(mapped, donate_argnums=0)
+    n_local = len([d for d in mesh.devices.flat if d.process_index == jax.process_index()])
+    mapped = jax.pmap(
+        lambda state, feed: call(state, None, feed),
+        axis_name=axis,
+        in_axes=(None, 1),
+        out_axes=None,
+        devices=list(mesh.devices.flat),
+    )
+
+    def run(state, tables, feed):
+        if tables is not None:
+            raise ValueError("the device feed needs parallel='shard_map'")
+        return mapped(state, jax.tree.map(lambda x: x.reshape(x.shape[0], n_local, -1, *x.shape[2:]), feed))
+
+    return run
+
+
+def put_feed(feed: Any, mesh: jax.sharding.Mesh, mode: str = "shard_map") -> Any:
+    """This process's host-feed rows (leaves [length, B/processes, ...]) as the global arrays that
+    :func:`distribute`'s ``run`` takes, split over the devices (as they are for pmap, which splits itself)."""
+    if mode != "shard_map":
+        return feed
+    sharding = NamedSharding(mesh, P(None, mesh.axis_names[0]))
+    if jax.process_count() == 1:
+        return jax.device_put(feed, sharding)
+    return jax.tree.map(lambda x: jax.make_array_from_process_local_data(sharding, x), feed)
 
 
 def embed(
