@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from geojax import _checks, manifolds
+from geojax import _checks, manifolds, quantize
 from geojax.manifolds import GEOMETRIES
 
 EncoderName = Literal["mlp", "cnn", "resnet18", "resnet50"]
@@ -266,19 +266,52 @@ class GeometryHead(nnx.Module):
     """Seed 000 head: Linear(F, 4D) → ReLU → Linear(4D, D), then the geometry projection.
 
     h: [N, F] → [N, D'] (D' = 2D for torus_c, else D).
+
+    ``qat_bits`` (torus geometries only; 1, 2, 4 or 8) trains through the b-bit torus grid of
+    ``quantize.torus_codes``: the flat angles (the raw turns of torus_c, the pair angles of torus_n) pass
+    through ``quantize.torus_fake_quantize`` before the Clifford projection, so the forward pass sees the
+    grid angles and the backward pass the straight-through gradient. With ``qat_noise`` the training forward
+    adds one grid step of uniform noise instead; evaluation mode (``model.eval()``, which sets
+    ``deterministic``) always rounds, so the embeddings a trained model gives are exactly its codes.
     """
 
-    def __init__(self, in_features: int, dim: int, *, geometry: str, compute_dtype=None, rngs: nnx.Rngs):
+    def __init__(
+        self,
+        in_features: int,
+        dim: int,
+        *,
+        geometry: str,
+        compute_dtype=None,
+        qat_bits: int | None = None,
+        qat_noise: bool = False,
+        rngs: nnx.Rngs,
+    ):
         _checks.check_positive_int(dim, "dim")
         _checks.check_choice(geometry, "geometry", GEOMETRIES[:-1])
         if geometry == "torus_n":
             _checks.check_even(dim, "dim")
+        if qat_bits is not None:
+            _checks.check_choice(qat_bits, "qat_bits", quantize.TORUS_BITS)
+            if geometry not in ("torus_c", "torus_n"):
+                raise ValueError(f"qat_bits needs a torus geometry (torus_c, torus_n), got {geometry!r}")
+        elif qat_noise:
+            raise ValueError("qat_noise needs qat_bits")
         self.hidden = nnx.Linear(in_features, 4 * dim, dtype=compute_dtype, rngs=rngs)
         self.out = nnx.Linear(4 * dim, dim, dtype=compute_dtype, rngs=rngs)
         self.geometry = geometry
+        self.qat_bits = qat_bits
+        self.qat_noise = bool(qat_noise)
+        self.deterministic = False
 
     def __call__(self, h: jax.Array) -> jax.Array:
-        return project(self.out(nnx.relu(self.hidden(h))), self.geometry)
+        raw = self.out(nnx.relu(self.hidden(h)))
+        if self.qat_bits is None:
+            return project(raw, self.geometry)
+        angles = raw.astype(jnp.float32)
+        if self.geometry == "torus_n":
+            angles = manifolds.clifford_to_angles(manifolds.torus_l2p(angles))
+        noise = self.qat_noise and not self.deterministic
+        return manifolds.torus_clifford(quantize.torus_fake_quantize(angles, self.qat_bits, noise=noise))
 
 
 class AtlasHead(nnx.Module):
@@ -348,7 +381,10 @@ class Outputs(NamedTuple):
 
 
 class EmbeddingModel(nnx.Module):
-    """Encoder + geometry (or atlas) head + optional projection head: x → :class:`Outputs`."""
+    """Encoder + geometry (or atlas) head + optional projection head: x → :class:`Outputs`.
+
+    ``qat_bits`` / ``qat_noise``: quantisation-aware training of a torus head (:class:`GeometryHead`).
+    """
 
     def __init__(
         self,
@@ -360,10 +396,14 @@ class EmbeddingModel(nnx.Module):
         projection: str = "none",
         projection_dim: int = 64,
         compute_dtype=None,
+        qat_bits: int | None = None,
+        qat_noise: bool = False,
         rngs: nnx.Rngs,
     ):
         _checks.check_choice(geometry, "geometry", GEOMETRIES)
         _checks.check_choice(projection, "projection", PROJECTIONS)
+        if geometry == "atlas" and (qat_bits is not None or qat_noise):
+            raise ValueError("qat_bits needs a torus geometry (torus_c, torus_n), got 'atlas'")
         if projection == "mixed" and geometry != "atlas":
             raise ValueError(
                 f"projection='mixed' needs geometry='atlas' (one head per chart), got {geometry!r}"
@@ -374,7 +414,15 @@ class EmbeddingModel(nnx.Module):
         if geometry == "atlas":
             self.head = AtlasHead(feats, charts=charts, dim=dim, compute_dtype=compute_dtype, rngs=rngs)
         else:
-            self.head = GeometryHead(feats, dim, geometry=geometry, compute_dtype=compute_dtype, rngs=rngs)
+            self.head = GeometryHead(
+                feats,
+                dim,
+                geometry=geometry,
+                compute_dtype=compute_dtype,
+                qat_bits=qat_bits,
+                qat_noise=qat_noise,
+                rngs=rngs,
+            )
         hidden = max(128, projection_dim)
         if projection == "mixed":
             self.projection = MixedProjection(
