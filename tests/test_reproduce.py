@@ -8,12 +8,13 @@ import json
 import math
 import os
 
+import jax
 import numpy as np
 import pytest
 
 from train import plots
-from train.reproduce import common, render, simo
-from train.reproduce.__main__ import main
+from train.reproduce import common, render, simo, torus
+from train.reproduce.__main__ import _compilation_cache, main
 
 CLAIM_KEYS = {"claim", "ours", "paper", "source", "rule", "verdict"}
 
@@ -59,7 +60,7 @@ def test_seed_002_numbers_and_verdicts(outputs):
     assert long_bits
     holds = all(by[(b, "TP")]["map"] >= by[(b, "ITQ")]["map"] - 0.01 for b in long_bits)
     assert res["claims"][0]["verdict"] == (common.HOLDS if holds else common.FAILS)
-    # Paper-size counts come from geojax.tt and must equal seed 002 Tables 1-2 (published numbers).
+    # Paper-size counts come from geojax.tt and must equal Hong, Meng & Yuan 2018 Tables 1-2.
     counts = {c["shape"]: c["tp_params"] for c in res["details"]["paper_counts"]}
     assert counts == {"4096 → 1024 bits (Table 1)": 1088, "4096 → 4096 bits (Table 2)": 1152}
     assert res["claims"][1]["verdict"] == common.HOLDS  # 1,152 / 16.8 M < 1/1000
@@ -67,7 +68,9 @@ def test_seed_002_numbers_and_verdicts(outputs):
 
 def test_seed_004_runs_and_verdicts(outputs):
     res = outputs[1]["004"]
+    (dim,) = common.SCALES["tiny"].simo_dims
     assert [r["ablation"] for r in res["runs"]] == [False, True]
+    assert [r["overrides"]["dim"] for r in res["runs"]] == [dim, dim]
     # The ablation really trained with its own loss (simo_orthogonality=false is part of the recipe).
     assert res["runs"][0]["loss_trace"] != res["runs"][1]["loss_trace"]
     for r in res["runs"]:
@@ -82,7 +85,7 @@ def test_seed_004_runs_and_verdicts(outputs):
         assert cs["distinguishable"] == sum(v >= simo.DISTINGUISHABLE for v in recalls)
         assert abs(cs["nn1"] - rep["precision_at_1"]) < 1e-6  # per-query 1-NN agrees with geojax.metrics
         assert 0.0 <= cs["mean_abs_cos_class_means"] <= 1.0
-    full, abl = (res["details"][k] for k in ("SimO", "SimO without orthogonality (ablation)"))
+    full, abl = (res["details"][f"D={dim}"][k] for k in (simo.FULL, simo.ABLATION))
     separates = min(full["distinguishable"]) == full["classes"]
     collapse = np.mean(abl["distinguishable"]) < np.mean(full["distinguishable"])
     expect = [common.HOLDS if v else common.FAILS for v in (separates, collapse)]
@@ -111,7 +114,7 @@ def test_scale_is_built_with_keywords():
     tiny = common.SCALES["tiny"]
     assert dataclasses.replace(tiny, steps=7).steps == 7
     with pytest.raises(TypeError):
-        common.Scale(*dataclasses.astuple(tiny))  # 14 positionals are refused
+        common.Scale(*dataclasses.astuple(tiny))  # positionals are refused
 
 
 def test_claim_and_run_records():
@@ -148,6 +151,50 @@ def test_mean_sd_and_bootstrap():
     assert lo < diff < hi and abs(hi - lo - 2 * 1.96 * se) < 0.3 * (2 * 1.96 * se)
 
 
+def test_t_interval_against_the_t_table():
+    # Student-t 97.5% quantiles from a printed table: 1 df 12.706, 2 df 4.303, 4 df 2.776.
+    for values, q in (([0.1, 0.3], 12.706), ([0.0, 0.02, -0.01], 4.303), ([1.0, 2.0, 4.0, 8.0, 16.0], 2.776)):
+        v = np.asarray(values)
+        half = q * np.sqrt(((v - v.mean()) ** 2).sum() / (len(v) - 1)) / np.sqrt(len(v))
+        m, lo, hi = common.t_interval([*values, math.nan])  # NaN (a diverged run) is left out
+        assert m == pytest.approx(v.mean())
+        assert (lo, hi) == pytest.approx((v.mean() - half, v.mean() + half), rel=1e-3)
+    assert common.t_interval([0.5]) == (0.5, 0.5, 0.5)
+    assert all(math.isnan(x) for x in common.t_interval([math.nan]))
+
+
+def test_torus_rule():
+    assert torus.matches(-0.01, -0.015, -0.005)  # significant but inside ±2 pts
+    assert torus.matches(0.01, -0.05, 0.07)  # no significant difference, small mean
+    assert not torus.matches(-0.03, -0.08, 0.02)  # contains 0 but the mean is 3 pts off
+    assert not torus.matches(-0.025, -0.03, -0.02)  # significantly worse by more than 2 pts
+    assert not torus.matches(math.nan, math.nan, math.nan)
+
+
+def test_data_tag_and_file_names():
+    assert common.data_tag("digits") == ""
+    assert common.data_tag("npz:../shared/data/mnist_t10k.npz") == "mnist_t10k"
+    assert common.data_tag("npz:my data.v2.npz") == "my_data_v2"
+    assert common.data_tag("tfds:fashion_mnist") == common.data_tag("fashion_mnist") == "fashion_mnist"
+    ctx = dataclasses.replace(
+        common.Context(scale=common.SCALES["tiny"], data="digits", dataset=None, tmp="", out=""), tag="m"
+    )
+    assert ctx.file("reproduce_000", "json") == "reproduce_000_m.json"
+    assert dataclasses.replace(ctx, tag="").file("reproduce_000", "json") == "reproduce_000.json"
+
+
+def test_compilation_cache_is_set_then_restored(tmp_path):
+    def settings():
+        return jax.config.jax_compilation_cache_dir, jax.config.jax_persistent_cache_min_compile_time_secs
+
+    before = settings()
+    with _compilation_cache(str(tmp_path)):
+        assert jax.config.jax_compilation_cache_dir == str(tmp_path)
+        jax.jit(lambda x: x * 3.0 + 1.0)(np.ones(5, np.float32)).block_until_ready()
+        assert os.listdir(tmp_path)  # the compiled program was written
+    assert settings() == before
+
+
 def test_nearest_labels_against_a_numpy_scan():
     rng = np.random.default_rng(1)
     query = rng.normal(size=(30, 5)).astype(np.float32)
@@ -166,15 +213,47 @@ def test_render_cites_papers_and_escapes_cells(tmp_path):
     docs = os.path.join(os.path.dirname(__file__), os.pardir, "docs")
     with open(os.path.join(docs, "reproduce_000.json"), encoding="utf-8") as f:
         res = json.load(f)
+    res["claims"][0]["rule"] = "|P@1(torusN) − P@1(sphere)| ≤ 2 pts"
     (tmp_path / "reproduce_000.json").write_text(json.dumps(res), encoding="utf-8")
     text = render.render(str(tmp_path))
     assert text.rstrip("\n") + "\n" == (tmp_path / "reproduction.md").read_text(encoding="utf-8")
-    assert "| paper | claim | verdict |" in text and f"## {res['title']}" in text
+    assert f"| paper | claim | {res['data']['name']} |" in text and f"## {res['title']}" in text
     for c in res["claims"]:
         assert f"| Stowell 2026 | {c['claim']} | {c['verdict']} |" in text
     assert "\\|P@1(torusN) − P@1(sphere)\\| ≤ 2 pts" in text  # a '|' inside a cell is escaped
     for title, table in res["tables"]:
         assert f"### {title}\n\n{table.rstrip()}\n" in text
+
+
+def test_render_puts_data_sets_side_by_side(tmp_path):
+    def result(seed, tag, name, verdicts):
+        claims = [
+            {"claim": f"c{i}", "ours": "o", "paper": "p", "source": "s", "rule": "r", "verdict": v}
+            for i, v in enumerate(verdicts)
+        ]
+        data = {"name": name, "tag": tag, "train": 8, "test": 2, "classes": 2, "image_shape": [2, 2, 1]}
+        scale = {"name": "full", "steps": 5, "width": 4, "batch": 2}
+        return {
+            "seed": seed, "title": f"T{seed}", "command": f"cmd {tag}", "claims": claims, "tables": [],
+            "data": data, "scale": scale, "training_seeds": [0], "runs": [], "wall_s": 90.0,
+            "device": "cpu", "finished": "now",
+        }  # fmt: skip
+
+    files = {
+        "reproduce_001.json": result("001", "", "digits", [common.HOLDS, common.FAILS]),
+        "reproduce_001_m.json": result("001", "m", "npz:m.npz", [common.FAILS]),
+        "reproduce_004_m.json": result("004", "m", "npz:m.npz", [common.HOLDS]),
+    }
+    for name, res in files.items():
+        (tmp_path / name).write_text(json.dumps(res), encoding="utf-8")
+    text = render.render(str(tmp_path))
+    assert "| paper | claim | digits | npz:m.npz |" in text
+    assert f"| Korman 2021 | c0 | {common.HOLDS} | {common.FAILS} |" in text
+    assert f"| Korman 2021 | c1 | {common.FAILS} | – |" in text
+    assert f"| Bouhsine et al. 2024 | c0 | – | {common.HOLDS} |" in text
+    digits, npz = text.index("## Data: digits"), text.index("## Data: npz:m.npz")
+    assert digits < npz and "wall time 180 s (3.0 min) in all" in text[npz:]
+    assert "`cmd `" in text[digits:npz] and "`cmd m`" in text[npz:]
 
 
 def test_runs_table_marks_divergence():

@@ -27,6 +27,7 @@ import numpy as np
 
 from geojax import binary, search, tt
 from train import files, tables
+from train.timing import measure
 
 FACTORS = (0.25, 0.5, 1.0, 2.0, 4.0)
 QUICK_FACTORS = (0.5, 1.0, 2.0)
@@ -106,17 +107,6 @@ def hamming_map(query_codes, db_codes, relevant: np.ndarray) -> float:
     return float(np.nanmean(average_precision(dist, relevant)))
 
 
-def _timed_encode(encode, model, x, repeats: int = 3) -> tuple[jax.Array, float]:
-    """(codes, median seconds per call after one warm-up call)."""
-    codes = jax.block_until_ready(encode(model, x))
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(encode(model, x))
-        times.append(time.perf_counter() - start)
-    return codes, float(np.median(times))
-
-
 def evaluate(
     x: np.ndarray,
     *,
@@ -156,7 +146,8 @@ def evaluate(
             start = time.perf_counter()
             model = jax.block_until_ready(fit())
             fit_s = time.perf_counter() - start
-            db_codes, seconds = _timed_encode(encode, model, db)
+            timing = measure(encode, model, db, repeats=3)
+            db_codes, seconds = timing.result, timing.median
             params = tt.num_params(model.projection) if method == "TP" else int(model.projection.size)
             rows.append(
                 {

@@ -1,43 +1,56 @@
 """Reproduction tables for five papers at reduced scale, the papers' numbers beside ours.
 
-    python -m train.reproduce <000|001|002|003|004|all> [--quick] [--data digits|npz:PATH|NAME] [--out DIR]
+    python -m train.reproduce <000|001|002|003|004|all> [--quick] [--data digits|npz:PATH|NAME]
+        [--test-fraction F] [--out DIR]
 
 Each paper's claims are tested with the library and the training app as they are (``train.app.run``,
 ``train.evaluate.quantised_report``, ``train.binary_eval.evaluate``, ``geojax``); nothing is re-implemented.
 Every verdict ("holds" / "does not hold at this scale") is computed from the numbers by the rule printed
-beside it. Outputs in ``--out`` (default ``reproduction/``): ``reproduce_<selector>.json`` per paper,
-``reproduction.md`` (rendered from every ``reproduce_*.json`` present, so papers can be run one at a time)
-and plots; all written atomically.
+beside it. Outputs in ``--out`` (default ``reproduction/``): ``reproduce_<selector>.json`` per paper
+(``reproduce_<selector>_<data>.json`` for data other than digits, e.g. ``reproduce_001_mnist_t10k.json``),
+``reproduction.md`` (rendered from every such JSON present, one part per data set, so papers and data sets
+can be run one at a time into the same folder) and plots; all written atomically.
 
 Data: ``digits`` (scikit-learn's bundled 8×8 digits, offline; the default), ``npz:PATH`` (``images`` and
-``labels``, as ``train.data``) or a tfds name (mnist, fashion_mnist, cifar10, cifar100; prepared offline).
+``labels``, as ``train.data``; ``python -m train.data IMAGES_IDX LABELS_IDX OUT.npz`` makes one from the
+official MNIST IDX files) or a tfds name (mnist, fashion_mnist, cifar10, cifar100; prepared offline).
+Digits and npz data are split by ``train.data``'s seeded, stratified split with ``--test-fraction`` held out
+(default 0.25; 0.2 turns the 10,000 MNIST test images into 8,000 train / 2,000 test).
+
+Every run of one command shares a JAX compilation cache in a temporary folder, so that repeated
+configurations (other seeds, the other clipping setting) reuse what is already compiled.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import shlex
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import jax
+from jax.experimental.compilation_cache import compilation_cache
 
 from train import config, data, files
 from train.reproduce import atlas, binary, render, similarities, simo, torus
-from train.reproduce.common import PAPERS, SCALES, Context, Findings, Scale, clean
+from train.reproduce.common import PAPERS, SCALES, Context, Findings, Scale, clean, data_tag
 
 RUNNERS: dict[str, Callable[[Context], Findings]] = {
     m.PAPER.key: m.run for m in (torus, atlas, binary, similarities, simo)
 }
 
 
-def run_paper(key: str, *, scale: Scale, data_spec: str, out: str, command: str) -> dict[str, Any]:
-    """Reproduce one paper (``key`` in PAPERS), write ``out/reproduce_<key>.json`` and return its content.
+def run_paper(
+    key: str, *, scale: Scale, data_spec: str, out: str, command: str, test_fraction: float = 0.25
+) -> dict[str, Any]:
+    """Reproduce one paper (``key`` in PAPERS), write ``out/reproduce_<key>[_<data tag>].json`` and return
+    its content.
 
     The JSON holds claims (claim, ours, paper, source, rule, verdict), tables ([title, Markdown]), details,
     plots, notes, the selector (``seed``), title, command, scale, data, runs, training seeds, device, wall
@@ -48,9 +61,17 @@ def run_paper(key: str, *, scale: Scale, data_spec: str, out: str, command: str)
     paper = PAPERS[key]
     print(f"{key}: {paper.title} [{scale.name}, data {data_spec}]", flush=True)
     t0 = time.time()
-    ds = data.load(data_spec)
+    ds = data.load(data_spec, test_fraction=test_fraction)
     with tempfile.TemporaryDirectory(prefix=f"reproduce-{key}-") as tmp:
-        ctx = Context(scale=scale, data=data_spec, dataset=ds, tmp=tmp, out=out)
+        ctx = Context(
+            scale=scale,
+            data=data_spec,
+            dataset=ds,
+            tmp=tmp,
+            out=out,
+            test_fraction=test_fraction,
+            tag=data_tag(data_spec),
+        )
         found = RUNNERS[key](ctx)
     result = {
         "claims": [c.to_json() for c in found.claims],
@@ -64,7 +85,9 @@ def run_paper(key: str, *, scale: Scale, data_spec: str, out: str, command: str)
         "scale": dataclasses.asdict(scale),
         "data": {
             "spec": data_spec,
+            "tag": ctx.tag,
             "name": ds.name,
+            "test_fraction": test_fraction,
             "train": len(ds.train_y),
             "test": len(ds.test_y),
             "image_shape": list(ds.image_shape),
@@ -77,7 +100,7 @@ def run_paper(key: str, *, scale: Scale, data_spec: str, out: str, command: str)
         "finished": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
     }
     result = clean(result)
-    files.write_json(os.path.join(out, f"reproduce_{key}.json"), result)
+    files.write_json(os.path.join(out, ctx.file(f"reproduce_{key}", "json")), result)
     return result
 
 
@@ -95,23 +118,60 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     ap.add_argument(
         "--data", default="digits", help="digits | npz:PATH | mnist | fashion_mnist | cifar10 | cifar100"
     )
+    ap.add_argument(
+        "--test-fraction",
+        type=float,
+        default=0.25,
+        help="held-out fraction of digits / npz data (default 0.25; 0.2 for MNIST's 8,000 / 2,000)",
+    )
     ap.add_argument("--out", default="reproduction", help="output folder (default reproduction/)")
     args = ap.parse_args(argv)
     keys = tuple(PAPERS) if args.paper == "all" else (args.paper,)
     if any(k not in PAPERS for k in keys):
         ap.error(f"paper must be one of {', '.join(PAPERS)} or all, got {args.paper!r}")
     scale = SCALES["tiny" if args.tiny else "quick" if args.quick else "full"]
-    config.make(dataset=args.data)  # validate the data spec before any work
+    config.make(dataset=args.data, test_fraction=args.test_fraction)  # validate before any work
     command = "python -m train.reproduce " + " ".join(shlex.quote(a) for a in argv)
     os.makedirs(args.out, exist_ok=True)
     t0 = time.time()
     results = []
-    for key in keys:
-        results.append(run_paper(key, scale=scale, data_spec=args.data, out=args.out, command=command))
-        render.render(args.out)
-        print(f"{key}: " + "; ".join(f"{c['claim']}: {c['verdict']}" for c in results[-1]["claims"]))
+    with tempfile.TemporaryDirectory(prefix="reproduce-jax-cache-") as cache, _compilation_cache(cache):
+        for key in keys:
+            results.append(
+                run_paper(
+                    key,
+                    scale=scale,
+                    data_spec=args.data,
+                    out=args.out,
+                    command=command,
+                    test_fraction=args.test_fraction,
+                )
+            )
+            render.render(args.out)
+            print(f"{key}: " + "; ".join(f"{c['claim']}: {c['verdict']}" for c in results[-1]["claims"]))
     print(f"wrote {os.path.join(args.out, 'reproduction.md')} ({time.time() - t0:.0f} s)")
     return results
+
+
+@contextlib.contextmanager
+def _compilation_cache(path: str) -> Iterator[None]:
+    """JAX's persistent compilation cache in ``path`` for every compilation (however short) while open;
+    the previous settings are restored (and the cache reset, so that it is opened anew) on exit."""
+    names = (
+        "jax_compilation_cache_dir",
+        "jax_persistent_cache_min_compile_time_secs",
+        "jax_persistent_cache_min_entry_size_bytes",
+    )
+    before = {n: getattr(jax.config, n) for n in names}
+    compilation_cache.reset_cache()
+    for name, value in zip(names, (path, 0.0, 0), strict=True):
+        jax.config.update(name, value)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            jax.config.update(name, value)
+        compilation_cache.reset_cache()
 
 
 if __name__ == "__main__":

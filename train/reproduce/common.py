@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from scipy import stats
 
 from geojax import metrics
 from train import app, config, data, evaluate
@@ -61,15 +62,24 @@ class Scale:
     """Sizes of one reproduction scale (``full``, ``quick`` or the test-only ``tiny``)."""
 
     name: str
-    steps: int  # training steps per run
+    steps: int  # training steps per run (Korman 2021, Feeney & Hughes 2024, Bouhsine et al. 2024)
     width: int  # MLP encoder width
     batch: int  # images per step (SimCLR / SupCon runs; MTriplet keeps 8 classes × 4)
-    dim: int  # D of Stowell 2026's sphere / torusN comparison and of Feeney & Hughes 2024's runs
-    seeds: int  # training seeds per configuration
-    unstable_seeds: int  # seeds per clipping setting in Stowell 2026's torusC stability test
+    dim: int  # D of Feeney & Hughes 2024's runs
+    seeds: int  # training seeds per configuration (MTriplet, Feeney & Hughes 2024, Bouhsine et al. 2024)
+    atlas_seeds: int  # Korman 2021's MSimCLR: training seeds per chart count (the paper: three)
+    torus_epochs: float  # Stowell 2026's recipe (batch 200, D = 16): epochs per sphere / torusN run …
+    torus_max_steps: int  # … but at most this many steps
+    torus_seeds: int  # training seeds per geometry in the sphere vs torusN comparison
+    unstable_dims: tuple[int, ...]  # Stowell 2026's torusC stability test: the low dimensions D
+    unstable_steps: int  # … steps per run (the instabilities arise early in training, Stowell 2026 §3.1)
+    unstable_seeds: int  # … seeds per dimension and clipping setting
+    simo_dims: tuple[int, ...]  # Bouhsine et al. 2024: embedding dimensions of the SimO ablation …
+    simo_seeds: int  # … and its training seeds per dimension and variant
     probe_epochs: int  # linear / piecewise-linear probe epochs
     binary_factors: tuple[float, ...]  # Hong, Meng & Yuan 2018: code bits b / input width d
     binary_rows: int  # Hong, Meng & Yuan 2018: at most this many feature rows
+    binary_max_bits: int  # … and codes of at most this many bits (ITQ's b × b rotation grows as b³)
     itq_iters: int
     tp_iters: int
     bootstrap: int  # Feeney & Hughes 2024: test-set bootstrap resamples
@@ -79,17 +89,26 @@ class Scale:
 SCALES: dict[str, Scale] = {
     "full": Scale(
         name="full",
-        steps=1500,
-        width=512,
+        steps=500,
+        width=256,
         batch=256,
         dim=32,
-        seeds=3,
-        unstable_seeds=5,
-        probe_epochs=20,
+        seeds=1,
+        atlas_seeds=3,
+        torus_epochs=100,
+        torus_max_steps=700,
+        torus_seeds=3,
+        unstable_dims=(2, 4, 8),
+        unstable_steps=300,
+        unstable_seeds=1,
+        simo_dims=(16, 4),
+        simo_seeds=1,
+        probe_epochs=10,
         binary_factors=(0.25, 0.5, 1.0, 2.0, 4.0),
-        binary_rows=20000,
-        itq_iters=50,
-        tp_iters=10,
+        binary_rows=4000,
+        binary_max_bits=1024,
+        itq_iters=20,
+        tp_iters=5,
         bootstrap=1000,
         pq_iters=25,
     ),
@@ -100,10 +119,19 @@ SCALES: dict[str, Scale] = {
         batch=128,
         dim=32,
         seeds=1,
+        atlas_seeds=1,
+        torus_epochs=10,
+        torus_max_steps=150,
+        torus_seeds=2,
+        unstable_dims=(2,),
+        unstable_steps=150,
         unstable_seeds=2,
+        simo_dims=(16,),
+        simo_seeds=1,
         probe_epochs=10,
         binary_factors=(0.5, 1.0, 2.0),
         binary_rows=5000,
+        binary_max_bits=1024,
         itq_iters=10,
         tp_iters=3,
         bootstrap=1000,
@@ -116,10 +144,19 @@ SCALES: dict[str, Scale] = {
         batch=32,
         dim=8,
         seeds=1,
+        atlas_seeds=1,
+        torus_epochs=0.1,
+        torus_max_steps=3,
+        torus_seeds=1,
+        unstable_dims=(2,),
+        unstable_steps=3,
         unstable_seeds=1,
+        simo_dims=(8,),
+        simo_seeds=1,
         probe_epochs=1,
         binary_factors=(1.0,),
         binary_rows=600,
+        binary_max_bits=1024,
         itq_iters=2,
         tp_iters=1,
         bootstrap=50,
@@ -199,15 +236,33 @@ class Findings:
 
 @dataclasses.dataclass
 class Context:
-    """What every paper's reproduction needs: scale, data spec, a scratch folder for run directories, the
-    output folder, and the runs made so far."""
+    """What every paper's reproduction needs: scale, data spec and its train/test split, a scratch folder for
+    run directories, the output folder, the data set's file-name tag, and the runs made so far."""
 
     scale: Scale
     data: str
     dataset: data.Dataset
     tmp: str
     out: str
+    test_fraction: float = 0.25  # held-out fraction of digits / npz data (train.data's seeded split)
+    tag: str = ""  # output file-name suffix of this data set ("" for digits, see data_tag)
     runs: list[Run] = dataclasses.field(default_factory=list)
+
+    def file(self, stem: str, ext: str) -> str:
+        """An output file name of this data set: ``<stem>.<ext>`` for digits, ``<stem>_<tag>.<ext>`` else."""
+        return f"{stem}_{self.tag}.{ext}" if self.tag else f"{stem}.{ext}"
+
+
+def data_tag(spec: str) -> str:
+    """The file-name tag of a data spec: '' for digits, the npz file's stem, or the tfds name.
+
+    >>> data_tag("digits"), data_tag("npz:../data/mnist_t10k.npz"), data_tag("tfds:fashion_mnist")
+    ('', 'mnist_t10k', 'fashion_mnist')
+    """
+    if spec == "digits":
+        return ""
+    name = os.path.splitext(os.path.basename(spec[4:]))[0] if spec.startswith("npz:") else spec
+    return "".join(c if c.isalnum() else "_" for c in name.removeprefix("tfds:"))
 
 
 def clean(v: Any) -> Any:
@@ -237,6 +292,7 @@ def train_run(ctx: Context, name: str, **overrides: Any) -> tuple[Run, dict[str,
     """
     base = {
         "dataset": ctx.data,
+        "test_fraction": ctx.test_fraction,
         "steps": ctx.scale.steps,
         "width": ctx.scale.width,
         "probe_epochs": ctx.scale.probe_epochs,
@@ -296,6 +352,19 @@ def mean_sd(values: Sequence[float]) -> str:
     if len(finite) == 1:
         return f"{100 * finite[0]:.1f}"
     return f"{100 * np.mean(finite):.1f} ± {100 * np.std(finite):.1f}"
+
+
+def t_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:
+    """(mean, lo, hi): the Student-t confidence interval of the mean of the finite values (e.g. per-seed
+    differences); lo = hi = mean for one value, all NaN for none."""
+    finite = np.asarray([v for v in values if math.isfinite(v)], dtype=np.float64)
+    if len(finite) == 0:
+        return math.nan, math.nan, math.nan
+    m = float(finite.mean())
+    if len(finite) == 1:
+        return m, m, m
+    half = float(stats.t.ppf(0.5 + level / 2, len(finite) - 1) * finite.std(ddof=1) / math.sqrt(len(finite)))
+    return m, m - half, m + half
 
 
 def bootstrap_diff(a: np.ndarray, b: np.ndarray, *, n: int, seed: int = 0) -> tuple[float, float, float]:

@@ -61,7 +61,7 @@ def paper_section(res: Mapping[str, Any]) -> str:
         align="llllll",
     )
     lines = [
-        f"## {res['title']}",
+        f"### {res['title']}",
         "",
         f"`{res['command']}` · scale **{sc['name']}** ({sc['steps']} steps/run, MLP width {sc['width']}, "
         f"batch {sc['batch']}) · data {d['name']} ({d['train']} train / {d['test']} test, "
@@ -77,39 +77,74 @@ def paper_section(res: Mapping[str, Any]) -> str:
     if res.get("notes"):
         lines.append("")
     for title, table in res["tables"]:
-        lines += [f"### {title}", "", table.rstrip("\n"), ""]
+        lines += [f"#### {title}", "", table.rstrip("\n"), ""]
     for png in res.get("plots", []):
         lines += [f"![{png}]({png})", ""]
     return "\n".join(lines)
 
 
+def _data_name(res: Mapping[str, Any]) -> str:
+    return res["data"]["name"]
+
+
 def render(out: str) -> str:
-    """``out/reproduction.md`` from every ``out/reproduce_<key>.json``; returns the Markdown."""
+    """``out/reproduction.md`` from every ``out/reproduce_<key>[_<data tag>].json``: a summary with one
+    verdict column per data set, then one part per data set (digits first) with its papers' sections;
+    returns the Markdown."""
     results = []
-    for path in sorted(glob.glob(os.path.join(out, "reproduce_[0-9][0-9][0-9].json"))):
+    for path in sorted(glob.glob(os.path.join(out, "reproduce_[0-9][0-9][0-9]*.json"))):
         with open(path, encoding="utf-8") as f:
             results.append(json.load(f))
-    commands = sorted({r["command"] for r in results})
+    results.sort(key=lambda r: (r["data"].get("tag", ""), r["seed"]))
+    names = list(dict.fromkeys(_data_name(r) for r in results))
+    verdicts: dict[tuple[str, str], dict[str, str]] = {}  # (paper, claim) → data set → verdict
+    for r in results:
+        for c in r["claims"]:
+            verdicts.setdefault((r["seed"], c["claim"]), {})[_data_name(r)] = c["verdict"]
     summary = tables.markdown_table(
-        ["paper", "claim", "verdict"],
-        [[PAPERS[r["seed"]].citation, _cell(c["claim"]), c["verdict"]] for r in results for c in r["claims"]],
-        align="lll",
+        ["paper", "claim", *names],
+        [
+            [PAPERS[key].citation, _cell(claim), *(by.get(n, "–") for n in names)]
+            for (key, claim), by in sorted(verdicts.items(), key=lambda kv: kv[0][0])
+        ],
+        align="ll" + "l" * len(names),
     )
-    selectors = ", ".join(f"`{r['seed']}` {PAPERS[r['seed']].citation}" for r in results)
+    keys = sorted({r["seed"] for r in results})
+    selectors = ", ".join(f"`{k}` {PAPERS[k].citation}" for k in keys)
+    parts = []
+    for name in names:
+        group = [r for r in results if _data_name(r) == name]
+        wall = sum(r["wall_s"] for r in group)
+        commands = ", ".join(f"`{c}`" for c in dict.fromkeys(r["command"] for r in group))
+        parts += [
+            f"## Data: {name}",
+            "",
+            f"Made by {commands}: {len(group)} papers, {sum(len(r['runs']) for r in group)} training runs, "
+            f"wall time {wall:.0f} s ({wall / 60:.1f} min) in all.",
+            "",
+            *[paper_section(r) for r in group],
+        ]
     text = "\n".join(
         [
             "# Reproduction of the papers' claims (reduced scale)",
             "",
-            "Made by: " + ", ".join(f"`{c}`" for c in commands),
+            "Made by: " + ", ".join(f"`{c}`" for c in dict.fromkeys(r["command"] for r in results)),
             "",
-            "Every number below was computed by that command (train/reproduce/); each verdict is computed "
+            "Every number below was computed by these commands (train/reproduce/); each verdict is computed "
             "from the numbers by the rule shown beside it. 'does not hold at this scale' reports what we "
             "measured at this size, not a judgement of the paper. Papers and their command-line selectors: "
             f"{selectors}.",
             "",
+            "Data: `digits` is scikit-learn's bundled 8×8 digits (the default; no download). The MNIST part "
+            "uses the official MNIST test set (10,000 images of 28×28) split by train.data's seeded, "
+            "stratified split into 8,000 train / 2,000 test (`--test-fraction 0.2`). To rerun it, make "
+            "`mnist_t10k.npz` from the official IDX files with `python -m train.data "
+            "t10k-images-idx3-ubyte.gz t10k-labels-idx1-ubyte.gz mnist_t10k.npz` and pass "
+            "`--data npz:mnist_t10k.npz --test-fraction 0.2`.",
+            "",
             summary,
             "",
-            *[paper_section(r) for r in results],
+            *parts,
         ]
     )
     files.write_text(os.path.join(out, "reproduction.md"), text.rstrip("\n") + "\n")
