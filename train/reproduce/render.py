@@ -116,11 +116,14 @@ def render(out: str) -> str:
         group = [r for r in results if _data_name(r) == name]
         wall = sum(r["wall_s"] for r in group)
         commands = ", ".join(f"`{c}`" for c in dict.fromkeys(r["command"] for r in group))
+        sizes = ", ".join(f"{k} {v}" for k, v in group[0]["scale"].items() if k != "name")
         parts += [
             f"## Data: {name}",
             "",
             f"Made by {commands}: {len(group)} papers, {sum(len(r['runs']) for r in group)} training runs, "
             f"wall time {wall:.0f} s ({wall / 60:.1f} min) in all.",
+            "",
+            f"Sizes (scale {group[0]['scale']['name']}, train/reproduce/common.py SCALES): {sizes}.",
             "",
             *[paper_section(r) for r in group],
         ]
@@ -140,7 +143,9 @@ def render(out: str) -> str:
             "stratified split into 8,000 train / 2,000 test (`--test-fraction 0.2`). To rerun it, make "
             "`mnist_t10k.npz` from the official IDX files with `python -m train.data "
             "t10k-images-idx3-ubyte.gz t10k-labels-idx1-ubyte.gz mnist_t10k.npz` and pass "
-            "`--data npz:mnist_t10k.npz --test-fraction 0.2`.",
+            "`--data npz:mnist_t10k.npz --test-fraction 0.2`. The full scale is sized to finish each data "
+            "set in about an hour on 2 shared CPU cores: fewer steps, seeds and bits than the papers, where "
+            "the sections below say so.",
             "",
             summary,
             "",
