@@ -3,12 +3,18 @@
     python benchmarks/search.py            # issue 4 sizes: 1,000 queries × 1,000,000 codes
     python benchmarks/search.py --quick    # small sizes, seconds
     python benchmarks/search.py --rows N   # fewer database rows (memory), stated in the output
+    python benchmarks/search.py --torus-bits --rows 200000 --queries 200   # the b-bit torus table instead
 
 Rows: (1) Hamming top-10 on 256-bit packed codes vs faiss IndexBinaryFlat (distances must be identical);
 (2) uint8 wraparound L1 top-10 on 64-byte codes vs faiss IndexScalarQuantizer(QT_8bit) L2 on the same bytes;
 (3) PQ(8 sub-spaces, 8 bits) asymmetric search vs faiss IndexPQ with the same codebooks and codes, recall@10
 against exact float search for both, plus the recall of geojax's own pq_fit. Ratio = faiss time / geojax
 time (> 1 means geojax is faster). Each time is the best of --repeat runs after one warm-up run.
+
+With --torus-bits, a table instead times the packed b-bit torus scan (``search.torus_topk(bits=b)``, b = 8, 4, 2, 1 on 64
+angles: 64·b/8 bytes per code) against the 8-bit scan, against faiss IndexBinaryFlat on the same number of
+bytes, and against the C99 header ``train/csearch/geojax_torus.h`` (one thread, built with the system C
+compiler through ctypes), with the results checked equal.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ jax.config.update("jax_num_cpu_devices", _CPU_DEVICES)
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from geojax import quantize, search  # noqa: E402
+from train.csearch import clib  # noqa: E402
 from train.tables import markdown_table  # noqa: E402
 from train.timing import Timing, measure  # noqa: E402
 
@@ -164,6 +171,59 @@ def pq_row(rng, faiss, *, nq: int, n: int, k: int, tune: dict, repeat: int) -> R
     return "PQ(m=8, nbits=8) ADC top-k", "IndexPQ (same codebooks+codes)", ours, peer, note
 
 
+def torus_bits_table(rng, faiss, *, nq: int, n: int, k: int, tune: dict, repeat: int) -> list[list]:
+    """Packed b-bit torus top-k on 64 angles: geojax, faiss IndexBinaryFlat on the same bytes, and C."""
+    import tempfile
+
+    angles = 64
+    t_q = rng.uniform(0, 1, (nq, angles)).astype(np.float32)
+    t_db = rng.uniform(0, 1, (n, angles)).astype(np.float32)
+    lib = None
+    if clib.compiler() is not None:
+        lib = clib.Library(tempfile.mkdtemp(prefix="gjt-bench-"), extra_flags=("-march=native",))
+    cells, base = [], None
+    for bits in (8, 4, 2, 1):
+        q, db = np.asarray(quantize.torus_codes(t_q, bits)), np.asarray(quantize.torus_codes(t_db, bits))
+        nbytes = q.shape[1]
+        ours = measure(
+            partial(search.torus_topk, bits=bits, **tune),
+            jax.device_put(q),
+            jax.device_put(db),
+            k,
+            repeats=repeat,
+        )
+        gd, gi = (np.asarray(a) for a in ours.result)
+        base = ours.best if bits == 8 else base
+        peer = c_time = None
+        checks = []
+        if faiss is not None:
+            index = faiss.IndexBinaryFlat(8 * nbytes)
+            index.add(db)
+            peer = measure(index.search, q, k, repeats=repeat)
+        if lib is not None:
+            sub = min(nq, 50)  # the C scan is single-threaded: time it on fewer queries, report per query
+            c = measure(partial(lib.topk, bits=bits), q[:sub], db, k, repeats=1)
+            c_time = c.best / sub * nq
+            checks.append(
+                f"C = geojax: {bool((c.result[1] == gi[:sub]).all() and (c.result[0] == gd[:sub]).all())}"
+            )
+        cells.append(
+            [
+                f"{bits}-bit × {angles}",
+                nbytes,
+                f"{ours.best:.3f}",
+                f"{nq / ours.best:,.0f}",
+                f"{ours.best / (n * nq * nbytes * 8) * 1e12:.2f}",
+                f"{base / ours.best:.2f}×",
+                None if peer is None else f"{peer.best:.3f}",
+                None if peer is None else f"{peer.best / ours.best:.2f}×",
+                None if c_time is None else f"{nq / c_time:,.0f}",
+                "; ".join(checks),
+            ]
+        )
+    return cells
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small sizes (seconds)")
@@ -175,6 +235,7 @@ def main() -> None:
     ap.add_argument(
         "--query-block", type=int, default=None, help="queries per block (default: each search's own)"
     )
+    ap.add_argument("--torus-bits", action="store_true", help="the packed b-bit torus table instead")
     args = ap.parse_args()
 
     faiss = load_faiss()
@@ -201,6 +262,9 @@ def main() -> None:
     tune = {"chunk": args.chunk} | ({} if args.query_block is None else {"query_block": args.query_block})
     rng = np.random.default_rng(0)
     sizes = {"nq": nq, "n": n, "k": args.k, "tune": tune, "repeat": args.repeat}
+    if args.torus_bits:
+        print_bits_table(rng, faiss, sizes)
+        return
     rows = [case(rng, faiss, **sizes) for case in (hamming_row, wrap_l1_row, pq_row)]
 
     cells = [
@@ -218,6 +282,23 @@ def main() -> None:
     header = ["search", "faiss peer", "geojax s", "faiss s", "ratio (faiss/geojax)", "CPU-s ratio", "check"]
     print()
     print(markdown_table(header, cells, align="llrrrrl"))
+
+
+def print_bits_table(rng, faiss, sizes: dict) -> None:
+    header = [
+        "code",
+        "bytes",
+        "geojax s",
+        "geojax q/s",
+        "ps per code bit",
+        "speed vs 8-bit",
+        "faiss binary s",
+        "ratio (faiss/geojax)",
+        "C q/s (1 thread)",
+        "check",
+    ]
+    print()
+    print(markdown_table(header, torus_bits_table(rng, faiss, **sizes), align="lrrrrrrrrl"))
 
 
 if __name__ == "__main__":
