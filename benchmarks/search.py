@@ -11,10 +11,10 @@ Rows: (1) Hamming top-10 on 256-bit packed codes vs faiss IndexBinaryFlat (dista
 against exact float search for both, plus the recall of geojax's own pq_fit. Ratio = faiss time / geojax
 time (> 1 means geojax is faster). Each time is the best of --repeat runs after one warm-up run.
 
-With --torus-bits, a table instead times the packed b-bit torus scan (``search.torus_topk(bits=b)``, b = 8, 4, 2, 1 on 64
-angles: 64·b/8 bytes per code) against the 8-bit scan, against faiss IndexBinaryFlat on the same number of
-bytes, and against the C99 header ``train/csearch/geojax_torus.h`` (one thread, built with the system C
-compiler through ctypes), with the results checked equal.
+With --torus-bits, a table instead times the packed b-bit torus scan (``search.torus_topk(bits=b)``,
+b = 8, 4, 2, 1 on 64 angles: 64·b/8 bytes per code) against the 8-bit scan, against faiss
+IndexBinaryFlat on the same number of bytes, and against the C99 header ``train/csearch/geojax_torus.h``
+(one thread, built with the system C compiler through ctypes), with the results checked equal.
 """
 
 from __future__ import annotations
