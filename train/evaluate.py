@@ -69,7 +69,9 @@ def _neg(
 
 
 # Built once, so that the metrics' jit cache (keyed on the similarity function) is reused across calls.
-_NEG_TORUS_L1 = {b: _neg(functools.partial(search.torus_distances, bits=b)) for b in quantize.TORUS_BITS}
+TORUS_L1_SIMILARITY = {
+    b: _neg(functools.partial(search.torus_distances, bits=b)) for b in quantize.TORUS_BITS
+}
 # Narrower torus codes reported beside the 8-bit row (bits per angle).
 TORUS_LOW_BITS: tuple[int, ...] = (4, 2)
 _NEG_HAMMING = _neg(search.hamming_distances)
@@ -177,14 +179,14 @@ def quantised_report(
     # 8-bit.
     if geometry in _TORUS:
         qa, ra = manifolds.clifford_to_angles(q), manifolds.clifford_to_angles(r)
-        s = score(quantize.torus_uint8(qa), quantize.torus_uint8(ra), _NEG_TORUS_L1[8])
+        s = score(quantize.torus_uint8(qa), quantize.torus_uint8(ra), TORUS_L1_SIMILARITY[8])
         rows.append(_row("8-bit", 8 * (d // 2), 0, s, nbits=8, note="torus_uint8, wraparound L1"))
         for b in TORUS_LOW_BITS:
             if (d // 2) * b % 8:
                 rows.append(_row(f"{b}-bit", b * (d // 2), 0, nbits=b, note="skipped: not whole bytes"))
                 continue
             codes = quantize.torus_codes(qa, b), quantize.torus_codes(ra, b)
-            s = score(*codes, _NEG_TORUS_L1[b])
+            s = score(*codes, TORUS_L1_SIMILARITY[b])
             rows.append(_row(f"{b}-bit", b * (d // 2), 0, s, nbits=b, note="torus_codes, wraparound L1"))
         pq_q, pq_r, pq_sim = qa, ra, _torus_angles_sq
     else:
