@@ -174,3 +174,10 @@ def test_plot_curve(tmp_path):
     (tmp_path / "empty.jsonl").write_text("")
     plots.plot_curve(str(tmp_path / "empty.jsonl"), str(tmp_path / "none.png"))
     assert not (tmp_path / "none.png").exists()
+
+
+def test_pareto_frontier():
+    pts = [(64, 0.9, "a"), (16, 0.5, "b"), (32, 0.4, "c"), (32, 0.7, "d"), (128, 0.85, "e"), (16, 0.6, "f")]
+    # Fewer bits first; a point joins only when it beats every point with fewer or equal bits.
+    assert plots.pareto_frontier(pts) == [(16, 0.6), (32, 0.7), (64, 0.9)]
+    assert plots.pareto_frontier([]) == []
