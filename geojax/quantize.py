@@ -1,4 +1,5 @@
-"""Compact codes for embeddings (Stowell 2026, §4 and Experiment 2, Table 3): uint8 flat-torus codes, a
+"""Compact codes for embeddings (Stowell 2026, §4 and Experiment 2, Table 3): uint8 flat-torus codes and
+their packed 1/2/4-bit versions (with the straight-through rounding of quantisation-aware training), a
 fitted n-bit grid, packed sign bits, and product quantisation (Jégou et al. 2011) with k-means in jnp.
 
 Conventions (docs/conventions.md): torus angles are in turns, uint8 code = round(256·t) mod 256 so that
