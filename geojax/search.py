@@ -23,6 +23,7 @@ Hamming codes are uint8 and have no bad values.
 from __future__ import annotations
 
 import functools
+import os
 
 import jax
 import jax.numpy as jnp
@@ -289,6 +290,21 @@ def _devices(q: int) -> tuple:
     return devices if len(devices) > 1 and q >= 8 * len(devices) else devices[:1]
 
 
+def use_cpu_cores(n: int | None = None) -> int:
+    """Give JAX's CPU backend one device per core (``n``, default ``os.cpu_count()``), so that the searches
+    split their queries across cores as faiss splits them across threads; returns the device count asked.
+
+    JAX starts with one CPU device, and a search on one device runs on one core. The device count can only
+    be set before JAX runs its first operation: call this right after ``import jax`` (a ``RuntimeError``
+    says so otherwise). It changes the process's device list, which other code (e.g. data-parallel
+    training over "all devices") also sees.
+    """
+    count = int(n) if n is not None else (os.cpu_count() or 1)
+    _checks.check_positive_int(count, "n")
+    jax.config.update("jax_num_cpu_devices", count)
+    return count
+
+
 # --------------------------------------------------------------------------------------------------------
 # Validation shared by the public functions.
 # --------------------------------------------------------------------------------------------------------
@@ -495,6 +511,7 @@ def pq_topk(
 
 
 __all__: list[str] = [
+    "use_cpu_cores",
     "hamming_distances",
     "hamming_topk",
     "pq_distances",

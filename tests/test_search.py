@@ -1,5 +1,9 @@
 """geojax.search kernels equal a naive numpy scan (distances and indices, ties to the lower index)."""
 
+import os
+import subprocess
+import sys
+
 import jax
 import numpy as np
 import pytest
@@ -197,3 +201,13 @@ def test_queries_split_across_devices():
     ref_d, ref_i = naive_topk(hamming_numpy(q, db), 6)
     np.testing.assert_array_equal(np.asarray(d), ref_d)
     np.testing.assert_array_equal(np.asarray(i), ref_i)
+
+
+def test_use_cpu_cores_before_and_after_start():
+    code = (
+        "import jax\nfrom geojax import search\nprint(search.use_cpu_cores(3), jax.device_count())\n"
+        "try:\n    search.use_cpu_cores(2)\nexcept RuntimeError:\n    print('late')\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.split() == ["3", "3", "late"]
