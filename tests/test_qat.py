@@ -98,6 +98,7 @@ def test_bad_options():
         models.EmbeddingModel(enc, geometry="atlas", dim=2, charts=2, qat_bits=4, rngs=nnx.Rngs(0))
 
 
+@pytest.mark.slow
 def test_data_parallel_gradient_equals_single_device():
     """Per-device gradients of a batch shard, mean-reduced across devices, equal the whole-batch gradient."""
     n_dev = min(4, jax.device_count())
