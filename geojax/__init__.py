@@ -1,10 +1,22 @@
-"""geojax: geometric embedding spaces in JAX — projections, similarities, losses, codes and search."""
+"""geojax: geometric embedding spaces in JAX — projections, similarities, losses, codes and search.
+
+Compilation rule: no public function is wrapped in ``jax.jit``; wrap your training or evaluation step (or a
+single call) in ``jax.jit`` yourself. Every public function is traceable — it can be called under
+``jax.jit``, ``jax.grad``, ``jax.vmap`` and ``jax.shard_map`` — except the ranking metrics of
+:mod:`geojax.metrics` (``precision_at_1``, ``recall_at_k``, ``map_at_r``, ``mean_average_precision``,
+``knn_accuracy``, ``nearest_neighbors``, ``few_shot_accuracy``), which drive a host-side loop over query
+chunks and return NumPy values. Inside the library only private kernels are jitted — for example the
+kernels those host-side loops call, the iterative fits of :mod:`geojax.binary` and :mod:`geojax.quantize`
+and the blocked top-k of :mod:`geojax.search`. A jit nested in your own jit is inlined: it costs nothing.
+:func:`geojax.parallel.data_parallel` returns a compiled runner by design.
+"""
 
 from geojax import (
     binary,
     losses,
     manifolds,
     metrics,
+    parallel,
     quantize,
     regularizers,
     search,
@@ -18,6 +30,7 @@ __all__ = [
     "losses",
     "manifolds",
     "metrics",
+    "parallel",
     "quantize",
     "regularizers",
     "search",

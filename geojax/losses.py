@@ -1,4 +1,6 @@
-"""Contrastive and metric-learning losses over a batch similarity matrix (DESIGN §4; seeds 000, 003, 004).
+"""Contrastive and metric-learning losses over a batch similarity matrix: SupCon (Khosla et al. 2020), SINCERE
+and the margin losses compared by Feeney & Hughes (2024), InfoNCE (Oord et al. 2018), SimO (Bouhsine et al.
+2024). Each loss's exact form, and where the papers' public code differs: docs/conventions.md.
 
 Every loss takes ``sim`` [n, M] (higher = more similar) between n anchors and M keys, integer ``labels`` [n]
 and, for the rectangular / distributed form, ``key_labels`` [M], ``self_index`` [n] (column of each anchor's
@@ -26,9 +28,11 @@ from typing import Literal, NamedTuple, get_args
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.typing import ArrayLike
 
-from geojax import _checks
+from geojax import _checks, parallel
 from geojax import similarity as _similarity
+from geojax._numerics import safe_div
 
 # Finite stand-in for infinity in masks and empty log-sum-exps (fp32 max ≈ 3.4e38).
 _BIG = 1e30
@@ -130,24 +134,13 @@ def _pair_masks(labels, key_labels, self_cols, key_cols, key_valid=None) -> tupl
     return pos, neg
 
 
-def _global_sum(x, axis_name):
-    """Sum over the named device axis (identity without one). x: any pytree."""
-    return x if axis_name is None else lax.psum(x, axis_name)
-
-
-def _safe_div(num: jax.Array, den: jax.Array) -> jax.Array:
-    """num / den, and 0 (with zero gradient) where den is 0."""
-    ok = den != 0
-    return jnp.where(ok, num / jnp.where(ok, den, 1.0), 0.0)
-
-
 def _mean(num: jax.Array, den: jax.Array, axis_name) -> jax.Array:
     """Global num / global den (0 when the global den is 0)."""
-    return _safe_div(*_global_sum((num, den.astype(jnp.float32)), axis_name))
+    return safe_div(*parallel.global_sum((num, den.astype(jnp.float32)), axis_name))
 
 
-def _f32(x: jax.Array) -> jax.Array:
-    return x.astype(jnp.float32)
+def _f32(x: ArrayLike) -> jax.Array:
+    return jnp.asarray(x, jnp.float32)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -203,9 +196,11 @@ def _softmax_rows(spec: _Softmax, x, pos, lse) -> tuple[jax.Array, jax.Array]:
 
 
 def _softmax_reduce(spec: _Softmax, row_sum: jax.Array, count: jax.Array, axis_name) -> jax.Array:
+    """The loss from per-anchor sums and positive counts [n]."""
     if spec.per_anchor:
         has = count > 0
-        return _mean(jnp.sum(jnp.where(has, row_sum / jnp.maximum(count, 1), 0.0)), jnp.sum(has), axis_name)
+        num = jnp.sum(jnp.where(has, row_sum / jnp.maximum(count, 1), 0.0))
+        return _mean(num, jnp.sum(has), axis_name)
     return _mean(jnp.sum(row_sum), jnp.sum(count), axis_name)
 
 
@@ -214,38 +209,76 @@ def _softmax_loss(spec: _Softmax, sim, labels, temperature, key_labels, self_ind
     _check_positive(temperature, "temperature")
     key_labels, self_cols = _resolve_keys(labels, key_labels, self_index)
     x = _f32(sim) / temperature
-    pos, neg = _pair_masks(labels, key_labels, self_cols, jnp.arange(sim.shape[1]))
+    pos, neg = _pair_masks(labels, key_labels, self_cols, jnp.arange(x.shape[1]))
     lse = _lse_finish(_lse_update(_lse_init(jnp.zeros_like(x[:, 0])), x, spec.denominator(pos, neg)))
-    return _softmax_reduce(spec, *_softmax_rows(spec, x, pos, lse), axis_name)
+    row_sum, count = _softmax_rows(spec, x, pos, lse)
+    return _softmax_reduce(spec, row_sum, count, axis_name)
 
 
-def supcon(sim, labels, *, temperature=0.1, key_labels=None, self_index=None, axis_name=None) -> jax.Array:
-    """Supervised contrastive loss (Khosla et al. 2020, eq. 2 L^sup_out; seed 000 §3, seed 003).
+_SOFTMAX_ARGS = """
 
-    Per anchor a: −mean_{p∈P(a)} [s_ap/τ − log Σ_{k≠a} e^{s_ak/τ}]; mean over anchors with a positive.
     sim: [n, M], labels: [n] int, key_labels: [M] int, self_index: [n] int → scalar fp32.
     """
+
+
+def supcon(
+    sim: ArrayLike,
+    labels: ArrayLike,
+    *,
+    temperature: float | jax.Array = 0.1,
+    key_labels: ArrayLike | None = None,
+    self_index: ArrayLike | None = None,
+    axis_name: str | None = None,
+) -> jax.Array:
     return _softmax_loss(_SUPCON, sim, labels, temperature, key_labels, self_index, axis_name)
 
 
-def sincere(sim, labels, *, temperature=0.1, key_labels=None, self_index=None, axis_name=None) -> jax.Array:
-    """SINCERE loss (Feeney & Hughes 2024; seed 003 "cross entropy losses").
-
-    As ``supcon`` but each positive's denominator holds only itself and the negatives (other labels):
-    per anchor −mean_p log(e^{s_ap/τ} / (e^{s_ap/τ} + Σ_{n: y_n≠y_a} e^{s_an/τ})), mean over anchors with a
-    positive. sim: [n, M], labels: [n] int, key_labels: [M], self_index: [n] → scalar fp32.
-    """
+def sincere(
+    sim: ArrayLike,
+    labels: ArrayLike,
+    *,
+    temperature: float | jax.Array = 0.1,
+    key_labels: ArrayLike | None = None,
+    self_index: ArrayLike | None = None,
+    axis_name: str | None = None,
+) -> jax.Array:
     return _softmax_loss(_SINCERE, sim, labels, temperature, key_labels, self_index, axis_name)
 
 
-def info_nce(sim, labels, *, temperature=0.1, key_labels=None, self_index=None, axis_name=None) -> jax.Array:
-    """InfoNCE / NT-Xent (Oord et al. 2018; Chen et al. 2020 eq. 1; seed 003).
+def info_nce(
+    sim: ArrayLike,
+    labels: ArrayLike,
+    *,
+    temperature: float | jax.Array = 0.1,
+    key_labels: ArrayLike | None = None,
+    self_index: ArrayLike | None = None,
+    axis_name: str | None = None,
+) -> jax.Array:
+    return _softmax_loss(_INFO_NCE, sim, labels, temperature, key_labels, self_index, axis_name)
+
+
+supcon.__doc__ = (
+    """Supervised contrastive loss L^sup_out (Khosla et al. 2020, eq. 2).
+
+    Per anchor a: −mean_{p∈P(a)} [s_ap/τ − log Σ_{k≠a} e^{s_ak/τ}]; mean over the anchors that have a
+    positive (SupContrast's code also counts the others, as 0: docs/conventions.md)."""
+    + _SOFTMAX_ARGS
+)
+sincere.__doc__ = (
+    """SINCERE loss (Feeney & Hughes 2024, "cross entropy losses").
+
+    As ``supcon`` but each positive's denominator holds only itself and the negatives (other labels):
+    per anchor −mean_p log(e^{s_ap/τ} / (e^{s_ap/τ} + Σ_{n: y_n≠y_a} e^{s_an/τ})), mean over the anchors that
+    have a positive."""
+    + _SOFTMAX_ARGS
+)
+info_nce.__doc__ = (
+    """InfoNCE / NT-Xent (Oord et al. 2018; Chen et al. 2020, eq. 1).
 
     Per positive pair (a, p): −log(e^{s_ap/τ} / (e^{s_ap/τ} + Σ_{n: y_n≠y_a} e^{s_an/τ})), mean over all
-    positive pairs; with two views per image and instance labels this is SimCLR's NT-Xent.
-    sim: [n, M], labels: [n] int, key_labels: [M], self_index: [n] → scalar fp32.
-    """
-    return _softmax_loss(_INFO_NCE, sim, labels, temperature, key_labels, self_index, axis_name)
+    positive pairs; with two views per image and instance labels this is SimCLR's NT-Xent."""
+    + _SOFTMAX_ARGS
+)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -330,16 +363,16 @@ def _blocked_loss(spec: _Softmax, name: str, doc: str) -> Callable[..., jax.Arra
     """The public blocked form of one softmax loss (one signature shared by the three)."""
 
     def loss(
-        embeddings,
-        labels,
+        embeddings: ArrayLike,
+        labels: ArrayLike,
         *,
-        temperature=0.1,
+        temperature: float | jax.Array = 0.1,
         similarity: str | _similarity.Similarity = "cosine",
         block_size: int = 512,
-        key_embeddings=None,
-        key_labels=None,
-        self_index=None,
-        axis_name=None,
+        key_embeddings: ArrayLike | None = None,
+        key_labels: ArrayLike | None = None,
+        self_index: ArrayLike | None = None,
+        axis_name: str | None = None,
     ) -> jax.Array:
         return _softmax_blocked(
             spec, embeddings, labels, temperature, similarity, block_size, key_embeddings, key_labels,
@@ -385,7 +418,8 @@ def _prepare(sim, labels, key_labels, self_index) -> tuple[jax.Array, jax.Array,
     """Validate, then (sim fp32 [n, M], positive mask, negative mask)."""
     _check_sim(sim, labels, key_labels, self_index)
     key_labels, self_cols = _resolve_keys(labels, key_labels, self_index)
-    return (_f32(sim), *_pair_masks(labels, key_labels, self_cols, jnp.arange(sim.shape[1])))
+    s = _f32(sim)
+    return (s, *_pair_masks(labels, key_labels, self_cols, jnp.arange(s.shape[1])))
 
 
 def _mean_nonzero(terms: jax.Array, mask: jax.Array, axis_name) -> jax.Array:
@@ -394,9 +428,17 @@ def _mean_nonzero(terms: jax.Array, mask: jax.Array, axis_name) -> jax.Array:
 
 
 def contrastive(
-    sim, labels, *, pos_margin=1.0, neg_margin=0.0, key_labels=None, self_index=None, axis_name=None
+    sim: ArrayLike,
+    labels: ArrayLike,
+    *,
+    pos_margin: float = 1.0,
+    neg_margin: float = 0.0,
+    key_labels: ArrayLike | None = None,
+    self_index: ArrayLike | None = None,
+    axis_name: str | None = None,
 ) -> jax.Array:
-    """Contrastive loss (Hadsell, Chopra & LeCun 2006; seed 003 "margin losses"), similarity form.
+    """Contrastive loss (Hadsell, Chopra & LeCun 2006; Feeney & Hughes 2024, "margin losses"), similarity
+    form.
 
     Positive pairs relu(m_pos − s), negative pairs relu(s − m_neg), each averaged over its non-zero terms,
     then summed. sim: [n, M], labels: [n] int, key_labels: [M], self_index: [n] → scalar fp32.
@@ -472,17 +514,17 @@ _triplet_sums.defvjp(_triplet_sums_fwd, _triplet_sums_bwd)
 
 
 def triplet(
-    sim,
-    labels,
+    sim: ArrayLike,
+    labels: ArrayLike,
     *,
-    margin=0.2,
-    mining: str = "all",
-    reduction: str = "mean_nonzero",
-    key_labels=None,
-    self_index=None,
-    axis_name=None,
+    margin: float = 0.2,
+    mining: Mining = "all",
+    reduction: Reduction = "mean_nonzero",
+    key_labels: ArrayLike | None = None,
+    self_index: ArrayLike | None = None,
+    axis_name: str | None = None,
 ) -> jax.Array:
-    """Triplet margin loss (Schroff et al. 2015; seed 003 "margin losses"), similarity form.
+    """Triplet margin loss (Schroff et al. 2015; Feeney & Hughes 2024, "margin losses"), similarity form.
 
     relu(m + s_an − s_ap) over triplets (a, p, n), p ≠ a same label, n other label. ``mining``: 'all'
     triplets; 'hard' = hardest positive (lowest s_ap) and hardest negative (highest s_an) per anchor (Hermans
@@ -511,9 +553,16 @@ def triplet(
 
 
 def lifted_structured(
-    sim, labels, *, pos_margin=0.0, neg_margin=1.0, key_labels=None, self_index=None, axis_name=None
+    sim: ArrayLike,
+    labels: ArrayLike,
+    *,
+    pos_margin: float = 0.0,
+    neg_margin: float = 1.0,
+    key_labels: ArrayLike | None = None,
+    self_index: ArrayLike | None = None,
+    axis_name: str | None = None,
 ) -> jax.Array:
-    """Lifted structured loss (Song et al. 2016, eq. 4; seed 003), similarity form.
+    """Lifted structured loss (Song et al. 2016, eq. 4; Feeney & Hughes 2024), similarity form.
 
     Per ordered positive pair (a, p): relu(LSE_{n∈N(a)∪N(p)}(s_n − m_neg) + m_pos − s_ap)² / 2, mean over
     positive pairs (pairs without any negative are left out). N(p) needs key p's own row: keys are taken
@@ -522,7 +571,7 @@ def lifted_structured(
     """
     s, pos, neg = _prepare(sim, labels, key_labels, self_index)
     row_lse = _lse_finish(_lse_update(_lse_init(jnp.zeros_like(s[:, 0])), s, neg))  # [n]
-    key_lse = row_lse if axis_name is None else lax.all_gather(row_lse, axis_name, tiled=True)
+    key_lse = parallel.gather(row_lse, axis_name)
     if key_lse.shape[0] != s.shape[1]:
         raise ValueError(
             f"sim must have one column per anchor of the (gathered) batch for lifted_structured: "
@@ -539,35 +588,34 @@ def lifted_structured(
 
 
 def simo(
-    embeddings,
-    labels,
+    embeddings: ArrayLike,
+    labels: ArrayLike,
     *,
-    eps=1e-6,
+    eps: float = 1e-6,
     orthogonality: bool = True,
-    key_embeddings=None,
-    key_labels=None,
-    self_index=None,
-    axis_name=None,
+    key_embeddings: ArrayLike | None = None,
+    key_labels: ArrayLike | None = None,
+    self_index: ArrayLike | None = None,
+    axis_name: str | None = None,
 ) -> jax.Array:
-    """SimO loss (Bouhsine et al. 2024, eq. 1; seed 004) over the pairs i < j of a batch.
+    """SimO loss (Bouhsine et al. 2024, eq. 1) over the pairs i < j of a batch.
 
     L = Σ_same d_ij / (ε + Σ_same o_ij) + Σ_diff o_ij / (ε + Σ_diff d_ij), d_ij = ‖e_i − e_j‖², o_ij =
     (e_i·e_j)². ``orthogonality=False`` is the paper's ablation ('Ablation study'): every o_ij is replaced
     by 1, keeping the distance ratios without the squared-dot-product terms. Rectangular form: pair (i, j)
     counts when key column j > self_index[i] (all pairs when key_labels is given without self_index).
+    d_ij is ``geojax.similarity.neg_sq_euclidean``'s (exact for identical rows) and e_i·e_j its ``dot``.
     embeddings: [n, D], key_embeddings: [M, D] → scalar fp32.
     """
     _check_embeddings(embeddings, key_embeddings, labels, key_labels, self_index)
     _check_nonnegative(eps, "eps")
     keys = embeddings if key_embeddings is None else key_embeddings
     key_labels, self_cols = _resolve_keys(labels, key_labels, self_index)
-    e, k = _f32(embeddings), _f32(keys)
-    dots = jnp.einsum("nd,md->nm", e, k, preferred_element_type=jnp.float32)
-    sq = jnp.sum(jnp.square(e), axis=1)[:, None] + jnp.sum(jnp.square(k), axis=1)[None, :]
-    d = jnp.maximum(sq - 2.0 * dots, 0.0)
+    d = -_similarity.neg_sq_euclidean(embeddings, keys)
+    dots = _similarity.dot(embeddings, keys)
     o = jnp.square(dots) if orthogonality else jnp.ones_like(dots)
-    upper = jnp.arange(k.shape[0])[None, :] > self_cols[:, None]
+    upper = jnp.arange(d.shape[1])[None, :] > self_cols[:, None]
     same = labels[:, None] == key_labels[None, :]
     sums = [jnp.sum(jnp.where(upper & mask, v, 0.0)) for mask in (same, ~same) for v in (d, o)]
-    same_d, same_o, diff_d, diff_o = _global_sum(sums, axis_name)
-    return _safe_div(same_d, eps + same_o) + _safe_div(diff_o, eps + diff_d)
+    same_d, same_o, diff_d, diff_o = parallel.global_sum(sums, axis_name)
+    return safe_div(same_d, eps + same_o) + safe_div(diff_o, eps + diff_d)

@@ -1,7 +1,7 @@
 """Projections onto the embedding manifolds: hypersphere, Clifford torus, flat torus, atlas of charts.
 
-Conventions (DESIGN §4): flat-torus angles are in *turns*, t ∈ [0, 1). The Clifford layout stores adjacent
-pairs (cos 2πt_k, sin 2πt_k), scaled so that the whole vector has unit norm.
+Conventions (docs/conventions.md): flat-torus angles are in *turns*, t ∈ [0, 1). The Clifford layout stores
+adjacent pairs (cos 2πt_k, sin 2πt_k), scaled so that the whole vector has unit norm.
 """
 
 from __future__ import annotations
@@ -11,51 +11,48 @@ from typing import Literal, get_args
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from geojax import _checks
+from geojax._numerics import safe_normalize
 
 # Where embeddings live: raw vectors, the unit hypersphere, the Clifford torus parametrised by angles
 # (torusC) or by pairwise-normalised vectors (torusN), or an atlas of charts.
 Geometry = Literal["euclidean", "sphere", "torus_c", "torus_n", "atlas"]
 GEOMETRIES: tuple[str, ...] = get_args(Geometry)
 
-# Squared-norm floor of the safe normalisations: keeps x / ‖x‖ and its gradient finite at x = 0.
-_NORM_FLOOR = 1e-24
 
-
-def _safe_normalize(x: jax.Array, axis: int = -1) -> jax.Array:
-    """x / ‖x‖ along ``axis``; zero vectors map to zero with a finite gradient."""
-    sq = jnp.sum(jnp.square(x.astype(jnp.float32)), axis=axis, keepdims=True)
-    return (x * jax.lax.rsqrt(jnp.maximum(sq, _NORM_FLOOR))).astype(x.dtype)
-
-
-def sphere(x: jax.Array) -> jax.Array:
-    """L2 normalisation onto the unit hypersphere S^{D-1} (seed 000, Table 1).
+def sphere(x: ArrayLike) -> jax.Array:
+    """L2 normalisation onto the unit hypersphere S^{D-1} (Stowell 2026, Table 1).
 
     x: [..., D] → [..., D] with unit norm (zero rows stay zero, gradient finite).
     """
     _checks.check_min_rank(x, "x", 1)
     _checks.check_floating(x, "x")
-    return _safe_normalize(x)
+    return safe_normalize(x)
 
 
-def wrap(t: jax.Array) -> jax.Array:
+def wrap(t: ArrayLike) -> jax.Array:
     """Wrap angles in turns onto the flat torus [0, 1) (t mod 1, never returning 1.0 after rounding).
 
     t: [...] → [...].
     """
     _checks.check_floating(t, "t")
+    t = jnp.asarray(t)
     r = t - jnp.floor(t)
     return jnp.where(r >= 1.0, jnp.zeros_like(r), r)
 
 
-def torus_clifford(t: jax.Array) -> jax.Array:
-    """torusC: the Clifford projection of seed 000 eq. (2), angles in turns, pairs (cos, sin), scale √(1/D).
+def torus_clifford(t: ArrayLike) -> jax.Array:
+    """torusC: the Clifford projection of Stowell (2026, eq. 2), angles in turns, pairs (cos, sin), scale
+    √(1/D). The paper writes each pair as (sin, cos) and its public code puts all cosines before all sines;
+    see docs/conventions.md for the conversion (dot products and distances are the same in every layout).
 
     t: [..., D] turns → [..., 2D] on the Clifford torus (unit norm).
     """
     _checks.check_min_rank(t, "t", 1)
     _checks.check_floating(t, "t")
+    t = jnp.asarray(t)
     d = t.shape[-1]
     angle = (2.0 * math.pi) * t
     pairs = jnp.stack([jnp.cos(angle), jnp.sin(angle)], axis=-1)
@@ -65,33 +62,36 @@ def torus_clifford(t: jax.Array) -> jax.Array:
 angles_to_clifford = torus_clifford
 
 
-def torus_l2p(x: jax.Array) -> jax.Array:
-    """torusN: pairwise L2 normalisation of seed 000 eq. (3), each adjacent pair to norm √(2/D).
+def torus_l2p(x: ArrayLike) -> jax.Array:
+    """torusN: pairwise L2 normalisation of Stowell (2026, eq. 3), each adjacent pair to norm √(2/D).
 
-    x: [..., D] (D even) → [..., D] on the Clifford torus. The identity on Clifford vectors.
+    x: [..., D] (D even) → [..., D] on the Clifford torus. The identity on Clifford vectors. A zero pair
+    stays zero (finite gradient).
     """
     _checks.check_min_rank(x, "x", 1)
     _checks.check_floating(x, "x")
+    x = jnp.asarray(x)
     d = x.shape[-1]
     _checks.check_even(d, "x.shape[-1]")
-    pairs = _safe_normalize(x.reshape(*x.shape[:-1], d // 2, 2))
+    pairs = safe_normalize(x.reshape(*x.shape[:-1], d // 2, 2))
     return pairs.reshape(x.shape) * math.sqrt(2.0 / d)
 
 
-def clifford_to_angles(z: jax.Array) -> jax.Array:
-    """Flat-torus angles of a Clifford vector: atan2(z[2k+1], z[2k]) / 2π mod 1 (seed 000 §3.3).
+def clifford_to_angles(z: ArrayLike) -> jax.Array:
+    """Flat-torus angles of a Clifford vector: atan2(z[2k+1], z[2k]) / 2π mod 1 (Stowell 2026, §4).
 
     z: [..., 2K] → [..., K] turns in [0, 1). Inverse of ``torus_clifford``; used on torusN outputs too.
     """
     _checks.check_min_rank(z, "z", 1)
     _checks.check_floating(z, "z")
+    z = jnp.asarray(z)
     _checks.check_even(z.shape[-1], "z.shape[-1]")
     pairs = z.reshape(*z.shape[:-1], z.shape[-1] // 2, 2)
     return wrap(jnp.arctan2(pairs[..., 1], pairs[..., 0]) / (2.0 * math.pi))
 
 
-def atlas_split(h: jax.Array, *, charts: int, dim: int) -> tuple[jax.Array, jax.Array]:
-    """Split an atlas head's raw output into chart coordinates and memberships (seed 001 §2.1, §2.4).
+def atlas_split(h: ArrayLike, *, charts: int, dim: int) -> tuple[jax.Array, jax.Array]:
+    """Split an atlas head's raw output into chart coordinates and memberships (Korman 2021, §2.1, §2.4).
 
     h: [..., charts·dim + charts] → (coords [..., charts, dim] pre-sigmoid, q [..., charts] softmax).
     Chart i's coordinate map is φ_i = sigmoid(coords[..., i, :]) ∈ [0, 1]^dim.
@@ -100,6 +100,7 @@ def atlas_split(h: jax.Array, *, charts: int, dim: int) -> tuple[jax.Array, jax.
     _checks.check_positive_int(dim, "dim")
     _checks.check_min_rank(h, "h", 1)
     _checks.check_floating(h, "h")
+    h = jnp.asarray(h)
     want = charts * dim + charts
     if h.shape[-1] != want:
         raise ValueError(f"h.shape[-1] must be charts*dim + charts = {want}, got {h.shape[-1]}")
@@ -108,13 +109,15 @@ def atlas_split(h: jax.Array, *, charts: int, dim: int) -> tuple[jax.Array, jax.
     return coords, q
 
 
-def atlas_code(coords: jax.Array, q: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """Compressed atlas code (seed 001 §2.1): coordinates in the most probable chart and its index.
+def atlas_code(coords: ArrayLike, q: ArrayLike) -> tuple[jax.Array, jax.Array]:
+    """Compressed atlas code (Korman 2021, §2.1): coordinates in the most probable chart and its index.
 
-    coords: [N, n, d] pre-sigmoid, q: [N, n] → (sigmoid(coords[i, i*]) [N, d], i* [N] int32), i* = argmax q.
+    coords: [N, n, d] pre-sigmoid, q: [N, n] → (sigmoid(coords[i, i*]) [N, d], i* [N] int32), i* = argmax q
+    (ties to the lower chart).
     """
     _checks.check_rank(coords, "coords", 3)
     _checks.check_rank(q, "q", 2)
+    coords, q = jnp.asarray(coords), jnp.asarray(q)
     if q.shape != coords.shape[:2]:
         raise ValueError(f"q must have shape {coords.shape[:2]} (coords' [N, n]), got {q.shape}")
     chart = jnp.argmax(q, axis=-1).astype(jnp.int32)

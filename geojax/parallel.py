@@ -4,8 +4,9 @@ A per-device step ``step(state, batch) -> out`` sees the replicated ``state`` an
 ``batch`` (leading axis split over the ``'data'`` mesh axis). It uses explicit collectives over
 ``axis_name``: :func:`gather` (all_gather, whose transpose is a reduce-scatter, so every device's keys get
 the gradient from every anchor), :func:`self_index` (each local anchor's column among the gathered keys),
-and ``lax.pmean`` of gradients. Its outputs must be identical on every device (reduced with
-``pmean``/``psum``). :func:`data_parallel` turns it into a function of the global state and global batch.
+:func:`global_sum` of numerators and counts, and :func:`pmean` of gradients. Its outputs must be identical
+on every device (reduced with :func:`global_sum` or :func:`pmean`). :func:`data_parallel` turns it into a
+function of the global state and global batch.
 
 Gradient convention (pmap's): differentiate the loss *value that is already reduced over the axis*
 (losses called with ``axis_name``), then ``lax.pmean`` the gradients; this equals the single-device
@@ -23,6 +24,7 @@ import numpy as np
 from jax import lax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
+from jax.typing import ArrayLike
 
 from geojax import _checks
 
@@ -37,12 +39,13 @@ def make_mesh(n_devices: int | None = None, *, axis_name: str = AXIS) -> jax.sha
     return jax.make_mesh((n,), (axis_name,), devices=jax.devices()[:n])
 
 
-def gather(x: jax.Array, axis_name: str | None = AXIS) -> jax.Array:
+def gather(x: ArrayLike, axis_name: str | None = AXIS) -> jax.Array:
     """All-gather ``x: [n, ...]`` from every device along the leading axis → [n·devices, ...].
 
     Device k's rows land at rows ``k·n … k·n + n − 1``. Differentiable: the transpose sums every
     device's cotangent for this device's rows. ``axis_name=None`` returns ``x`` (single device).
     """
+    x = jnp.asarray(x)
     return x if axis_name is None else lax.all_gather(x, axis_name, tiled=True)
 
 
@@ -50,6 +53,17 @@ def self_index(n_local: int, axis_name: str | None = AXIS) -> jax.Array:
     """Column of each local anchor's own key among the gathered keys: ``axis_index·n_local + arange`` [n]."""
     offset = 0 if axis_name is None else lax.axis_index(axis_name) * n_local
     return offset + jnp.arange(n_local, dtype=jnp.int32)
+
+
+def global_sum(tree: Any, axis_name: str | None = AXIS) -> Any:
+    """Every leaf summed over the devices of ``axis_name`` (``lax.psum``); the leaves as they are when
+    ``axis_name`` is None (one device holds the whole batch).
+
+    Pass per-device partial sums (numerators, counts): the result is the sum over the global batch, the
+    same on every device. A Python int leaf (a row count) stays a static int: ``global_sum(x.shape[0])`` is
+    the global number of rows.
+    """
+    return tree if axis_name is None else lax.psum(tree, axis_name)
 
 
 def pmean(tree: Any, axis_name: str | None = AXIS) -> Any:

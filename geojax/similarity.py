@@ -1,9 +1,10 @@
-"""Pairwise similarity matrices (seed 003 §"similarity functions"; seed 000 flat torus; seed 001 eq. 7).
+"""Pairwise similarity matrices: the similarity functions of Feeney & Hughes (2024), the flat-torus distance
+of Stowell (2026, §4) and the atlas semi-metric d_M of Korman (2021, eq. 7).
 
 Every function maps a: [N, D], b: [M, D] to an fp32 [N, M] matrix, *higher = more similar*, except
-``manifold_distance`` which is a distance (lower = closer) as in seed 001. Inner products accumulate in fp32
-(``preferred_element_type``), and every square root / arccos is guarded so that gradients stay finite at
-identical points, zero vectors and cos = ±1.
+``manifold_distance`` which is a distance (lower = closer), as in Korman (2021). Inner products accumulate in
+fp32 (``preferred_element_type``), and every square root / arccos is guarded so that gradients stay finite
+at identical points, zero vectors and cos = ±1. Formulas and edge conventions: docs/conventions.md.
 """
 
 from __future__ import annotations
@@ -14,14 +15,14 @@ from typing import Literal, get_args
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from geojax import _checks
-from geojax.manifolds import GEOMETRIES, _safe_normalize
+from geojax._numerics import pairwise_sq_diff, safe_normalize, safe_sqrt
+from geojax.manifolds import GEOMETRIES
 
-# cos is clipped to [-1 + ARC_CLIP, 1 - ARC_CLIP] inside arccos (DESIGN §4).
+# cos is clipped to [-1 + ARC_CLIP, 1 - ARC_CLIP] inside arccos, so its gradient stays finite at cos = ±1.
 ARC_CLIP = 1e-7
-# Squared distances at or below this are treated as zero by the guarded square root.
-_SQ_FLOOR = 1e-20
 
 Similarity = Callable[[jax.Array, jax.Array], jax.Array]
 # Similarities of plain vectors (``get`` accepts these); ``torus`` takes angles in turns.
@@ -37,114 +38,118 @@ def _check_pair(a, b) -> None:
     _checks.check_same_width(a, b, "a", "b")
 
 
-def _gram(a: jax.Array, b: jax.Array) -> jax.Array:
+def _gram(a: ArrayLike, b: ArrayLike) -> jax.Array:
     """a @ bᵀ accumulated in fp32. a: [N, D], b: [M, D] → [N, M]."""
     return jnp.einsum("nd,md->nm", a, b, preferred_element_type=jnp.float32)
 
 
-def _safe_sqrt(sq: jax.Array) -> jax.Array:
-    """√sq with value 0 and gradient 0 where sq ≤ floor (double-where guard)."""
-    ok = sq > _SQ_FLOOR
-    return jnp.where(ok, jnp.sqrt(jnp.where(ok, sq, 1.0)), 0.0)
-
-
-def _sq_dist(a: jax.Array, b: jax.Array) -> jax.Array:
+def _sq_dist(a: ArrayLike, b: ArrayLike) -> jax.Array:
     """‖a_i − b_j‖² ≥ 0 via the Gram expansion, fp32. a: [N, D], b: [M, D] → [N, M]."""
-    a2 = jnp.sum(jnp.square(a.astype(jnp.float32)), axis=-1)
-    b2 = jnp.sum(jnp.square(b.astype(jnp.float32)), axis=-1)
+    a2 = jnp.sum(jnp.square(jnp.asarray(a, jnp.float32)), axis=-1)
+    b2 = jnp.sum(jnp.square(jnp.asarray(b, jnp.float32)), axis=-1)
     return jnp.maximum(a2[:, None] + b2[None, :] - 2.0 * _gram(a, b), 0.0)
 
 
-def dot(a: jax.Array, b: jax.Array) -> jax.Array:
-    """Dot product a_i · b_j (seed 003). a: [N, D], b: [M, D] → [N, M] fp32."""
+def dot(a: ArrayLike, b: ArrayLike) -> jax.Array:
+    """Dot product a_i · b_j (Feeney & Hughes 2024). a: [N, D], b: [M, D] → [N, M] fp32."""
     _check_pair(a, b)
     return _gram(a, b)
 
 
-def cosine(a: jax.Array, b: jax.Array) -> jax.Array:
-    """Cosine similarity a_i · b_j / (‖a_i‖ ‖b_j‖) (seed 003); zero rows give 0.
+def cosine(a: ArrayLike, b: ArrayLike) -> jax.Array:
+    """Cosine similarity a_i · b_j / (‖a_i‖ ‖b_j‖) (Feeney & Hughes 2024); zero rows give 0.
 
     a: [N, D], b: [M, D] → [N, M].
     """
     _check_pair(a, b)
-    return _gram(_safe_normalize(a), _safe_normalize(b))
+    return _gram(safe_normalize(a), safe_normalize(b))
 
 
-def neg_arc_length(a: jax.Array, b: jax.Array) -> jax.Array:
-    """Negative arc length 1 − arccos(cos)/π on the sphere (seed 003), cos clipped to ±(1 − 1e-7).
-
-    a: [N, D], b: [M, D] → [N, M] in [0, 1].
+def neg_arc_length(a: ArrayLike, b: ArrayLike) -> jax.Array:
+    """Negative arc length 1 − arccos(cos)/π on the sphere (Feeney & Hughes 2024), cos clipped to
+    ±(1 − 1e-7). a: [N, D], b: [M, D] → [N, M] in [0, 1].
     """
     _check_pair(a, b)
-    cos = _gram(_safe_normalize(a), _safe_normalize(b))
-    return 1.0 - jnp.arccos(jnp.clip(cos, -1.0 + ARC_CLIP, 1.0 - ARC_CLIP)) / math.pi
+    cos = _gram(safe_normalize(a), safe_normalize(b))
+    arc = jnp.arccos(jnp.clip(cos, -1.0 + ARC_CLIP, 1.0 - ARC_CLIP)) / math.pi
+    return 1.0 - arc
 
 
-def neg_euclidean(a: jax.Array, b: jax.Array) -> jax.Array:
-    """Negative Euclidean distance −‖a_i − b_j‖₂ (seed 003); gradient finite (zero) at a = b.
+def neg_euclidean(a: ArrayLike, b: ArrayLike) -> jax.Array:
+    """Negative Euclidean distance −‖a_i − b_j‖₂ (Feeney & Hughes 2024); gradient finite (zero) at a = b.
 
     a: [N, D], b: [M, D] → [N, M].
     """
     _check_pair(a, b)
-    return -_safe_sqrt(_sq_dist(a, b))
+    return -safe_sqrt(_sq_dist(a, b))
 
 
-def neg_sq_euclidean(a: jax.Array, b: jax.Array) -> jax.Array:
-    """Negative squared Euclidean distance −‖a_i − b_j‖². a: [N, D], b: [M, D] → [N, M]."""
+def neg_sq_euclidean(a: ArrayLike, b: ArrayLike) -> jax.Array:
+    """Negative squared Euclidean distance −‖a_i − b_j‖².
+
+    a: [N, D], b: [M, D] → [N, M].
+    """
     _check_pair(a, b)
     return -_sq_dist(a, b)
 
 
-def torus(a: jax.Array, b: jax.Array, *, p: int = 1) -> jax.Array:
-    """Negative flat-torus distance −Σ_k min(|a_k − b_k|, 1 − |a_k − b_k|)^p, angles in turns (seed 000 §3.3).
-
-    a: [N, D], b: [M, D] turns (any real values; they are read mod 1) → [N, M]; p=1 is L1, p=2 squared L2.
+def torus(a: ArrayLike, b: ArrayLike, *, p: int = 1) -> jax.Array:
+    """Negative flat-torus distance −Σ_k min(|a_k − b_k|, 1 − |a_k − b_k|)^p, angles in turns (Stowell 2026,
+    §4). a: [N, D], b: [M, D] turns (any real values; they are read mod 1) → [N, M]; p=1 is L1, p=2
+    squared L2.
     """
     _check_pair(a, b)
     _checks.check_choice(p, "p", (1, 2))
-    diff = a.astype(jnp.float32)[:, None, :] - b.astype(jnp.float32)[None, :, :]
+    diff = jnp.asarray(a, jnp.float32)[:, None, :] - jnp.asarray(b, jnp.float32)[None, :, :]
     per_dim = jnp.abs(diff - jnp.round(diff))
     return -jnp.sum(per_dim if p == 1 else jnp.square(per_dim), axis=-1)
 
 
+ChartDistance = Literal["euclidean", "mean_squared"]
+CHART_DISTANCES: tuple[str, ...] = get_args(ChartDistance)
+
+
 def manifold_distance(
-    coords_a: jax.Array,
-    q_a: jax.Array,
-    coords_b: jax.Array,
-    q_b: jax.Array,
+    coords_a: ArrayLike,
+    q_a: ArrayLike,
+    coords_b: ArrayLike,
+    q_b: ArrayLike,
     *,
     no_overlap: float = math.inf,
+    chart_distance: ChartDistance = "euclidean",
 ) -> jax.Array:
-    """Atlas semi-metric d_M of seed 001 eq. (7), d0 = Euclidean on pre-sigmoid coordinates (MTriplet, §3.2).
+    """Atlas semi-metric d_M of Korman (2021, eq. 7) on pre-sigmoid chart coordinates.
 
     d_M(x, y) = Σ_i q_i(x) q_i(y) d0(φ_i(x), φ_i(y)) / Σ_i q_i(x) q_i(y), and ``no_overlap`` where the
-    denominator is 0. coords_a: [N, n, d], q_a: [N, n], coords_b: [M, n, d], q_b: [M, n] → [N, M] (a
-    *distance*: lower = closer; pass its negation where a similarity is expected).
+    denominator is 0. ``chart_distance='euclidean'`` is the paper's MTriplet choice (§3.2),
+    d0 = ‖σ⁻¹(x) − σ⁻¹(y)‖; ``'mean_squared'`` is the public neurve code's ‖σ⁻¹(x) − σ⁻¹(y)‖² / d (pass
+    ``no_overlap=1.0`` too for its value on charts that do not overlap). Per-chart distances come from the
+    coordinate differences (chart dimensions are small). coords_a: [N, n, d], q_a: [N, n], coords_b:
+    [M, n, d], q_b: [M, n] → [N, M], a *distance*: lower = closer; pass its negation where a similarity is
+    expected.
     """
     for c, q, tag in ((coords_a, q_a, "a"), (coords_b, q_b, "b")):
         _checks.check_rank(c, f"coords_{tag}", 3)
         _checks.check_floating(c, f"coords_{tag}")
         _checks.check_rank(q, f"q_{tag}", 2)
-        if q.shape != c.shape[:2]:
-            raise ValueError(f"q_{tag} must have shape {c.shape[:2]} (coords_{tag}' [N, n]), got {q.shape}")
-    if coords_a.shape[1:] != coords_b.shape[1:]:
+        if jnp.shape(q) != jnp.shape(c)[:2]:
+            raise ValueError(
+                f"q_{tag} must have shape {jnp.shape(c)[:2]} (coords_{tag}' [N, n]), got {jnp.shape(q)}"
+            )
+    if jnp.shape(coords_a)[1:] != jnp.shape(coords_b)[1:]:
         raise ValueError(
-            f"coords_a and coords_b must agree in charts and dim, got {coords_a.shape} and {coords_b.shape}"
+            f"coords_a and coords_b must agree in charts and dim, got {jnp.shape(coords_a)} and "
+            f"{jnp.shape(coords_b)}"
         )
-    ca = coords_a.astype(jnp.float32)
-    cb = coords_b.astype(jnp.float32)
-    sq = (
-        jnp.sum(jnp.square(ca), -1)[:, None, :]
-        + jnp.sum(jnp.square(cb), -1)[None, :, :]
-        - 2.0 * jnp.einsum("ncd,mcd->nmc", ca, cb, preferred_element_type=jnp.float32)
-    )
-    d0 = _safe_sqrt(jnp.maximum(sq, 0.0))
-    qa = q_a.astype(jnp.float32)
-    qb = q_b.astype(jnp.float32)
-    num = jnp.einsum("nc,mc,nmc->nm", qa, qb, d0)
+    _checks.check_choice(chart_distance, "chart_distance", CHART_DISTANCES)
+    ca, cb = jnp.asarray(coords_a, jnp.float32), jnp.asarray(coords_b, jnp.float32)
+    qa, qb = jnp.asarray(q_a, jnp.float32), jnp.asarray(q_b, jnp.float32)
+    sq = pairwise_sq_diff(jnp.swapaxes(ca, 0, 1), jnp.swapaxes(cb, 0, 1))  # [n, N, M]
+    d0 = safe_sqrt(sq) if chart_distance == "euclidean" else sq / ca.shape[-1]
+    num = jnp.einsum("nc,mc,cnm->nm", qa, qb, d0)
     den = _gram(qa, qb)
-    ok = den > 0.0
-    return jnp.where(ok, num / jnp.where(ok, den, 1.0), jnp.float32(no_overlap))
+    overlap = den > 0.0
+    return jnp.where(overlap, num / jnp.where(overlap, den, 1.0), jnp.float32(no_overlap))
 
 
 _BY_NAME: dict[str, Similarity] = {

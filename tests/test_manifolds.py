@@ -1,4 +1,4 @@
-"""geojax.manifolds against closed forms, the pinned numbers of DESIGN §4 and numpy references."""
+"""geojax.manifolds against closed forms, pinned numbers (docs/conventions.md) and numpy references."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""KoLeo, atlas MMD (seed 001 eq. 5), membership ℓ_J and the prior sample vs numpy references and pinned
+"""KoLeo, atlas MMD (Korman 2021, eq. 5), membership ℓ_J and the prior sample vs numpy references and pinned
 numbers; finite gradients at the edges; data-parallel form on 4 fake devices equals one device."""
 
 import jax
@@ -106,6 +106,16 @@ def test_koleo_gradients_finite_at_duplicates_and_zero_rows():
     np.testing.assert_allclose(grad[:2], 0.0, atol=1e-6)
 
 
+def test_koleo_views_sum_the_koleo_of_each_view():
+    """views=2 (DINOv2's and the torus code's per-crop KoLeo): a row's other view is never its neighbour."""
+    rng = np.random.default_rng(6)
+    first = rng.normal(size=(7, 5)).astype(np.float32)
+    x = np.concatenate([first, first + 1e-3 * rng.normal(size=first.shape).astype(np.float32)])
+    got = regularizers.koleo(x, views=2, eps=1e-6)
+    assert float(got) == pytest.approx(naive_koleo(x[:7], 1e-6) + naive_koleo(x[7:], 1e-6), rel=1e-5)
+    assert float(regularizers.koleo(x, eps=1e-6)) > float(got) + 5  # one set: each row's nearest is its twin
+
+
 # --------------------------------------------------------------------------------------------------------
 # Atlas MMD and membership.
 # --------------------------------------------------------------------------------------------------------
@@ -186,6 +196,19 @@ def test_data_parallel_equals_single_device_values_and_gradients():
         ),
         (lambda b: regularizers.membership(b), lambda b: regularizers.membership(b, axis_name="data"), (q,)),
     ]
+
+    # per-view KoLeo: each device holds its 4 rows view-major (2 per view); the single-device call takes the
+    # global batch reordered view-major (view 0 of every device, then view 1)
+    def view_major(a):
+        return a.reshape(4, 2, 2, 6).transpose(1, 0, 2, 3).reshape(16, 6)
+
+    cases.append(
+        (
+            lambda a: regularizers.koleo(view_major(a), views=2),
+            lambda a: regularizers.koleo(a, views=2, axis_name="data"),
+            (x,),
+        )
+    )
     for single, local, args in cases:
         multi = sharded(local, len(args))
         argnums = tuple(range(len(args)))
@@ -210,6 +233,8 @@ C3, Q3, W3 = np.zeros((5, 2, 3), np.float32), np.full((5, 2), 0.5, np.float32), 
         (lambda: regularizers.koleo(np.zeros((1, 4), np.float32)), "x"),
         (lambda: regularizers.koleo(np.zeros((3, 4), np.int32)), "x"),
         (lambda: regularizers.koleo(np.zeros((3, 4), np.float32), eps=0.0), "eps"),
+        (lambda: regularizers.koleo(np.zeros((5, 4), np.float32), views=2), "x"),
+        (lambda: regularizers.koleo(np.zeros((6, 4), np.float32), views=0), "views"),
         (lambda: regularizers.mmd_atlas(C3[0], Q3, W3), "coords"),
         (lambda: regularizers.mmd_atlas(C3, Q3[:, :1], W3), "q"),
         (lambda: regularizers.mmd_atlas(C3, Q3, W3[:, :2]), "coords and prior"),

@@ -167,3 +167,22 @@ def _o(*shape):
 def test_bad_input(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_manifold_distance_mean_squared_is_the_neurve_form():
+    """chart_distance='mean_squared' with no_overlap=1: neurve's Σ q q ‖Δ‖²/d / Σ q q (its pdist_mfld)."""
+    rng = np.random.default_rng(14)
+    ca, cb = rng.normal(size=(5, 3, 2)).astype(np.float32), rng.normal(size=(4, 3, 2)).astype(np.float32)
+    qa = rng.dirichlet(np.ones(3), size=5).astype(np.float32)
+    qb = rng.dirichlet(np.ones(3), size=4).astype(np.float32)
+    qa[0], qb[1] = [1, 0, 0], [0, 0.5, 0.5]
+    got = sim.manifold_distance(ca, qa, cb, qb, chart_distance="mean_squared", no_overlap=1.0)
+    want = np.empty((5, 4))
+    for i in range(5):
+        for j in range(4):
+            w = np.float64(qa[i]) * qb[j]
+            msd = np.mean((np.float64(ca[i]) - cb[j]) ** 2, axis=-1)
+            want[i, j] = 1.0 if w.sum() == 0 else (w * msd).sum() / w.sum()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="chart_distance"):
+        sim.manifold_distance(ca, qa, cb, qb, chart_distance="squared")
