@@ -195,29 +195,45 @@ def _softmax_rows(spec: _Softmax, x, pos, lse) -> tuple[jax.Array, jax.Array]:
     return jnp.sum(terms, axis=1), jnp.sum(pos, axis=1, dtype=jnp.int32)
 
 
-def _softmax_reduce(spec: _Softmax, row_sum: jax.Array, count: jax.Array, axis_name) -> jax.Array:
-    """The loss from per-anchor sums and positive counts [n]."""
+def _softmax_reduce(spec: _Softmax, row_sum: jax.Array, count: jax.Array, scale, axis_name) -> jax.Array:
+    """The loss from per-anchor sums and positive counts [n]; ``scale`` (τ / τ_base, or None) multiplies
+    the result."""
     if spec.per_anchor:
         has = count > 0
         num = jnp.sum(jnp.where(has, row_sum / jnp.maximum(count, 1), 0.0))
-        return _mean(num, jnp.sum(has), axis_name)
-    return _mean(jnp.sum(row_sum), jnp.sum(count), axis_name)
+        loss = _mean(num, jnp.sum(has), axis_name)
+    else:
+        loss = _mean(jnp.sum(row_sum), jnp.sum(count), axis_name)
+    return loss if scale is None else loss * scale
 
 
-def _softmax_loss(spec: _Softmax, sim, labels, temperature, key_labels, self_index, axis_name) -> jax.Array:
+def _base_scale(temperature, base_temperature):
+    """SupContrast's factor τ / τ_base, or None (no factor) when ``base_temperature`` is None."""
+    if base_temperature is None:
+        return None
+    _check_positive(base_temperature, "base_temperature")
+    return temperature / base_temperature
+
+
+def _softmax_loss(
+    spec: _Softmax, sim, labels, temperature, base_temperature, key_labels, self_index, axis_name
+) -> jax.Array:
     _check_sim(sim, labels, key_labels, self_index)
     _check_positive(temperature, "temperature")
+    scale = _base_scale(temperature, base_temperature)
     key_labels, self_cols = _resolve_keys(labels, key_labels, self_index)
     x = _f32(sim) / temperature
     pos, neg = _pair_masks(labels, key_labels, self_cols, jnp.arange(x.shape[1]))
     lse = _lse_finish(_lse_update(_lse_init(jnp.zeros_like(x[:, 0])), x, spec.denominator(pos, neg)))
     row_sum, count = _softmax_rows(spec, x, pos, lse)
-    return _softmax_reduce(spec, row_sum, count, axis_name)
+    return _softmax_reduce(spec, row_sum, count, scale, axis_name)
 
 
 _SOFTMAX_ARGS = """
 
     sim: [n, M], labels: [n] int, key_labels: [M] int, self_index: [n] int → scalar fp32.
+    ``base_temperature``: None (pytorch-metric-learning's form, no factor) or τ_base, which multiplies the
+    loss by τ / τ_base as SupContrast's code does (its default τ_base is 0.07).
     """
 
 
@@ -226,11 +242,14 @@ def supcon(
     labels: ArrayLike,
     *,
     temperature: float | jax.Array = 0.1,
+    base_temperature: float | None = None,
     key_labels: ArrayLike | None = None,
     self_index: ArrayLike | None = None,
     axis_name: str | None = None,
 ) -> jax.Array:
-    return _softmax_loss(_SUPCON, sim, labels, temperature, key_labels, self_index, axis_name)
+    return _softmax_loss(
+        _SUPCON, sim, labels, temperature, base_temperature, key_labels, self_index, axis_name
+    )
 
 
 def sincere(
@@ -238,11 +257,14 @@ def sincere(
     labels: ArrayLike,
     *,
     temperature: float | jax.Array = 0.1,
+    base_temperature: float | None = None,
     key_labels: ArrayLike | None = None,
     self_index: ArrayLike | None = None,
     axis_name: str | None = None,
 ) -> jax.Array:
-    return _softmax_loss(_SINCERE, sim, labels, temperature, key_labels, self_index, axis_name)
+    return _softmax_loss(
+        _SINCERE, sim, labels, temperature, base_temperature, key_labels, self_index, axis_name
+    )
 
 
 def info_nce(
@@ -250,11 +272,14 @@ def info_nce(
     labels: ArrayLike,
     *,
     temperature: float | jax.Array = 0.1,
+    base_temperature: float | None = None,
     key_labels: ArrayLike | None = None,
     self_index: ArrayLike | None = None,
     axis_name: str | None = None,
 ) -> jax.Array:
-    return _softmax_loss(_INFO_NCE, sim, labels, temperature, key_labels, self_index, axis_name)
+    return _softmax_loss(
+        _INFO_NCE, sim, labels, temperature, base_temperature, key_labels, self_index, axis_name
+    )
 
 
 supcon.__doc__ = (
@@ -296,6 +321,7 @@ def _softmax_blocked(
     embeddings,
     labels,
     temperature,
+    base_temperature,
     similarity,
     block_size,
     key_embeddings,
@@ -306,6 +332,7 @@ def _softmax_blocked(
     """Blocked form of a softmax loss: [B, K] similarity tiles only, recomputed in the backward pass."""
     _check_embeddings(embeddings, key_embeddings, labels, key_labels, self_index)
     _check_positive(temperature, "temperature")
+    scale = _base_scale(temperature, base_temperature)
     _checks.check_positive_int(block_size, "block_size")
     sim_fn = _similarity.get(similarity)
     keys = embeddings if key_embeddings is None else key_embeddings
@@ -356,7 +383,7 @@ def _softmax_blocked(
     real = jnp.arange(nb * b) < n
     row_sum = jnp.where(real, row_sum.reshape(-1), 0.0)
     count = jnp.where(real, count.reshape(-1), 0)
-    return _softmax_reduce(spec, row_sum, count, axis_name)
+    return _softmax_reduce(spec, row_sum, count, scale, axis_name)
 
 
 def _blocked_loss(spec: _Softmax, name: str, doc: str) -> Callable[..., jax.Array]:
@@ -367,6 +394,7 @@ def _blocked_loss(spec: _Softmax, name: str, doc: str) -> Callable[..., jax.Arra
         labels: ArrayLike,
         *,
         temperature: float | jax.Array = 0.1,
+        base_temperature: float | None = None,
         similarity: str | _similarity.Similarity = "cosine",
         block_size: int = 512,
         key_embeddings: ArrayLike | None = None,
@@ -375,8 +403,8 @@ def _blocked_loss(spec: _Softmax, name: str, doc: str) -> Callable[..., jax.Arra
         axis_name: str | None = None,
     ) -> jax.Array:
         return _softmax_blocked(
-            spec, embeddings, labels, temperature, similarity, block_size, key_embeddings, key_labels,
-            self_index, axis_name,
+            spec, embeddings, labels, temperature, base_temperature, similarity, block_size, key_embeddings,
+            key_labels, self_index, axis_name,
         )  # fmt: skip
 
     loss.__name__ = loss.__qualname__ = name
@@ -388,6 +416,7 @@ _BLOCKED_SHAPES = """
 
     embeddings: [n, D], key_embeddings: [M, D] (default: embeddings), labels: [n] int; ``similarity`` is a
     name of ``geojax.similarity.get`` or a callable (a [B, D], b [K, D]) → [B, K]; memory O(block_size²).
+    ``base_temperature`` as in the plain form.
     """
 
 supcon_blocked = _blocked_loss(

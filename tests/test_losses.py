@@ -198,6 +198,34 @@ def test_temperature_and_hyperparameters_reach_the_loss():
         np.testing.assert_allclose(got, ref_softmax(kind, sim, labels, 0.5), rtol=RTOL, atol=ATOL)
 
 
+def supcontrast_loss(features, labels, temperature, base_temperature):
+    """SupContrast's loss from Khosla et al. (2020, eq. 2) as a loop, with its code's τ/τ_base factor:
+    L = (τ/τ_base) · mean_i −1/|P(i)| Σ_{p∈P(i)} log(exp(z_i·z_p/τ) / Σ_{a∈A(i)} exp(z_i·z_a/τ)),
+    A(i) = every other sample, P(i) = the others with i's label; z L2-normalised."""
+    z = np.asarray(features, np.float64)
+    z = z / np.linalg.norm(z, axis=1, keepdims=True)
+    per_anchor = []
+    for i in range(len(z)):
+        others = [a for a in range(len(z)) if a != i]
+        log_den = math.log(sum(math.exp(z[i] @ z[a] / temperature) for a in others))
+        positives = [p for p in others if labels[p] == labels[i]]
+        per_anchor.append(-sum(z[i] @ z[p] / temperature - log_den for p in positives) / len(positives))
+    return temperature / base_temperature * float(np.mean(per_anchor))
+
+
+def test_supcon_base_temperature_is_supcontrast():
+    """base_temperature=0.07 multiplies by τ/τ_base (SupContrast); None is pytorch-metric-learning's form."""
+    emb, _ = _data(12, 3, seed=4)
+    labels = np.repeat(np.arange(6), 2)  # two views of six items: every anchor has a positive
+    sim, y = jnp.asarray(_sim(emb)), jnp.asarray(labels)
+    got = jax.jit(partial(losses.supcon, temperature=0.1, base_temperature=0.07))(sim, y)
+    np.testing.assert_allclose(got, supcontrast_loss(emb, labels, 0.1, 0.07), rtol=RTOL, atol=ATOL)
+    plain = jax.jit(partial(losses.supcon, temperature=0.1))(sim, y)
+    np.testing.assert_allclose(plain, supcontrast_loss(emb, labels, 0.1, 0.1), rtol=RTOL, atol=ATOL)
+    with pytest.raises(ValueError, match="base_temperature"):
+        losses.supcon(sim, y, base_temperature=0.0)
+
+
 @pytest.mark.parametrize("name,fn,ref", SIM_LOSSES, ids=[s[0] for s in SIM_LOSSES])
 def test_rectangular_keys_match_loop(name, fn, ref):
     """Anchors vs a larger key set: with self columns, and with key_labels only (no column excluded)."""

@@ -58,6 +58,16 @@ def test_blocked_rectangular_keys(plain, blocked, self_index):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("plain,blocked", PAIRS, ids=IDS)
+def test_blocked_base_temperature_equals_plain(plain, blocked):
+    emb, labels = _data(13, seed=3)
+    want = plain(cosine(emb, emb), labels, temperature=0.2, base_temperature=0.07)
+    got = blocked(emb, labels, temperature=0.2, base_temperature=0.07, block_size=4)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    unscaled = blocked(emb, labels, temperature=0.2, block_size=4)
+    np.testing.assert_allclose(got, unscaled * 0.2 / 0.07, rtol=1e-5)
+
+
 def test_blocked_edge_batch_by_similarity_name():
     """Identical embeddings of one class under 'neg_euclidean' (√ at 0): finite value and gradients."""
     emb, _ = _data(10)
