@@ -6,9 +6,13 @@ single call) in ``jax.jit`` yourself. Every public function is traceable — it 
 :mod:`geojax.metrics` (``precision_at_1``, ``recall_at_k``, ``map_at_r``, ``mean_average_precision``,
 ``knn_accuracy``, ``nearest_neighbors``, ``few_shot_accuracy``), which drive a host-side loop over query
 chunks and return NumPy values. Inside the library only private kernels are jitted — for example the
-kernels those host-side loops call, the iterative fits of :mod:`geojax.binary` and :mod:`geojax.quantize`
-and the blocked top-k of :mod:`geojax.search`. A jit nested in your own jit is inlined: it costs nothing.
+kernels those host-side loops call, the iterative fits of :mod:`geojax.binary` and :mod:`geojax.quantize`,
+the blocked top-k of :mod:`geojax.search` and the squared-distance kernel of :mod:`geojax.similarity`
+(op-by-op dispatch of its tiles would be slow). A jit nested in your own jit is inlined: it costs nothing.
 :func:`geojax.parallel.data_parallel` returns a compiled runner by design.
+
+Non-finite input: traceable functions never return a plausible number from a NaN or ±Inf input — every
+output entry computed from a non-finite input entry is NaN (docs/conventions.md, "Non-finite input").
 """
 
 from geojax import (

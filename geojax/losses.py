@@ -12,7 +12,9 @@ means; an empty set gives a loss of 0 with zero gradients.
 
 Conventions match pytorch-metric-learning's with a similarity (CosineSimilarity): margins are in similarity
 units and pairs are ordered (i, j), i ≠ j. Log-sum-exps run in fp32 with the (stop-gradient) row maximum
-subtracted, and masked entries hold large finite values, never ±inf.
+subtracted, and masked entries hold large finite values, never ±inf. A NaN or ±Inf anywhere in ``sim`` (or
+in the embeddings of the blocked forms and SimO, through their similarities) makes the loss NaN, whatever
+the masks select.
 
 ``supcon_blocked``, ``sincere_blocked`` and ``info_nce_blocked`` take embeddings and a similarity function
 and never materialise the [n, M] matrix (nor store it for the backward pass): anchors are processed in
@@ -32,7 +34,7 @@ from jax.typing import ArrayLike
 
 from geojax import _checks, parallel
 from geojax import similarity as _similarity
-from geojax._numerics import safe_div
+from geojax._numerics import nan_where_nonfinite, safe_div
 
 # Finite stand-in for infinity in masks and empty log-sum-exps (fp32 max ≈ 3.4e38).
 _BIG = 1e30
@@ -135,7 +137,7 @@ def _pair_masks(labels, key_labels, self_cols, key_cols, key_valid=None) -> tupl
 
 
 def _mean(num: jax.Array, den: jax.Array, axis_name) -> jax.Array:
-    """Global num / global den (0 when the global den is 0)."""
+    """Global num / global den (0 when the global den is 0, NaN when the global num is not finite)."""
     return safe_div(*parallel.global_sum((num, den.astype(jnp.float32)), axis_name))
 
 
@@ -195,15 +197,17 @@ def _softmax_rows(spec: _Softmax, x, pos, lse) -> tuple[jax.Array, jax.Array]:
     return jnp.sum(terms, axis=1), jnp.sum(pos, axis=1, dtype=jnp.int32)
 
 
-def _softmax_reduce(spec: _Softmax, row_sum: jax.Array, count: jax.Array, scale, axis_name) -> jax.Array:
-    """The loss from per-anchor sums and positive counts [n]; ``scale`` (τ / τ_base, or None) multiplies
-    the result."""
+def _softmax_reduce(
+    spec: _Softmax, row_sum: jax.Array, count: jax.Array, bad: jax.Array, scale, axis_name
+) -> jax.Array:
+    """The loss from per-anchor sums and positive counts [n]; ``bad`` (0 or NaN) joins the numerator, and
+    ``scale`` (τ / τ_base, or None) multiplies the result."""
     if spec.per_anchor:
         has = count > 0
         num = jnp.sum(jnp.where(has, row_sum / jnp.maximum(count, 1), 0.0))
-        loss = _mean(num, jnp.sum(has), axis_name)
+        loss = _mean(num + bad, jnp.sum(has), axis_name)
     else:
-        loss = _mean(jnp.sum(row_sum), jnp.sum(count), axis_name)
+        loss = _mean(jnp.sum(row_sum) + bad, jnp.sum(count), axis_name)
     return loss if scale is None else loss * scale
 
 
@@ -226,7 +230,7 @@ def _softmax_loss(
     pos, neg = _pair_masks(labels, key_labels, self_cols, jnp.arange(x.shape[1]))
     lse = _lse_finish(_lse_update(_lse_init(jnp.zeros_like(x[:, 0])), x, spec.denominator(pos, neg)))
     row_sum, count = _softmax_rows(spec, x, pos, lse)
-    return _softmax_reduce(spec, row_sum, count, scale, axis_name)
+    return _softmax_reduce(spec, row_sum, count, nan_where_nonfinite(x), scale, axis_name)
 
 
 _SOFTMAX_ARGS = """
@@ -375,15 +379,16 @@ def _softmax_blocked(
         def term_step(acc, kb):
             x, pos, _ = tile(kb)
             row_sum, count = _softmax_rows(spec, x, pos, lse)
-            return (acc[0] + row_sum, acc[1] + count), None
+            return (acc[0] + row_sum, acc[1] + count, acc[2] + nan_where_nonfinite(x, axis=1)), None
 
-        return lax.scan(term_step, (zeros, zeros.astype(jnp.int32)), key_blocks)[0]
+        return lax.scan(term_step, (zeros, zeros.astype(jnp.int32), zeros), key_blocks)[0]
 
-    row_sum, count = lax.map(jax.checkpoint(anchor_block), anchors)
+    row_sum, count, row_bad = lax.map(jax.checkpoint(anchor_block), anchors)
     real = jnp.arange(nb * b) < n
     row_sum = jnp.where(real, row_sum.reshape(-1), 0.0)
     count = jnp.where(real, count.reshape(-1), 0)
-    return _softmax_reduce(spec, row_sum, count, scale, axis_name)
+    bad = jnp.sum(jnp.where(real, row_bad.reshape(-1), 0.0))
+    return _softmax_reduce(spec, row_sum, count, bad, scale, axis_name)
 
 
 def _blocked_loss(spec: _Softmax, name: str, doc: str) -> Callable[..., jax.Array]:
@@ -443,17 +448,19 @@ info_nce_blocked = _blocked_loss(
 # margin losses
 
 
-def _prepare(sim, labels, key_labels, self_index) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """Validate, then (sim fp32 [n, M], positive mask, negative mask)."""
+def _prepare(sim, labels, key_labels, self_index) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """Validate, then (sim fp32 [n, M], positive mask, negative mask, 0 or NaN if sim is not all finite)."""
     _check_sim(sim, labels, key_labels, self_index)
     key_labels, self_cols = _resolve_keys(labels, key_labels, self_index)
     s = _f32(sim)
-    return (s, *_pair_masks(labels, key_labels, self_cols, jnp.arange(s.shape[1])))
+    pos, neg = _pair_masks(labels, key_labels, self_cols, jnp.arange(s.shape[1]))
+    return s, pos, neg, nan_where_nonfinite(s)
 
 
-def _mean_nonzero(terms: jax.Array, mask: jax.Array, axis_name) -> jax.Array:
-    """Mean of the masked terms that are > 0 (pytorch-metric-learning's AvgNonZeroReducer)."""
-    return _mean(jnp.sum(jnp.where(mask, terms, 0.0)), jnp.sum(mask & (terms > 0)), axis_name)
+def _mean_nonzero(terms: jax.Array, mask: jax.Array, bad: jax.Array, axis_name) -> jax.Array:
+    """Mean of the masked terms that are > 0 (pytorch-metric-learning's AvgNonZeroReducer); ``bad`` (0 or
+    NaN) joins the numerator."""
+    return _mean(jnp.sum(jnp.where(mask, terms, 0.0)) + bad, jnp.sum(mask & (terms > 0)), axis_name)
 
 
 def contrastive(
@@ -472,9 +479,9 @@ def contrastive(
     Positive pairs relu(m_pos − s), negative pairs relu(s − m_neg), each averaged over its non-zero terms,
     then summed. sim: [n, M], labels: [n] int, key_labels: [M], self_index: [n] → scalar fp32.
     """
-    s, pos, neg = _prepare(sim, labels, key_labels, self_index)
-    return _mean_nonzero(jax.nn.relu(pos_margin - s), pos, axis_name) + _mean_nonzero(
-        jax.nn.relu(s - neg_margin), neg, axis_name
+    s, pos, neg, bad = _prepare(sim, labels, key_labels, self_index)
+    return _mean_nonzero(jax.nn.relu(pos_margin - s), pos, bad, axis_name) + _mean_nonzero(
+        jax.nn.relu(s - neg_margin), neg, bad, axis_name
     )
 
 
@@ -564,21 +571,21 @@ def triplet(
     """
     _checks.check_choice(mining, "mining", MININGS)
     _checks.check_choice(reduction, "reduction", REDUCTIONS)
-    s, pos, neg = _prepare(sim, labels, key_labels, self_index)
+    s, pos, neg, bad = _prepare(sim, labels, key_labels, self_index)
     if mining == "hard":
         valid = jnp.any(pos, axis=1) & jnp.any(neg, axis=1)
         hardest_pos = jnp.min(jnp.where(pos, s, _BIG), axis=1)
         hardest_neg = jnp.max(jnp.where(neg, s, -_BIG), axis=1)
         terms = jax.nn.relu(margin + jnp.where(valid, hardest_neg - hardest_pos, -_BIG))
         if reduction == "mean_nonzero":
-            return _mean_nonzero(terms, valid, axis_name)
-        return _mean(jnp.sum(terms), jnp.sum(valid), axis_name)
+            return _mean_nonzero(terms, valid, bad, axis_name)
+        return _mean(jnp.sum(terms) + bad, jnp.sum(valid), axis_name)
     total, count = _triplet_sums(s, pos, neg, jnp.asarray(margin, jnp.float32), mining == "semihard")
     if reduction == "mean" and mining == "all":
         selected = jnp.sum(pos, axis=1, dtype=jnp.float32) * jnp.sum(neg, axis=1, dtype=jnp.float32)
     else:
         selected = count  # 'semihard' selects only violating triplets; 'mean_nonzero' counts the terms > 0
-    return _mean(jnp.sum(total), jnp.sum(selected), axis_name)
+    return _mean(jnp.sum(total) + bad, jnp.sum(selected), axis_name)
 
 
 def lifted_structured(
@@ -598,7 +605,7 @@ def lifted_structured(
     to be the anchors of all devices in ``axis_name`` order (the ``all_gather`` layout), so key p's row
     log-sum-exp is gathered from its device. sim: [n, M], labels: [n] int → scalar fp32.
     """
-    s, pos, neg = _prepare(sim, labels, key_labels, self_index)
+    s, pos, neg, bad = _prepare(sim, labels, key_labels, self_index)
     row_lse = _lse_finish(_lse_update(_lse_init(jnp.zeros_like(s[:, 0])), s, neg))  # [n]
     key_lse = parallel.gather(row_lse, axis_name)
     if key_lse.shape[0] != s.shape[1]:
@@ -609,7 +616,7 @@ def lifted_structured(
     union = jnp.logaddexp(row_lse[:, None], key_lse[None, :])
     valid = pos & (union > -_BIG / 2)
     terms = jnp.square(jax.nn.relu(jnp.where(valid, union - neg_margin + pos_margin - s, 0.0))) / 2
-    return _mean(jnp.sum(terms), jnp.sum(valid), axis_name)
+    return _mean(jnp.sum(terms) + bad, jnp.sum(valid), axis_name)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -646,5 +653,6 @@ def simo(
     upper = jnp.arange(d.shape[1])[None, :] > self_cols[:, None]
     same = labels[:, None] == key_labels[None, :]
     sums = [jnp.sum(jnp.where(upper & mask, v, 0.0)) for mask in (same, ~same) for v in (d, o)]
+    sums[0] = sums[0] + nan_where_nonfinite(d) + nan_where_nonfinite(dots)
     same_d, same_o, diff_d, diff_o = parallel.global_sum(sums, axis_name)
     return safe_div(same_d, eps + same_o) + safe_div(diff_o, eps + diff_d)

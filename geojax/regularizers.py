@@ -6,8 +6,8 @@ axis, each device passes its local rows; the keys of the pairwise terms are all-
 (:func:`geojax.parallel.gather`) and the numerators and counts are summed with
 :func:`geojax.parallel.global_sum`, so the value on every device equals the value of the single-device call
 on the concatenated batch (and, with ``check_vma`` on, the gradient w.r.t. the local rows equals that block
-of the single-device gradient). Circular variance lives in :mod:`geojax.metrics`. Formulas:
-docs/conventions.md.
+of the single-device gradient). A NaN or ±Inf anywhere in an input makes the value NaN. Circular variance
+lives in :mod:`geojax.metrics`. Formulas: docs/conventions.md.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from jax import lax
 from jax.typing import ArrayLike
 
 from geojax import _checks, parallel
-from geojax._numerics import pairwise_sq_diff, safe_norm
+from geojax._numerics import nan_where_nonfinite, pairwise_sq_diff, safe_norm
 
 _F32 = jnp.float32
 # Full-fp32 products (no TF32/bf16 passes on GPU/TPU) for KoLeo's nearest-neighbour search, so that the
@@ -72,7 +72,7 @@ def koleo(x: ArrayLike, *, eps: float = 1e-8, views: int = 1, axis_name: str | N
     x = jnp.asarray(x, _F32)
     u = x / jnp.maximum(safe_norm(x, keepdims=True), eps)
     per_view = jax.vmap(functools.partial(_koleo_view, eps=eps, axis_name=axis_name))(u.reshape(views, -1, d))
-    return jnp.sum(per_view)
+    return jnp.sum(per_view) + parallel.global_sum(nan_where_nonfinite(x), axis_name)
 
 
 def sample_prior(key: jax.Array, m: int, d: int) -> jax.Array:
@@ -145,11 +145,14 @@ def mmd_atlas(
 
     not_self = jnp.arange(n_total)[None, :] != own[:, None]
     within = jnp.where(not_self, _imq(x, keys_x, c), 0.0)  # [n, N_local, N]
-    local = jnp.einsum("ij,ijk,ik->", qt, within, keys_q) / (n_total * (n_total - 1)) - 2.0 * jnp.einsum(
-        "ij,ijk->", qt, _imq(x, w, c)
-    ) / (charts * n_total * m)
+    local = (
+        jnp.einsum("ij,ijk,ik->", qt, within, keys_q) / (n_total * (n_total - 1))
+        - 2.0 * jnp.einsum("ij,ijk->", qt, _imq(x, w, c)) / (charts * n_total * m)
+        + nan_where_nonfinite(coords)
+        + nan_where_nonfinite(q)
+    )
     prior_prior = jnp.sum(jnp.where(jnp.eye(m, dtype=bool), 0.0, _imq(w, w, c))) / (charts * m * (m - 1))
-    return parallel.global_sum(local, axis_name) + prior_prior
+    return parallel.global_sum(local, axis_name) + prior_prior + nan_where_nonfinite(w)
 
 
 def membership(q: ArrayLike, *, axis_name: str | None = None) -> jax.Array:
@@ -161,7 +164,7 @@ def membership(q: ArrayLike, *, axis_name: str | None = None) -> jax.Array:
     _checks.check_matrix(q, "q")
     _checks.check_floating(q, "q")
     q = jnp.asarray(q, _F32)
-    total = jnp.sum(jnp.square(q - 1.0 / q.shape[1]))
+    total = jnp.sum(jnp.square(q - 1.0 / q.shape[1])) + nan_where_nonfinite(q)
     return -parallel.global_sum(total, axis_name) / parallel.global_sum(q.shape[0], axis_name)
 
 

@@ -4,7 +4,8 @@ of Stowell (2026, §4) and the atlas semi-metric d_M of Korman (2021, eq. 7).
 Every function maps a: [N, D], b: [M, D] to an fp32 [N, M] matrix, *higher = more similar*, except
 ``manifold_distance`` which is a distance (lower = closer), as in Korman (2021). Inner products accumulate in
 fp32 (``preferred_element_type``), and every square root / arccos is guarded so that gradients stay finite
-at identical points, zero vectors and cos = ±1. Formulas and edge conventions: docs/conventions.md.
+at identical points, zero vectors and cos = ±1. Non-finite input is never hidden: entry (i, j) is NaN when
+row a_i or row b_j holds a NaN or ±Inf. Formulas and edge conventions: docs/conventions.md.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from typing import Literal, get_args
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 from jax.typing import ArrayLike
 
 from geojax import _checks
-from geojax._numerics import pairwise_sq_diff, safe_normalize, safe_sqrt
+from geojax._numerics import nan_where_nonfinite, pairwise_sq_diff, safe_normalize, safe_sqrt
 from geojax.manifolds import GEOMETRIES
 
 # cos is clipped to [-1 + ARC_CLIP, 1 - ARC_CLIP] inside arccos, so its gradient stays finite at cos = ±1.
@@ -29,6 +31,14 @@ Similarity = Callable[[jax.Array, jax.Array], jax.Array]
 SimilarityName = Literal["cosine", "neg_arc_length", "neg_euclidean", "neg_sq_euclidean", "dot", "torus"]
 SIMILARITIES: tuple[str, ...] = get_args(SimilarityName)
 
+# Squared distances: the Gram expansion runs on row tiles of this size; tiles holding a pair the expansion
+# cannot resolve are recomputed from the differences.
+_TILE = 16
+# A squared distance is recomputed from the differences when the expansion's value lies within this factor
+# of the expansion's rounding-error bound 2(D + 2)·u·(‖a′‖² + ‖b′‖²) (u = 2⁻²⁴, a′, b′ centred rows).
+_REFINE_MARGIN = 16.0
+_UNIT_ROUNDOFF = float(jnp.finfo(jnp.float32).eps) / 2
+
 
 def _check_pair(a, b) -> None:
     _checks.check_matrix(a, "a")
@@ -38,22 +48,76 @@ def _check_pair(a, b) -> None:
     _checks.check_same_width(a, b, "a", "b")
 
 
-def _gram(a: ArrayLike, b: ArrayLike) -> jax.Array:
+def _gram(a: ArrayLike, b: ArrayLike, precision=None) -> jax.Array:
     """a @ bᵀ accumulated in fp32. a: [N, D], b: [M, D] → [N, M]."""
-    return jnp.einsum("nd,md->nm", a, b, preferred_element_type=jnp.float32)
+    return jnp.einsum("nd,md->nm", a, b, precision=precision, preferred_element_type=jnp.float32)
 
 
+def _nonfinite_pairs(a: ArrayLike, b: ArrayLike) -> jax.Array:
+    """[N, M]: NaN where row a_i or row b_j holds a NaN or ±Inf, else 0 (no gradient)."""
+    return nan_where_nonfinite(a, axis=-1)[:, None] + nan_where_nonfinite(b, axis=-1)[None, :]
+
+
+def _pad_rows(x: jax.Array, rows: int) -> jax.Array:
+    return jnp.pad(x, ((0, rows - x.shape[0]), (0, 0)))
+
+
+# Σ (a_d − b_d)² of a block of rows against every key, recomputed in the backward pass rather than storing
+# the [rows, M, D] differences.
+_exact_sq = jax.checkpoint(pairwise_sq_diff)
+
+
+@jax.jit
 def _sq_dist(a: ArrayLike, b: ArrayLike) -> jax.Array:
-    """‖a_i − b_j‖² ≥ 0 via the Gram expansion, fp32. a: [N, D], b: [M, D] → [N, M]."""
-    a2 = jnp.sum(jnp.square(jnp.asarray(a, jnp.float32)), axis=-1)
-    b2 = jnp.sum(jnp.square(jnp.asarray(b, jnp.float32)), axis=-1)
-    return jnp.maximum(a2[:, None] + b2[None, :] - 2.0 * _gram(a, b), 0.0)
+    """‖a_i − b_j‖² ≥ 0 in fp32, at matrix-multiply speed. a: [N, D], b: [M, D] → [N, M].
+
+    The Gram expansion ‖a′‖² + ‖b′‖² − 2a′·b′ runs on rows centred on the mean of the finite rows of both
+    sets (a′ = a − μ, b′ = b − μ; the shift cancels exactly in the distance and shrinks the expansion's
+    rounding error, which scales with ‖a′‖² + ‖b′‖² rather than ‖a − b‖²). Pairs whose expanded value lies
+    within ``_REFINE_MARGIN`` times that error bound (identical and near-identical rows) are recomputed as
+    Σ (a_d − b_d)², tile by tile: identical rows give exactly 0 and close pairs carry only the round-off of
+    their differences. At most (number of row tiles + number of column tiles) tiles are recomputed this way;
+    beyond that (many near-duplicates) every flagged pair is recomputed from the differences in one pass.
+    """
+    a, b = jnp.asarray(a, jnp.float32), jnp.asarray(b, jnp.float32)
+    (n, d), m = a.shape, b.shape[0]
+    finite_a = jnp.all(jnp.isfinite(a), axis=1, keepdims=True)
+    finite_b = jnp.all(jnp.isfinite(b), axis=1, keepdims=True)
+    total = jnp.sum(jnp.where(finite_a, a, 0.0), axis=0) + jnp.sum(jnp.where(finite_b, b, 0.0), axis=0)
+    mu = lax.stop_gradient(total / jnp.maximum(jnp.sum(finite_a) + jnp.sum(finite_b), 1))
+
+    tn, tm = min(_TILE, n), min(_TILE, m)
+    nb, nk = -(-n // tn), -(-m // tm)
+    a, b = _pad_rows(a, nb * tn), _pad_rows(b, nk * tm)
+    ac, bc = a - mu, b - mu
+    a2, b2 = jnp.sum(jnp.square(ac), axis=1), jnp.sum(jnp.square(bc), axis=1)
+    sq = jnp.maximum(a2[:, None] + b2[None, :] - 2.0 * _gram(ac, bc, lax.Precision.HIGHEST), 0.0)
+    bound = (2.0 * (d + 2) * _UNIT_ROUNDOFF * _REFINE_MARGIN) * (a2[:, None] + b2[None, :])
+    real = (jnp.arange(nb * tn) < n)[:, None] & (jnp.arange(nk * tm) < m)[None, :]
+    refine = (sq <= bound) & real
+    flagged = jnp.any(refine.reshape(nb, tn, nk, tm), axis=(1, 3))
+    cap = nb + nk
+
+    # Both branches return the flagged pairs recomputed, other entries arbitrary; gradients reach the
+    # expansion only through the entries it keeps (the ``where`` below), so no [N, M] scatter is
+    # transposed in the backward pass.
+    def some_tiles(sq):
+        ti, tk = jnp.nonzero(flagged, size=cap, fill_value=(nb, nk))  # unused slots point past the end
+        ci, ck = jnp.minimum(ti, nb - 1), jnp.minimum(tk, nk - 1)
+        exact = pairwise_sq_diff(a.reshape(nb, tn, d)[ci], b.reshape(nk, tm, d)[ck])  # [cap, tn, tm]
+        return sq.reshape(nb, tn, nk, tm).at[ti, :, tk, :].set(exact, mode="drop").reshape(sq.shape)
+
+    def all_rows(sq):
+        return lax.map(lambda rows: _exact_sq(rows, b), a.reshape(nb, tn, d)).reshape(sq.shape)
+
+    exact = lax.cond(jnp.sum(flagged) > cap, all_rows, some_tiles, lax.stop_gradient(sq))
+    return jnp.where(refine, exact, sq)[:n, :m]
 
 
 def dot(a: ArrayLike, b: ArrayLike) -> jax.Array:
     """Dot product a_i · b_j (Feeney & Hughes 2024). a: [N, D], b: [M, D] → [N, M] fp32."""
     _check_pair(a, b)
-    return _gram(a, b)
+    return _gram(a, b) + _nonfinite_pairs(a, b)
 
 
 def cosine(a: ArrayLike, b: ArrayLike) -> jax.Array:
@@ -62,7 +126,7 @@ def cosine(a: ArrayLike, b: ArrayLike) -> jax.Array:
     a: [N, D], b: [M, D] → [N, M].
     """
     _check_pair(a, b)
-    return _gram(safe_normalize(a), safe_normalize(b))
+    return _gram(safe_normalize(a), safe_normalize(b)) + _nonfinite_pairs(a, b)
 
 
 def neg_arc_length(a: ArrayLike, b: ArrayLike) -> jax.Array:
@@ -72,25 +136,26 @@ def neg_arc_length(a: ArrayLike, b: ArrayLike) -> jax.Array:
     _check_pair(a, b)
     cos = _gram(safe_normalize(a), safe_normalize(b))
     arc = jnp.arccos(jnp.clip(cos, -1.0 + ARC_CLIP, 1.0 - ARC_CLIP)) / math.pi
-    return 1.0 - arc
+    return 1.0 - arc + _nonfinite_pairs(a, b)
 
 
 def neg_euclidean(a: ArrayLike, b: ArrayLike) -> jax.Array:
     """Negative Euclidean distance −‖a_i − b_j‖₂ (Feeney & Hughes 2024); gradient finite (zero) at a = b.
 
-    a: [N, D], b: [M, D] → [N, M].
+    a: [N, D], b: [M, D] → [N, M]. Identical rows give exactly 0 and near neighbours keep the accuracy of
+    their coordinate differences, at matrix-multiply speed (see docs/conventions.md, "Squared distances").
     """
     _check_pair(a, b)
-    return -safe_sqrt(_sq_dist(a, b))
+    return -safe_sqrt(_sq_dist(a, b)) + _nonfinite_pairs(a, b)
 
 
 def neg_sq_euclidean(a: ArrayLike, b: ArrayLike) -> jax.Array:
-    """Negative squared Euclidean distance −‖a_i − b_j‖².
+    """Negative squared Euclidean distance −‖a_i − b_j‖², computed as in ``neg_euclidean``.
 
     a: [N, D], b: [M, D] → [N, M].
     """
     _check_pair(a, b)
-    return -_sq_dist(a, b)
+    return -_sq_dist(a, b) + _nonfinite_pairs(a, b)
 
 
 def torus(a: ArrayLike, b: ArrayLike, *, p: int = 1) -> jax.Array:
@@ -102,7 +167,7 @@ def torus(a: ArrayLike, b: ArrayLike, *, p: int = 1) -> jax.Array:
     _checks.check_choice(p, "p", (1, 2))
     diff = jnp.asarray(a, jnp.float32)[:, None, :] - jnp.asarray(b, jnp.float32)[None, :, :]
     per_dim = jnp.abs(diff - jnp.round(diff))
-    return -jnp.sum(per_dim if p == 1 else jnp.square(per_dim), axis=-1)
+    return -jnp.sum(per_dim if p == 1 else jnp.square(per_dim), axis=-1) + _nonfinite_pairs(a, b)
 
 
 ChartDistance = Literal["euclidean", "mean_squared"]
@@ -126,7 +191,7 @@ def manifold_distance(
     ``no_overlap=1.0`` too for its value on charts that do not overlap). Per-chart distances come from the
     coordinate differences (chart dimensions are small). coords_a: [N, n, d], q_a: [N, n], coords_b:
     [M, n, d], q_b: [M, n] → [N, M], a *distance*: lower = closer; pass its negation where a similarity is
-    expected.
+    expected. Entry (i, j) is NaN when row i's or row j's coordinates or memberships are not all finite.
     """
     for c, q, tag in ((coords_a, q_a, "a"), (coords_b, q_b, "b")):
         _checks.check_rank(c, f"coords_{tag}", 3)
@@ -149,7 +214,10 @@ def manifold_distance(
     num = jnp.einsum("nc,mc,cnm->nm", qa, qb, d0)
     den = _gram(qa, qb)
     overlap = den > 0.0
-    return jnp.where(overlap, num / jnp.where(overlap, den, 1.0), jnp.float32(no_overlap))
+    d_m = jnp.where(overlap, num / jnp.where(overlap, den, 1.0), jnp.float32(no_overlap))
+    rows_a = jnp.concatenate([ca.reshape(ca.shape[0], -1), qa], axis=1)
+    rows_b = jnp.concatenate([cb.reshape(cb.shape[0], -1), qb], axis=1)
+    return d_m + _nonfinite_pairs(rows_a, rows_b)
 
 
 _BY_NAME: dict[str, Similarity] = {

@@ -131,3 +131,16 @@ def test_clifford_scale_is_unit_norm_for_any_dimension():
     for d in (1, 2, 7):
         z = manifolds.torus_clifford(jnp.full((d,), 0.3))
         assert math.isclose(float(jnp.linalg.norm(z)), 1.0, rel_tol=1e-6)
+
+
+def test_clifford_to_angles_gradient_finite_at_a_zero_pair_and_exact_elsewhere():
+    """A zero pair has angle 0 and gradient 0; other pairs, down to 1e-30, get atan2's own gradient
+    (y, −x)/(2π(x² + y²)), computed here in float64."""
+    z = jnp.array([0.0, 0.0, 1e-30, -2e-30, 0.6, 0.8, -3.0, 0.5], jnp.float32)
+    angles = manifolds.clifford_to_angles(z)
+    grad = jax.grad(lambda v: jnp.sum(manifolds.clifford_to_angles(v)))(z)
+    assert float(angles[0]) == 0.0 and np.all(np.asarray(grad[:2]) == 0.0)
+    pairs = np.asarray(z, np.float64).reshape(-1, 2)[1:]
+    x, y = pairs[:, 0], pairs[:, 1]
+    want = np.stack([-y, x], axis=1) / (2 * np.pi * (x * x + y * y))[:, None]
+    np.testing.assert_allclose(grad[2:], want.ravel(), rtol=1e-5)

@@ -169,6 +169,59 @@ def test_bad_input(call, match):
         call()
 
 
+# ----------------------------------------------------------------------------------------------------------
+# squared distances: exact for identical rows, accurate for near neighbours, at matmul speed
+
+
+def _np_sq(a, b):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return np.sum((a[:, None, :] - b[None, :, :]) ** 2, axis=-1)
+
+
+def _offset_rows(rng, n, d=64, offset=100.0, spread=3.0):
+    """Unnormalised fp32 rows far from the origin: ‖a‖² ≈ 6e5, where the plain Gram expansion loses ~0.1."""
+    return (offset + spread * rng.normal(size=(n, d))).astype(np.float32)
+
+
+@pytest.mark.parametrize("name", ["neg_euclidean", "neg_sq_euclidean"])
+def test_identical_rows_exactly_zero_and_near_neighbours_accurate(name):
+    rng = np.random.default_rng(11)
+    a = _offset_rows(rng, 40)
+    b = _offset_rows(rng, 70)
+    b[:10] = a[:10]  # exact duplicates across the two sets
+    b[20] = a[20] + np.float32(1e-3) * rng.normal(size=64).astype(np.float32)  # a near neighbour
+    f = jax.jit(sim.get(name))
+    got, self_sim = np.asarray(f(a, b), np.float64), np.asarray(f(a, a))
+    want = _np_sq(a, b)
+    want = -np.sqrt(want) if name == "neg_euclidean" else -want
+    assert np.all(got[np.arange(10), np.arange(10)] == 0.0) and np.all(np.diag(self_sim) == 0.0)
+    # every entry, the near pair included, carries only the round-off of its differences
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=0)
+
+
+def test_many_near_duplicates_take_the_all_pairs_path():
+    """Two tight far-apart clusters: every within-cluster pair needs the differences (more flagged tiles
+    than the tile path holds), so every pair is recomputed; values and gradients stay exact."""
+    rng = np.random.default_rng(12)
+    centres = np.array([[1e3] * 8, [-1e3] * 8], np.float32)
+    x = (centres[np.arange(96) % 2] + 1e-3 * rng.normal(size=(96, 8))).astype(np.float32)
+    got = np.asarray(jax.jit(sim.neg_euclidean)(x, x), np.float64)
+    np.testing.assert_allclose(got, -np.sqrt(_np_sq(x, x)), rtol=2e-6, atol=0)
+    assert np.all(np.diag(got) == 0.0)
+
+
+def test_gradient_of_a_near_pair_comes_from_its_differences():
+    """∂(−‖a − b‖)/∂a = −(a − b)/‖a − b‖, a unit vector even 1e-4 apart at norm 1e3 (the expansion's
+    gradient would carry errors of order 1e3 · 6e-8 / 1e-4 ≈ 1 there)."""
+    rng = np.random.default_rng(13)
+    a = _offset_rows(rng, 5, d=16, offset=250.0)
+    b = a + np.float32(1e-4) * rng.normal(size=a.shape).astype(np.float32)
+    grad = jax.jit(jax.grad(lambda u: jnp.trace(sim.neg_euclidean(u, b))))(a)
+    diff = np.asarray(a, np.float64) - np.asarray(b, np.float64)
+    unit = diff / np.linalg.norm(diff, axis=1, keepdims=True)
+    np.testing.assert_allclose(grad, -unit, rtol=1e-3, atol=1e-3)
+
+
 def test_manifold_distance_mean_squared_is_the_neurve_form():
     """chart_distance='mean_squared' with no_overlap=1: neurve's Σ q q ‖Δ‖²/d / Σ q q (its pdist_mfld)."""
     rng = np.random.default_rng(14)
