@@ -38,7 +38,7 @@ import numpy as np
 from jax import lax
 from jax.typing import ArrayLike
 
-from geojax import _checks
+from geojax import _checks, _numerics
 from geojax import similarity as _similarity
 
 _F32 = jnp.float32
@@ -403,7 +403,6 @@ def nearest_neighbors(
 # --------------------------------------------------------------------------------------------------------
 
 
-@jax.jit
 def circular_variance(z: ArrayLike) -> jax.Array:
     """Circular variance 1 − ‖(1/n) Σ_i Z_i‖₂ of unit vectors (Stowell 2026, eq. 4), one number for the set.
 
@@ -415,11 +414,8 @@ def circular_variance(z: ArrayLike) -> jax.Array:
     """
     _checks.check_matrix(z, "z")
     _checks.check_floating(z, "z")
-    z = z.astype(_F32)
-    sq = jnp.sum(z * z, axis=1, keepdims=True)
-    unit = z * jnp.where(sq > 0, lax.rsqrt(jnp.where(sq > 0, sq, 1.0)), 0.0)
-    mean = jnp.mean(unit, axis=0)
-    return 1.0 - jnp.sqrt(jnp.sum(mean * mean))
+    mean = jnp.mean(_numerics.safe_normalize(jnp.asarray(z, _F32)), axis=0)
+    return 1.0 - _numerics.safe_norm(mean)
 
 
 def _class_table(labels: np.ndarray, classes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
