@@ -68,7 +68,7 @@ GJT_DEF uint32_t gjt_topk_batch(const uint8_t *queries, uint64_t nq, const uint8
 
 #include <string.h>
 
-static uint32_t gjt__load32(const uint8_t *p) {
+static inline uint32_t gjt__load32(const uint8_t *p) {
     /* little-endian, whatever the host: byte j of the word is p[j] */
     return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
 }
@@ -78,11 +78,11 @@ static uint64_t gjt__load64(const uint8_t *p) {
 }
 
 /* Masks of one lane bit per bits-wide lane: the lowest and the highest. */
-static uint32_t gjt__low(uint32_t bits) {
+static inline uint32_t gjt__low(uint32_t bits) {
     return bits == 8 ? 0x01010101u : bits == 4 ? 0x11111111u : bits == 2 ? 0x55555555u : 0xFFFFFFFFu;
 }
 
-static uint32_t gjt__high(uint32_t bits) {
+static inline uint32_t gjt__high(uint32_t bits) {
     return bits == 8 ? 0x80808080u : bits == 4 ? 0x88888888u : bits == 2 ? 0xAAAAAAAAu : 0xFFFFFFFFu;
 }
 
@@ -90,7 +90,7 @@ static uint32_t gjt__high(uint32_t bits) {
  * into no neighbouring lane; min(d, 2^b - d) = (d XOR (2^b - 1) s) + s with s = [d >= 2^(b-1)] never
  * carries out of its lane; neighbouring lanes are then added pairwise up to one 32-bit total. With
  * bits = 1 the masks are all ones and the same steps give popcount(a XOR c). */
-static uint32_t gjt__word(uint32_t a, uint32_t c, uint32_t bits, uint32_t hi, uint32_t lo) {
+static inline uint32_t gjt__word(uint32_t a, uint32_t c, uint32_t bits, uint32_t hi, uint32_t lo) {
     uint32_t d = ((a | hi) - (c & ~hi)) ^ ((a ^ ~c) & hi);
     uint32_t s = (d >> (bits - 1)) & lo;
     uint32_t r = (d ^ (s * ((1u << bits) - 1u))) + s;
@@ -103,7 +103,7 @@ static uint32_t gjt__word(uint32_t a, uint32_t c, uint32_t bits, uint32_t hi, ui
 
 static int gjt__bits_ok(uint32_t bits) { return bits == 1 || bits == 2 || bits == 4 || bits == 8; }
 
-GJT_DEF uint32_t gjt_distance(const uint8_t *a, const uint8_t *c, uint32_t row_bytes, uint32_t bits) {
+static inline uint32_t gjt__distance(const uint8_t *a, const uint8_t *c, uint32_t row_bytes, uint32_t bits) {
     uint32_t hi = gjt__high(bits), lo = gjt__low(bits), total = 0, j = 0;
     for (; j + 4 <= row_bytes; j += 4) total += gjt__word(gjt__load32(a + j), gjt__load32(c + j), bits, hi, lo);
     if (j < row_bytes) { /* tail bytes; the zero bytes appended add no distance */
@@ -115,13 +115,17 @@ GJT_DEF uint32_t gjt_distance(const uint8_t *a, const uint8_t *c, uint32_t row_b
     return total;
 }
 
-GJT_DEF uint32_t gjt_topk(const uint8_t *query, const uint8_t *codes, uint64_t n, uint32_t row_bytes,
-                          uint32_t bits, uint32_t k, uint32_t *out_dist, uint32_t *out_index) {
+GJT_DEF uint32_t gjt_distance(const uint8_t *a, const uint8_t *c, uint32_t row_bytes, uint32_t bits) {
+    return gjt__bits_ok(bits) ? gjt__distance(a, c, row_bytes, bits) : 0;
+}
+
+/* The scan, inlined below once per constant bits so that the compiler folds the lane masks and steps. */
+static inline uint32_t gjt__topk(const uint8_t *query, const uint8_t *codes, uint64_t n, uint32_t row_bytes,
+                                 uint32_t bits, uint32_t k, uint32_t *out_dist, uint32_t *out_index) {
     uint32_t found = 0;
     uint64_t i;
-    if (!gjt__bits_ok(bits) || k == 0) return 0;
     for (i = 0; i < n; ++i) {
-        uint32_t d = gjt_distance(query, codes + i * (uint64_t)row_bytes, row_bytes, bits), pos;
+        uint32_t d = gjt__distance(query, codes + i * (uint64_t)row_bytes, row_bytes, bits), pos;
         if (found == k && d >= out_dist[k - 1]) continue; /* a tie keeps the earlier (lower) index */
         pos = found < k ? found++ : k - 1;
         while (pos > 0 && out_dist[pos - 1] > d) { /* insertion after every entry <= d */
@@ -133,6 +137,18 @@ GJT_DEF uint32_t gjt_topk(const uint8_t *query, const uint8_t *codes, uint64_t n
         out_index[pos] = (uint32_t)i;
     }
     return found;
+}
+
+GJT_DEF uint32_t gjt_topk(const uint8_t *query, const uint8_t *codes, uint64_t n, uint32_t row_bytes,
+                          uint32_t bits, uint32_t k, uint32_t *out_dist, uint32_t *out_index) {
+    if (k == 0) return 0;
+    switch (bits) {
+        case 8: return gjt__topk(query, codes, n, row_bytes, 8, k, out_dist, out_index);
+        case 4: return gjt__topk(query, codes, n, row_bytes, 4, k, out_dist, out_index);
+        case 2: return gjt__topk(query, codes, n, row_bytes, 2, k, out_dist, out_index);
+        case 1: return gjt__topk(query, codes, n, row_bytes, 1, k, out_dist, out_index);
+        default: return 0;
+    }
 }
 
 GJT_DEF uint32_t gjt_topk_batch(const uint8_t *queries, uint64_t nq, const uint8_t *codes, uint64_t n,
