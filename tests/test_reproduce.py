@@ -226,7 +226,7 @@ def test_render_cites_papers_and_escapes_cells(tmp_path):
 
 
 def test_render_puts_data_sets_side_by_side(tmp_path):
-    def result(seed, tag, name, verdicts):
+    def result(seed, tag, name, verdicts, finished):
         claims = [
             {"claim": f"c{i}", "ours": "o", "paper": "p", "source": "s", "rule": "r", "verdict": v}
             for i, v in enumerate(verdicts)
@@ -236,13 +236,13 @@ def test_render_puts_data_sets_side_by_side(tmp_path):
         return {
             "seed": seed, "title": f"T{seed}", "command": f"cmd {tag}", "claims": claims, "tables": [],
             "data": data, "scale": scale, "training_seeds": [0], "runs": [], "wall_s": 90.0,
-            "device": "cpu", "finished": "now",
+            "device": "cpu", "finished": f"2026-01-01 {finished} UTC",
         }  # fmt: skip
 
     files = {
-        "reproduce_001.json": result("001", "", "digits", [common.HOLDS, common.FAILS]),
-        "reproduce_001_m.json": result("001", "m", "npz:m.npz", [common.FAILS]),
-        "reproduce_004_m.json": result("004", "m", "npz:m.npz", [common.HOLDS]),
+        "reproduce_001.json": result("001", "", "digits", [common.HOLDS, common.FAILS], "00:01:30"),
+        "reproduce_001_m.json": result("001", "m", "npz:m.npz", [common.FAILS], "00:02:00"),
+        "reproduce_004_m.json": result("004", "m", "npz:m.npz", [common.HOLDS], "00:04:30"),
     }
     for name, res in files.items():
         (tmp_path / name).write_text(json.dumps(res), encoding="utf-8")
@@ -252,7 +252,8 @@ def test_render_puts_data_sets_side_by_side(tmp_path):
     assert f"| Korman 2021 | c1 | {common.FAILS} | – |" in text
     assert f"| Bouhsine et al. 2024 | c0 | – | {common.HOLDS} |" in text
     digits, npz = text.index("## Data: digits"), text.index("## Data: npz:m.npz")
-    assert digits < npz and "wall time 180 s (3.0 min) in all" in text[npz:]
+    assert digits < npz and "wall time 90 s (1.5 min) summed over the papers, 1.5 min from" in text[:npz]
+    assert "wall time 180 s (3.0 min) summed over the papers, 4.0 min from" in text[npz:]  # 00:00:30-00:04:30
     assert "`cmd `" in text[digits:npz] and "`cmd m`" in text[npz:]
 
 

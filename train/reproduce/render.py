@@ -8,6 +8,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -115,13 +116,16 @@ def render(out: str) -> str:
     for name in names:
         group = [r for r in results if _data_name(r) == name]
         wall = sum(r["wall_s"] for r in group)
+        finished = [time.mktime(time.strptime(r["finished"], "%Y-%m-%d %H:%M:%S UTC")) for r in group]
+        elapsed = max(finished) - min(f - r["wall_s"] for f, r in zip(finished, group, strict=True))
         commands = ", ".join(f"`{c}`" for c in dict.fromkeys(r["command"] for r in group))
         sizes = ", ".join(f"{k} {v}" for k, v in group[0]["scale"].items() if k != "name")
         parts += [
             f"## Data: {name}",
             "",
             f"Made by {commands}: {len(group)} papers, {sum(len(r['runs']) for r in group)} training runs, "
-            f"wall time {wall:.0f} s ({wall / 60:.1f} min) in all.",
+            f"wall time {wall:.0f} s ({wall / 60:.1f} min) summed over the papers, {elapsed / 60:.1f} min "
+            "from the first start to the last finish (papers run side by side overlap).",
             "",
             f"Sizes (scale {group[0]['scale']['name']}, train/reproduce/common.py SCALES): {sizes}.",
             "",

@@ -29,7 +29,7 @@ VARIANTS: dict[str, dict[str, Any]] = {  # label → config keys
     "SINCERE, neg. arc length": {"preset": "sincere", "similarity": "neg_arc_length"},
 }
 HISTOGRAMS = ("SINCERE, cosine", "SINCERE, neg. arc length")  # the variants whose embeddings are drawn
-PLOT = "reproduce_003_similarities.png"
+PLOT = "reproduce_003_similarities"
 
 
 def run(ctx: Context) -> Findings:
@@ -68,8 +68,9 @@ def run(ctx: Context) -> Findings:
         return text, lo <= 0.0 <= hi
 
     histograms = {k: first[k] for k in HISTOGRAMS if k in first}
+    plot = ctx.file(PLOT, "png")
     if histograms:
-        plots.plot_target_noise(histograms, os.path.join(ctx.out, PLOT))
+        plots.plot_target_noise(histograms, os.path.join(ctx.out, plot))
     ours_a, holds_a = compare("SINCERE, cosine", "SupCon, cosine")
     ours_b, holds_b = compare("SINCERE, cosine", "SINCERE, neg. arc length")
     claims = [
@@ -96,7 +97,7 @@ def run(ctx: Context) -> Findings:
         claims=claims,
         tables=[("Runs", runs_table(ctx.runs))],
         details={k: {"1nn": v["1nn"], "5nn": v["5nn"]} for k, v in results.items()},
-        plots=[PLOT] if histograms else [],
+        plots=[plot] if histograms else [],
         notes=[
             "1NN = P@1 of train.report (test queries vs the train split, cosine ranking on the sphere, which "
             "orders neighbours as arc length does); 5NN = its kNN accuracy with k = 5. The bootstrap uses "

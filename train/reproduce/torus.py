@@ -41,6 +41,11 @@ def _low_bit(row: dict[str, Any]) -> bool:
     return row["method"] == "1-bit" or (row["method"].startswith("PQ") and row["bits_per_vector"] <= 16)
 
 
+def _change(drop: float, digits: int) -> str:
+    """A P@1 drop (fraction) as the signed change in points: 0.012 → '−1.2', −0.004 → '+0.4'."""
+    return f"{100 * -drop + 0.0:+.{digits}f}".replace("-", "−")
+
+
 def matches(diff: float, lo: float, hi: float, margin: float = EQUIVALENT) -> bool:
     """The torusN ≈ sphere rule on a difference with its confidence interval [lo, hi]: the interval lies
     within ±margin, or it contains 0 and |diff| ≤ margin (False when any is NaN)."""
@@ -188,7 +193,7 @@ def run(ctx: Context) -> Findings:
         ),
         Claim(
             claim="8-bit costs < 1 pt (P@1)",
-            ours=", ".join(f"{g}: −{100 * d:.2f} pts" for g, d in eight.items()) or "–",
+            ours=", ".join(f"{g}: {_change(d, 2)} pts" for g, d in eight.items()) or "–",
             paper="no number: 8-bit has only a mild impact (CIFAR-100)",
             source="Fig. 4; Table 3 (8-bit = 8·D bits, D/2 codes for torusN)",
             rule="float P@1 − 8-bit P@1 < 1 pt for every geometry",
@@ -197,7 +202,7 @@ def run(ctx: Context) -> Findings:
         Claim(
             claim="1-bit and low-bit PQ degrade (P@1)",
             ours="; ".join(
-                f"{g}: " + ", ".join(f"{m} −{100 * d:.1f}" for m, d in rows.items())
+                f"{g}: " + ", ".join(f"{m} {_change(d, 1)}" for m, d in rows.items())
                 for g, rows in low.items()
             )
             or "–",
