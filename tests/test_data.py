@@ -65,6 +65,20 @@ def test_any_tfds_name_loads_and_8_bit_images_compact_to_uint8():
             data.check_dataset_name(bad)
 
 
+def test_training_on_a_tfds_set_holds_its_uint8_images_on_the_devices(tmp_path):
+    tfds = pytest.importorskip("tensorflow_datasets")
+    from train import config, loop
+
+    kw = dict(dataset="cifar10", width=8, dim=4, batch_size=8, steps=2, progress=False, devices=2, lr=1e-2)
+    with tfds.testing.mock_data(num_examples=24):
+        held = loop.train(config.make(workdir=str(tmp_path / "device"), **kw))
+        fed = loop.train(config.make(workdir=str(tmp_path / "host"), feed="host", **kw))
+    assert held.dataset.image_shape == (32, 32, 3)
+    assert (held.timing["feed"], held.timing["feed_dtype"]) == ("device", "uint8")
+    for a, b in zip(jax.tree.leaves(held.state), jax.tree.leaves(fed.state), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)  # uint8 codes → the loader's floats, exactly
+
+
 def test_tfds_not_prepared_says_how_to_prepare(tmp_path):
     pytest.importorskip("tensorflow_datasets")
     with pytest.raises(ValueError, match="tfds build cifar10 --file_format=array_record"):

@@ -171,7 +171,9 @@ def _metrics(workdir):
 
 
 def test_steps_per_call_and_either_feed_give_the_same_run(tmp_path):
-    kw = dict(TINY, steps=7, lr=1e-2, ema=0.5, checkpoint_every=2, devices=4)
+    # a well-conditioned recipe, so that another order of the same sums stays at round-off: SGD, whose update
+    # is linear in the gradient (Adam's g/√v amplifies round-off), and no KoLeo (1/distance gradients)
+    kw = dict(TINY, steps=7, optimizer="sgd", lr=0.05, koleo=0.0, ema=0.5, checkpoint_every=2, devices=4)
     ref = loop.train(config.make(workdir=str(tmp_path / "ref"), feed="host", log_every=1, **kw))
     same = loop.train(config.make(workdir=str(tmp_path / "dev"), feed="device", log_every=1, **kw))
     assert (ref.timing["feed"], same.timing["feed"]) == ("host", "device")
@@ -197,7 +199,7 @@ def test_steps_per_call_and_either_feed_give_the_same_run(tmp_path):
 
 
 def test_a_run_of_several_steps_per_call_resumes_exactly(tmp_path):
-    kw = dict(TINY, steps=6, lr=1e-2, checkpoint_every=2, log_every=1, devices=4)
+    kw = dict(TINY, steps=6, optimizer="sgd", lr=0.05, koleo=0.0, checkpoint_every=2, log_every=1, devices=4)
     ref = loop.train(config.make(workdir=str(tmp_path / "a"), **kw)).state
     cfg = config.make(workdir=str(tmp_path / "b"), steps_per_call=4, **kw)
     # calls of 4 and 1 steps, killed after step 5: the checkpoint of step 4 (its call crossed 4) remains

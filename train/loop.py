@@ -366,6 +366,7 @@ def train(cfg: Config, *, stop_at: int | None = None) -> TrainResult:
         "devices": n_dev,
         "processes": jax.process_count(),
         "feed": feed,
+        "feed_dtype": str(images.dtype),  # uint8 for 8-bit images
         "steps_per_call": cfg.steps_per_call,
     }
     if jax.process_count() > 1:
