@@ -49,7 +49,7 @@ def test_supcon_base_temperature_reaches_the_loss():
     plain = losses.supcon(similarity.cosine(z, z), labels, temperature=0.1)
     np.testing.assert_allclose(total, plain * 0.1 / 0.07, rtol=1e-5)
     with pytest.raises(ValueError, match="base_temperature"):
-        config.make(loss="sincere", base_temperature=0.07)
+        config.make(loss="triplet", base_temperature=0.07)
 
 
 def test_ema_update_follows_torch_ema_with_its_warm_up():

@@ -33,6 +33,7 @@ Schedule = Literal["cosine", "constant"]
 ClipMode = Literal["global_norm", "value"]
 Precision = Literal["fp32", "bf16"]
 Probe = Literal["linear", "piecewise"]
+QatBits = Literal[1, 2, 4, 8]
 Feed = Literal["device", "host"]
 # "manifold" ranks atlas points by −d_M (Korman 2021 eq. 7); the rest are geojax.similarity's names.
 LossSimilarity = SimilarityName | Literal["manifold"]
@@ -78,6 +79,8 @@ class Config:
     neg_margin: float | None = key(None, "contrastive, lifted_structured negative margin (none: the loss's)")
     simo_eps: float = key(1e-6, "SimO ε")
     simo_orthogonality: bool = key(True, "false: SimO's ablation (every orthogonality term o_ij = 1)")
+    qat_bits: QatBits | None = key(None, "train the torus head through the b-bit grid (torus_c / torus_n)")
+    qat_noise: bool = key(False, "with qat_bits: one grid step of uniform noise in training, not rounding")
     koleo: float = key(0.1, "KoLeo weight: KoLeo of each view's embeddings, summed over the views")
     koleo_eps: float = key(1e-6, "KoLeo ε in log(distance + ε) (Stowell 2026's code: 1e-6; DINOv2: 1e-8)")
     mmd: float = key(0.0, "λ1, the atlas MMD ℓ_Z weight (Korman 2021 eq. 6)")
@@ -176,9 +179,9 @@ _CIFAR10 = {
 
 PRESETS: dict[str, dict[str, Any]] = {
     # Stowell 2026 on the bundled digits: SupCon τ = 0.1 (× τ/0.07), KoLeo, clip 100, two views, P@1.
-    "supcon_torus_n": {},
-    "supcon_sphere": {"geometry": "sphere"},
-    "supcon_torus_c": {"geometry": "torus_c", "dim": 32},
+    "supcon_torus_n": {"base_temperature": 0.07},
+    "supcon_sphere": {"geometry": "sphere", "base_temperature": 0.07},
+    "supcon_torus_c": {"geometry": "torus_c", "dim": 32, "base_temperature": 0.07},
     **{
         f"supcon_{geometry}_{data}": {**_TORUS_CIFAR, "geometry": geometry, "dataset": data}
         for geometry in _TORUS_GEOMETRIES
@@ -270,10 +273,10 @@ def _literals(kind: Any) -> tuple[Any, ...]:
 
 
 def _base(kind: Any) -> type:
-    """The plain Python type of a field: str for Literal choices, the non-None part of an Optional."""
+    """The plain Python type of a field: that of its Literal choices, or the non-None part of an Optional."""
     parts = [p for p in typing.get_args(kind) if p is not type(None)] if typing.get_args(kind) else [kind]
     if _literals(kind):
-        return str
+        return type(_literals(kind)[0])
     return parts[0] if typing.get_origin(parts[0]) is None else str
 
 
@@ -399,8 +402,12 @@ def validate(cfg: Config) -> None:
         raise ValueError(f"ema (decay per epoch) must be in (0, 1), got {cfg.ema}")
     if not 0 <= cfg.lr_min <= cfg.lr:
         raise ValueError(f"lr_min must be in [0, lr={cfg.lr}], got {cfg.lr_min}")
-    if cfg.base_temperature is not None and cfg.loss != "supcon":
-        raise ValueError(f"base_temperature scales supcon only, got loss={cfg.loss!r}")
+    if cfg.base_temperature is not None and cfg.loss not in ("supcon", "sincere", "info_nce"):
+        raise ValueError(f"base_temperature scales the softmax losses only, got loss={cfg.loss!r}")
+    if cfg.qat_bits is not None and cfg.geometry not in ("torus_c", "torus_n"):
+        raise ValueError(f"qat_bits needs a torus geometry (torus_c, torus_n), got {cfg.geometry!r}")
+    if cfg.qat_noise and cfg.qat_bits is None:
+        raise ValueError("qat_noise needs qat_bits")
     for name in ("koleo", "mmd", "membership", "weight_decay", "momentum", "warmup"):
         if not getattr(cfg, name) >= 0:
             raise ValueError(f"{name} must be non-negative, got {getattr(cfg, name)}")

@@ -66,6 +66,8 @@ def build_model(
         charts=cfg.charts,
         projection=cfg.projection,
         projection_dim=cfg.projection_dim,
+        qat_bits=cfg.qat_bits,
+        qat_noise=cfg.qat_noise,
         compute_dtype=dt,
         rngs=rngs,
     )
@@ -195,15 +197,6 @@ class Objective:
             vectors = manifolds.clifford_to_angles(vectors)
         return similarity_lib.get(self.similarity)(vectors, parallel.gather(vectors, axis_name))
 
-    def koleo_per_view(self, embedding: jax.Array, axis_name: str | None) -> jax.Array:
-        """KoLeo of each view's rows (view-major [views·n, D]), summed over the views, as Stowell 2026's code
-        does: two views of one image are not each other's nearest neighbours."""
-        rows = embedding.shape[0] // self.views
-        return sum(
-            regularizers.koleo(embedding[v * rows : (v + 1) * rows], eps=self.koleo_eps, axis_name=axis_name)
-            for v in range(self.views)
-        )
-
     def __call__(
         self, out: models.Outputs, labels: jax.Array, key: jax.Array, axis_name: str | None
     ) -> tuple[jax.Array, dict[str, jax.Array]]:
@@ -226,7 +219,11 @@ class Objective:
         terms = {self.loss: main}
         total = main
         if self.koleo > 0:
-            terms["koleo"] = self.koleo_per_view(out.embedding, axis_name)
+            # Per view, summed over the views, as Stowell 2026's code: two views of one image are not each
+            # other's nearest neighbours.
+            terms["koleo"] = regularizers.koleo(
+                out.embedding, eps=self.koleo_eps, views=self.views, axis_name=axis_name
+            )
             total = total + self.koleo * terms["koleo"]
         if self.mmd > 0:
             prior = regularizers.sample_prior(key, self.prior_samples, self.chart_dim)
