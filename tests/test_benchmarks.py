@@ -185,12 +185,17 @@ def test_search_quick():
 
 @pytest.mark.slow
 def test_train_step_quick():
-    out = _run_script("train_step.py", "--quick", "--steps", "5")
-    (rows,) = _tables(out)
-    assert [r["train step"] for r in rows] == ["geojax", "torch"]
-    ours = rows[0]
-    assert float(ours["steps/s"]) > 0
-    assert abs(float(ours["images/s"]) / float(ours["steps/s"]) / 128 - 1) < 0.01  # 64 images × 2 views
-    if not _installed("torch"):
-        assert rows[1]["steps/s"] == rows[1]["images/s"] == "–"
-        assert "ratio geojax/torch: – " in out
+    out = _run_script("train_step.py", "--quick", "--steps", "4", "--repeats", "1", "--steps-per-call", "2")
+    tables = _tables(out)
+    assert [table[0]["model"] for table in tables] == ["mlp", "cnn"]
+    for table, per_step in zip(tables, (128, 64), strict=True):  # quick: 64 and 32 images × 2 views
+        ours, peer = table
+        assert (ours["step"], peer["step"]) == ("geojax (device feed, 2 steps/call)", "PyTorch eager")
+        assert float(ours["steps/s"]) > 0
+        assert abs(float(ours["images/s"]) / float(ours["steps/s"]) / per_step - 1) < 0.01
+        if _installed("torch"):
+            ratio = float(peer["ms/step"]) / float(ours["ms/step"])
+            assert abs(float(peer["geojax ×"].rstrip("×")) / ratio - 1) < 0.01
+        else:
+            assert peer["steps/s"] == peer["images/s"] == peer["geojax ×"] == "–"
+            assert "ratio geojax/torch (mlp): – " in out
