@@ -1,15 +1,15 @@
-"""Flax NNX encoders and embedding heads for sphere, torus and atlas geometries (seeds 000 and 001).
+"""Flax NNX encoders and embedding heads for sphere, torus and atlas geometries (Stowell 2026; Korman 2021).
 
 Encoders map images ``x: [N, H, W, C]`` (or flat ``[N, F]`` for the MLP) to features ``h: [N, F]``.
 Heads map features to the embedding space the losses see:
 
-- :class:`GeometryHead` — seed 000's head, Linear(h, 4D) → ReLU → Linear(4D, D), then the projection of
+- :class:`GeometryHead` — Stowell 2026's head, Linear(h, 4D) → ReLU → Linear(4D, D), then the projection of
   the chosen geometry (``euclidean`` raw, ``sphere`` L2, ``torus_c`` Clifford of D turns → 2D,
   ``torus_n`` pairwise L2 of D (even) values).
-- :class:`AtlasHead` — seed 001's n + 1 linear heads: pre-sigmoid chart coordinates ``[N, n, d]`` and the
+- :class:`AtlasHead` — Korman 2021's n + 1 linear heads: pre-sigmoid chart coordinates ``[N, n, d]`` and the
   softmax membership ``q: [N, n]``.
 - :class:`ProjectionHead` and :class:`MixedProjection` — SimCLR's projection head and MSimCLR's q-weighted
-  sum of one projection head per chart, z = Σ_c q_c h_c(sigmoid(coords_c)) (seed 001, Table 1).
+  sum of one projection head per chart, z = Σ_c q_c h_c(sigmoid(coords_c)) (Korman 2021, Table 1).
 
 ``compute_dtype`` (e.g. ``jnp.bfloat16``) sets the dtype of the layer computations; parameters stay
 float32 and every head casts to float32 before its projection, so losses see float32 embeddings.
@@ -34,13 +34,13 @@ PROJECTIONS: tuple[str, ...] = get_args(ProjectionName)
 
 
 def embedding_width(geometry: str, dim: int) -> int:
-    """Extrinsic width of a geometry head's output for pre-projection width ``dim`` (seed 000, Table 1)."""
+    """Extrinsic width of a geometry head's output for pre-projection width ``dim`` (Stowell 2026 Tab. 1)."""
     _checks.check_choice(geometry, "geometry", GEOMETRIES[:-1])
     return 2 * dim if geometry == "torus_c" else dim
 
 
 def project(raw: jax.Array, geometry: str) -> jax.Array:
-    """Apply the geometry's projection (seed 000, Table 1) to raw head output ``raw: [N, D]`` in float32."""
+    """Apply the geometry's projection (Stowell 2026 Tab. 1) to raw head output ``raw: [N, D]`` in float32."""
     raw = raw.astype(jnp.float32)
     if geometry == "sphere":
         return manifolds.sphere(raw)
@@ -342,7 +342,7 @@ class ProjectionHead(nnx.Module):
 
 
 class MixedProjection(nnx.Module):
-    """MSimCLR projection (seed 001, Table 1): z = Σ_c q_c · h_c(sigmoid(coords_c)), one MLP head per chart.
+    """MSimCLR projection (Korman 2021 Tab. 1): z = Σ_c q_c · h_c(sigmoid(coords_c)), one MLP head per chart.
 
     coords: [N, n, d] pre-sigmoid, q: [N, n] → z: [N, out] float32.
     """

@@ -401,7 +401,7 @@ def color_jitter(key: jax.Array, x: jax.Array, *, strength: float = 0.5) -> jax.
 
 def simclr(key: jax.Array, x: jax.Array) -> jax.Array:
     """SimCLR's augmentation set: random resized crop, horizontal flip (p 0.5), colour jitter strength 0.5
-    (p 0.8) and grayscale (p 0.2) (seed 001, A.1)."""
+    (p 0.8) and grayscale (p 0.2) (Korman 2021, appendix A.1)."""
     k1, k2, k3, k4, k5 = jax.random.split(key, 5)
     x = random_resized_crop(k1, x)
     x = jnp.where(jax.random.bernoulli(k2, 0.5), x[:, ::-1], x)

@@ -1,5 +1,5 @@
-"""Frozen-feature classifiers: a linear probe (SimO, seed 004) and MSimCLR's piecewise linear evaluation
-(seed 001 §3.1: one linear classifier per chart on the compressed code, each point classified by the
+"""Frozen-feature classifiers: a linear probe (SimO, Bouhsine et al. 2024) and MSimCLR's piecewise linear
+evaluation (Korman 2021 §3.1: one linear classifier per chart on the compressed code, each point classified by the
 classifier of its most probable chart).
 """
 

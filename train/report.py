@@ -64,7 +64,7 @@ def evaluate(cfg: Config, query: Outputs, reference: Outputs, ds: Dataset) -> di
         "knn_accuracy": metrics.knn_accuracy(*args, k=cfg.knn_k, similarity=sim),
         "knn_k": cfg.knn_k,
     }
-    if cfg.geometry == "atlas":  # seed 001 §3.2 reports R@1, 2, 4, 8 (the rest: python -m train.evaluate)
+    if cfg.geometry == "atlas":  # Korman 2021 §3.2 reports R@1, 2, 4, 8 (the rest: python -m train.evaluate)
         recall = metrics.recall_at_k(*args, ks=(1, 2, 4, 8), similarity=sim)
         out["recall_at_k"] = {str(k): v for k, v in recall.items()}
     if cfg.geometry != "atlas":
