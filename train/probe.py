@@ -1,6 +1,6 @@
 """Frozen-feature classifiers: a linear probe (SimO, Bouhsine et al. 2024) and MSimCLR's piecewise linear
-evaluation (Korman 2021 §3.1: one linear classifier per chart on the compressed code, each point classified by the
-classifier of its most probable chart).
+evaluation (Korman 2021 §3.1: one linear classifier per chart on the compressed code, each point classified
+by the classifier of its most probable chart).
 """
 
 from __future__ import annotations
