@@ -107,7 +107,8 @@ def geojax_call(case: Case, k: int) -> tuple[Callable[[], Any], Callable[[], flo
     graphdef, state = step.init_state(cfg, case.images.shape[1:])
     mesh = parallel.make_mesh(1)
     per_device = step.make_step(cfg, graphdef, step.make_optimizer(cfg))
-    run = step.distribute(step.make_call(per_device, length=k, batches=step.make_batches(cfg)), mesh=mesh)
+    batches = step.make_batches(cfg)
+    run = step.distribute(step.make_call(per_device, length=k, batches=batches), mesh=mesh)
     tables = step.replicate({"images": case.images, **data.label_tables(case.labels)}, mesh)
     box = [step.replicate(state, mesh)]
 
@@ -116,9 +117,18 @@ def geojax_call(case: Case, k: int) -> tuple[Callable[[], Any], Callable[[], flo
         return metrics
 
     def flops():
-        cost = run.lower(box[0], tables, {}).cost_analysis()  # of the HLO, before compilation
+        # One step, straight-line (XLA counts a scan's body once, whatever its trip count), lowered for the
+        # host CPU: on GPUs convolutions become library calls that XLA's cost analysis does not count.
+        cpu = jax.make_mesh((1,), mesh.axis_names, devices=jax.devices("cpu")[:1])
+        one = step.distribute(step.make_call(per_device, length=1, batches=batches), mesh=cpu)
+        on_cpu = jax.sharding.NamedSharding(cpu, jax.sharding.PartitionSpec())
+
+        def spec(x):
+            return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=on_cpu)
+
+        cost = one.lower(jax.tree.map(spec, box[0]), jax.tree.map(spec, tables), {}).cost_analysis()
         cost = cost[0] if isinstance(cost, list) else cost
-        return cost["flops"] / k if cost and cost.get("flops") else None
+        return cost["flops"] if cost and cost.get("flops") else None
 
     return call, flops
 
@@ -350,6 +360,7 @@ def main() -> None:
     else:
         args.torch = torch.__version__
         device = "cuda" if torch.cuda.is_available() else "cpu"
+        torch.set_float32_matmul_precision("high")  # TF32 for fp32 products, as XLA's default on GPUs
         if args.one_thread:
             torch.set_num_threads(1)
         print(f"torch {torch.__version__} on {device}, {torch.get_num_threads()} threads")
