@@ -1,9 +1,28 @@
-"""Test set-up: four fake CPU devices, set before JAX initialises its backends."""
+"""Test set-up: four fake CPU devices, set before JAX initialises its backends.
+
+On an accelerator (JAX's default backend not the CPU) fp32 products run at full precision, as the float64
+references expect (XLA's default there passes them through TF32 or bf16), GPU reductions are deterministic
+(resumed runs are compared exactly), and the tests marked ``multidevice`` are skipped unless the accelerator
+has four devices.
+"""
 
 import os
 
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
+FLAGS = "--xla_force_host_platform_device_count=4 --xla_gpu_deterministic_ops=true"
+os.environ.setdefault("XLA_FLAGS", FLAGS)
 
 import jax  # noqa: E402
+import pytest  # noqa: E402
 
 jax.config.update("jax_num_cpu_devices", 4)
+if jax.default_backend() != "cpu":
+    jax.config.update("jax_default_matmul_precision", "highest")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if jax.device_count() >= 4:
+        return
+    skip = pytest.mark.skip(reason=f"needs 4 devices; {jax.default_backend()} has {jax.device_count()}")
+    for item in items:
+        if "multidevice" in item.keywords:
+            item.add_marker(skip)

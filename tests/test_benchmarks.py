@@ -93,7 +93,8 @@ def test_blocks_on_jax_results():
             x = jnp.tanh(x @ x)
         return x
 
-    x = jnp.full((768, 768), 1 / 768, jnp.float32)
+    n = 768 if jax.default_backend() == "cpu" else 4096  # milliseconds of work on either
+    x = jnp.full((n, n), 1 / n, jnp.float32)
     blocked = measure(chain, x, repeats=3)
     unblocked = measure(chain, x, repeats=3, block=lambda out: out)
     jax.block_until_ready(unblocked.result)

@@ -5,6 +5,7 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from jax import lax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -13,6 +14,7 @@ from geojax import losses
 from geojax.similarity import cosine
 
 AXIS = "data"
+pytestmark = pytest.mark.multidevice
 
 
 def _data(n=16, d=6, classes=3, seed=0):
@@ -30,7 +32,7 @@ def _gathered(e, y):
     return keys, dict(key_labels=key_labels, self_index=self_index, axis_name=AXIS)
 
 
-MESH = jax.make_mesh((4,), (AXIS,))
+MESH = jax.make_mesh((4,), (AXIS,), devices=jax.devices()[:4]) if jax.device_count() >= 4 else None
 
 
 def _on_mesh(local):

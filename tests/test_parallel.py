@@ -9,6 +9,8 @@ from flax import nnx
 from geojax import parallel
 from train import config, data, loop, step
 
+pytestmark = pytest.mark.multidevice
+
 
 def test_gather_and_self_index_layout():
     def step(state, batch):

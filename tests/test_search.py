@@ -188,6 +188,7 @@ def test_bad_inputs():
         search.pq_topk(x, pq, codes, 21)
 
 
+@pytest.mark.multidevice
 def test_queries_split_across_devices():
     # conftest gives 4 CPU devices; ≥ 8 queries per device take the shard_map path.
     assert len(jax.local_devices()) == 4
@@ -208,6 +209,6 @@ def test_use_cpu_cores_before_and_after_start():
         "import jax\nfrom geojax import search\nprint(search.use_cpu_cores(3), jax.device_count())\n"
         "try:\n    search.use_cpu_cores(2)\nexcept RuntimeError:\n    print('late')\n"
     )
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"} | {"JAX_PLATFORMS": "cpu"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert out.stdout.split() == ["3", "3", "late"]

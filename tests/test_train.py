@@ -170,6 +170,7 @@ def _metrics(workdir):
         return [json.loads(line) for line in f]
 
 
+@pytest.mark.multidevice
 def test_steps_per_call_and_either_feed_give_the_same_run(tmp_path):
     # a well-conditioned recipe, so that another order of the same sums stays at round-off: SGD, whose update
     # is linear in the gradient (Adam's g/√v amplifies round-off), and no KoLeo (1/distance gradients)
@@ -198,6 +199,7 @@ def test_steps_per_call_and_either_feed_give_the_same_run(tmp_path):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.multidevice
 def test_a_run_of_several_steps_per_call_resumes_exactly(tmp_path):
     kw = dict(TINY, steps=6, optimizer="sgd", lr=0.05, koleo=0.0, checkpoint_every=2, log_every=1, devices=4)
     ref = loop.train(config.make(workdir=str(tmp_path / "a"), **kw)).state
