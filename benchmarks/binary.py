@@ -1,23 +1,29 @@
-"""TT encoding (seed 002 §3.3) vs a dense projection: packed sign bits of R x for a batch of vectors.
+"""TT encoding (Hong, Meng & Yuan 2018, §3, eq. 4) vs a dense projection: packed sign bits of R x for a batch.
 
-    python benchmarks/binary.py [--quick] [--repeats 20] [--batch 1000]
+    python benchmarks/binary.py [--quick] [--rounds 15] [--batch 1000] [--rank 4] [--block B]
 
-Full size (the issue's target): 4096-d → 4096 bits (6 cores of 4×4, rank 4) and 4096-d → 1024 bits
-(output modes 2×4×4×4×4×2), batch 1,000. Peer: the same matrix dense, ``x @ R.T`` in jnp. Every variant
-is jitted, timed as the median of ``--repeats`` calls after two warm-up calls, and computes the full
-encode (projection, sign, little-endian packing). TT variants: core by core (``tt.matvec``), the same
-in row blocks (cache blocking, ``block=``), with adjacent cores merged (``tt.merge_cores``), and on a
-GPU the fused Pallas kernel (``tt.matvec_fused``).
+Full size (the issue's target): 4096-d → 4096 bits (6 cores of 4×4) and 4096-d → 1024 bits (output
+modes 2×4×4×4×4×2, the paper's Table 1 shape), TT-rank 4 (the rank of the paper's Table 2), batch
+1,000, float32. Peer: the same matrix dense, ``x @ R.T`` in jnp. Every variant is jitted and computes
+the full encode (projection, sign, little-endian packing); after two warm-up calls each, the variants
+are timed in interleaved rounds (one call of each per round, so load on a shared machine falls on all
+alike) and the medians over rounds are reported, wall clock and process CPU seconds. TT variants, all
+exact regroupings of the same matrix: core by core (``tt.matvec``), the same in slabs of rows
+(``block=``, ``tt.map_rows``), cores merged into two halves (the Kronecker-sum form), into pairs, and
+as ``tt.plan`` chooses; ``binary.encode`` (``tt.plan``'s grouping, each slab centred, projected, signed
+and packed before the next); on a GPU the fused Pallas kernel (``tt.matvec_fused``).
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
-from geojax import tt
+from geojax import binary, tt
 from geojax.quantize import pack_bits
 from train.tables import markdown_table
 from train.timing import measure
@@ -29,9 +35,20 @@ def dense_encode(r: jax.Array, x: jax.Array) -> jax.Array:
     return pack_bits(x @ r.T >= 0)
 
 
-def tt_encoder(block: int | None):
-    """Jitted TT encode: sign bits of ``tt.matvec(m, x, block=block)``."""
-    return jax.jit(lambda m, x: pack_bits(tt.matvec(m, x, block=block) >= 0))
+def tt_encoder(groups, block: int | None):
+    """Jitted TT encode: sign bits of ``tt.matvec`` on ``tt.merge_cores(m, groups)`` (None: as stored)."""
+
+    def encode(m: tt.TTMatrix, x: jax.Array) -> jax.Array:
+        merged = m if groups is None else tt.merge_cores(m, groups)
+        return pack_bits(tt.matvec(merged, x, block=block) >= 0)
+
+    return jax.jit(encode)
+
+
+@jax.jit
+def model_encode(model: binary.TP, x: jax.Array) -> jax.Array:
+    """``binary.encode`` of a TP model (zero mean, so its codes are those of R x)."""
+    return binary.encode(model, x)
 
 
 @jax.jit
@@ -40,31 +57,57 @@ def fused_encode(m: tt.TTMatrix, x: jax.Array) -> jax.Array:
     return pack_bits(tt.matvec_fused(m, x) >= 0)
 
 
-def run_case(out_modes, in_modes, *, rank: int, batch: int, repeats: int, blocks, group: int) -> list[dict]:
+def interleaved(variants: dict, *, rounds: int) -> dict[str, tuple[float, float]]:
+    """Median (wall, CPU) seconds per call of each ``name: (fn, args)``, one call of each per round."""
+    for fn, args in variants.values():
+        measure(fn, *args, repeats=1, warmup=2)
+    samples = {name: ([], []) for name in variants}
+    for _ in range(rounds):
+        for name, (fn, args) in variants.items():
+            timing = measure(fn, *args, repeats=1, warmup=0)
+            samples[name][0].append(timing.seconds[0])
+            samples[name][1].append(timing.cpu_seconds[0])
+    return {name: (statistics.median(w), statistics.median(c)) for name, (w, c) in samples.items()}
+
+
+def run_case(out_modes, in_modes, *, rank: int, batch: int, rounds: int, block: int | None) -> list[dict]:
     key_m, key_x = jax.random.split(jax.random.key(0))
     m = tt.init(key_m, out_modes, in_modes, rank)
     r = tt.to_dense(m)
     x = jax.random.normal(key_x, (batch, m.shape[1]))
+    plan = tt.plan(m)
+    block = block or plan.block
+    t = len(m.cores)
+    halves = (t // 2, t - t // 2)
+    pairs = (2,) * (t // 2) + (1,) * (t % 2)
+    model = binary.TP(jnp.zeros(m.shape[1]), m, jnp.zeros(0))
+    merged_params = tt.num_params(tt.merge_cores(m, plan.groups))
+    variants = {
+        "dense x @ R.T": (dense_encode, (r, x), int(r.size)),
+        f"TT {t} cores, whole batch": (tt_encoder(None, None), (m, x), tt.num_params(m)),
+        f"TT {t} cores, block {block}": (tt_encoder(None, block), (m, x), tt.num_params(m)),
+    }
+    for name, groups in [("halves", halves), ("pairs", pairs), ("tt.plan", plan.groups)]:
+        params = tt.num_params(tt.merge_cores(m, groups))
+        variants[f"TT {name} {groups}, block {block}"] = (tt_encoder(groups, block), (m, x), params)
+    variants[f"binary.encode (tt.plan {plan.groups}, block {plan.block})"] = (
+        model_encode,
+        (model, x),
+        merged_params,
+    )
     reference = np.unpackbits(np.asarray(dense_encode(r, x)), axis=1)
-    dense_s = measure(dense_encode, r, x, repeats=repeats, warmup=2).median
-    rows = [{"variant": "dense x @ R.T", "seconds": dense_s, "params": int(r.size), "agree": 1.0}]
-    merged = tt.merge_cores(m, group)
-    variants = [(f"TT {len(m.cores)} cores", m, None)]
-    variants += [(f"TT {len(m.cores)} cores, block {b}", m, b) for b in blocks]
-    variants += [(f"TT merged to {len(merged.cores)} cores", merged, None)]
-    variants += [(f"TT merged to {len(merged.cores)} cores, block {b}", merged, b) for b in blocks]
-    if jax.default_backend() == "gpu":
-        variants += [("TT fused kernel (tt.matvec_fused)", m, "fused")]
-    for name, model, block in variants:
-        encode = fused_encode if block == "fused" else tt_encoder(block)
-        bits = np.unpackbits(np.asarray(encode(model, x)), axis=1)
-        seconds = measure(encode, model, x, repeats=repeats, warmup=2).median
+    times = interleaved({name: v[:2] for name, v in variants.items()}, rounds=rounds)
+    rows = []
+    for name, (fn, args, params) in variants.items():
+        bits = np.unpackbits(np.asarray(fn(*args)), axis=1)
+        wall, cpu = times[name]
         rows.append(
             {
                 "variant": name,
-                "seconds": seconds,
-                "params": tt.num_params(model),
-                "agree": float(np.mean(bits == reference)),
+                "seconds": wall,
+                "cpu": cpu,
+                "params": params,
+                "agree": np.mean(bits == reference),
             }
         )
     return rows
@@ -73,15 +116,13 @@ def run_case(out_modes, in_modes, *, rank: int, batch: int, repeats: int, blocks
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="256-d, batch 100: a few seconds")
-    parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--rounds", "--repeats", type=int, default=None, help="interleaved timing rounds")
     parser.add_argument("--batch", type=int, default=None)
     parser.add_argument("--rank", type=int, default=4)
-    parser.add_argument("--blocks", default="16,64", help="row blocks to try, comma-separated ('' for none)")
-    parser.add_argument("--group", type=int, default=3, help="cores merged per group")
+    parser.add_argument("--block", type=int, default=None, help="rows per slab (default: tt.plan's)")
     args = parser.parse_args(argv)
     batch = args.batch or (100 if args.quick else 1000)
-    repeats = args.repeats or (5 if args.quick else 20)
-    blocks = [int(b) for b in args.blocks.split(",") if b]
+    rounds = args.rounds or (5 if args.quick else 15)
     if args.quick:
         cases = [((4, 4, 4, 4), (4, 4, 4, 4)), ((2, 4, 4, 2), (4, 4, 4, 4))]
     else:
@@ -89,28 +130,36 @@ def main(argv=None) -> None:
     device = jax.devices()[0]
     print(f"device: {device.platform} {device.device_kind} × {jax.device_count()}, jax {jax.__version__}")
     for out_modes, in_modes in cases:
-        rows = run_case(
-            out_modes, in_modes, rank=args.rank, batch=batch, repeats=repeats, blocks=blocks, group=args.group
-        )
+        rows = run_case(out_modes, in_modes, rank=args.rank, batch=batch, rounds=rounds, block=args.block)
         b, d = int(np.prod(out_modes)), int(np.prod(in_modes))
         print(
-            f"\n{d}-d → {b} bits, batch {batch}, rank {args.rank}, output modes "
+            f"\n{d}-d → {b} bits, batch {batch}, TT-rank {args.rank}, output modes "
             f"{'×'.join(map(str, out_modes))}, input modes {'×'.join(map(str, in_modes))}, "
-            f"median of {repeats}"
+            f"medians of {rounds} interleaved rounds"
         )
-        dense_s = rows[0]["seconds"]
+        dense_s, dense_cpu = rows[0]["seconds"], rows[0]["cpu"]
         cells = [
             [
                 row["variant"],
-                f"{1e3 * row['seconds']:.3f}",
+                f"{1e3 * row['seconds']:.2f}",
                 f"{dense_s / row['seconds']:.2f}×",
+                f"{1e3 * row['cpu']:.2f}",
+                f"{dense_cpu / row['cpu']:.2f}×",
                 f"{row['params']:,}",
                 f"{row['agree']:.5f}",
             ]
             for row in rows
         ]
-        header = ["variant", "ms", "speed-up vs dense", "parameters", "bits equal to dense"]
-        print(markdown_table(header, cells, align="lrrrr"))
+        header = [
+            "variant",
+            "ms",
+            "speed-up vs dense",
+            "CPU ms",
+            "CPU speed-up",
+            "parameters",
+            "bits equal to dense",
+        ]
+        print(markdown_table(header, cells, align="lrrrrrr"))
 
 
 if __name__ == "__main__":

@@ -178,8 +178,10 @@ def tp_fit(
 def encode(model: ITQ | TP, x: ArrayLike) -> jax.Array:
     """Eq. 6: packed sign bits uint8 [..., b/8] of x [..., d] under a fitted ITQ or TP model.
 
-    TP projects with the TT matrix-by-vector product (``tt.matvec``), never the dense matrix. A concrete
-    ``x`` with NaN or ±inf is rejected; a traced one is not checked (module docstring).
+    TP projects with the TT matrix-by-vector product (eq. 4): its cores merged as ``tt.plan`` chooses (an
+    exact regrouping; only for a small matrix may that be all cores, the dense matrix) and the batch run
+    in slabs of rows, each slab centred, projected, signed and packed before the next (``tt.map_rows``).
+    A concrete ``x`` with NaN or ±inf is rejected; a traced one is not checked (module docstring).
     """
     if not isinstance(model, ITQ | TP):
         raise ValueError(f"model must be a fitted ITQ or TP, got {type(model).__name__}")
@@ -188,9 +190,10 @@ def encode(model: ITQ | TP, x: ArrayLike) -> jax.Array:
     if jnp.ndim(x) < 1 or jnp.shape(x)[-1] != d:
         raise ValueError(f"x must have last dimension {d} (the fitted width), got {tuple(jnp.shape(x))}")
     _checks.check_finite(x, "x")
-    xc = x - model.mean
-    if isinstance(model, TP):
-        projected = tt.matvec(model.projection, xc)
-    else:
-        projected = jnp.matmul(xc, model.projection.T)
-    return pack_bits(projected >= 0)
+    if isinstance(model, ITQ):
+        return pack_bits(jnp.matmul(x - model.mean, model.projection.T) >= 0)
+    plan = tt.plan(model.projection)
+    merged = tt.merge_cores(model.projection, plan.groups)
+    rows = jnp.asarray(x).reshape(-1, d)
+    codes = tt.map_rows(lambda r: pack_bits(tt.matvec(merged, r - model.mean) >= 0), rows, plan.block)
+    return codes.reshape(*jnp.shape(x)[:-1], codes.shape[-1])

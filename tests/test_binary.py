@@ -79,11 +79,7 @@ def test_tp_objective_non_increasing_and_encode_matches_dense(bits, out_modes):
     assert model.projection.out_modes == out_modes and model.projection.in_modes == (2, 4, 2)
     assert model.projection.ranks == (1, 2, 2, 1)
     # Codes: sign(R (x − mean)) with the dense R formed in numpy from the cores, packed little-endian.
-    dense = np.eye(1)[:, None, :]
-    for g in model.projection.cores:
-        g = np.asarray(g, np.float64)
-        dense = np.einsum("BDr,rbds->BbDds", dense, g).reshape(dense.shape[0] * g.shape[1], -1, g.shape[3])
-    proj = (x - np.asarray(model.mean)) @ dense[:, :, 0].T
+    proj = (x - np.asarray(model.mean)) @ _dense64(model.projection.cores).T
     want = np.packbits(proj >= 0, axis=1, bitorder="little")
     codes = np.asarray(binary.encode(model, jnp.asarray(x)))
     assert codes.dtype == np.uint8 and codes.shape == (x.shape[0], bits // 8)
@@ -91,6 +87,50 @@ def test_tp_objective_non_increasing_and_encode_matches_dense(bits, out_modes):
     agree = np.unpackbits(codes, axis=1, bitorder="little") == (proj >= 0)
     assert np.all(agree | near_zero)
     assert np.mean(codes == want) > 0.99
+
+
+def _dense64(cores) -> np.ndarray:
+    """Hong, Meng & Yuan 2018, eq. 2 in float64 numpy: the dense R of TT cores [r, b, d, s]."""
+    dense = np.eye(1)[:, None, :]
+    for g in cores:
+        g = np.asarray(g, np.float64)
+        dense = np.einsum("BDr,rbds->BbDds", dense, g).reshape(dense.shape[0] * g.shape[1], -1, g.shape[3])
+    return dense[:, :, 0]
+
+
+@pytest.mark.parametrize(
+    "out_modes,in_modes,rank,batch,slab",
+    [
+        ((4,) * 6, (4,) * 6, 4, 70, None),  # the paper's 4096 → 4096 bits; plan: 32-row slabs, last overlaps
+        ((2, 4, 4, 4, 4, 2), (4,) * 6, 4, 33, None),  # 4096 → 1024 bits
+        ((2, 4, 2), (3, 2, 4), 3, 13, 100),  # three cores, slabs of a few rows
+        ((2, 2, 4, 2, 2), (2, 3, 2, 2, 2), 2, 9, 200),  # five cores
+        ((8,), (12,), 1, 6, None),  # one core
+    ],
+)
+def test_tp_encode_matches_float64_dense_sign(monkeypatch, out_modes, in_modes, rank, batch, slab):
+    if slab is not None:  # small matrices would fit whole; make the slabs hold a few rows
+        monkeypatch.setattr(tt, "_SLAB_VALUES", slab)
+    m = tt.init(jax.random.key(7), out_modes, in_modes, rank)
+    rng = np.random.default_rng(7)
+    mean = rng.normal(size=m.shape[1]).astype(np.float32)
+    x = rng.normal(size=(batch, m.shape[1])).astype(np.float32)
+    model = binary.TP(jnp.asarray(mean), m, jnp.zeros(0))
+    if slab is not None:
+        assert tt.plan(m).block < batch
+    xc = x.astype(np.float64) - mean
+    proj = xc @ _dense64(m.cores).T
+    # Float32 rounding of any exact regrouping is bounded by a small multiple of eps · (|x − mean| |R|ᵀ),
+    # |R| being the dense matrix of the cores' absolute values; only there may a sign differ.
+    bound = np.abs(xc) @ _dense64([np.abs(np.asarray(g)) for g in m.cores]).T
+    for codes in (binary.encode(model, jnp.asarray(x)), jax.jit(binary.encode)(model, jnp.asarray(x))):
+        codes = np.asarray(codes)
+        assert codes.dtype == np.uint8 and codes.shape == (batch, m.shape[0] // 8)
+        bits = np.unpackbits(codes, axis=1, bitorder="little").astype(bool)
+        tie = np.abs(proj) <= 1e-6 * bound
+        assert np.all((bits == (proj >= 0)) | tie) and tie.mean() < 1e-3
+    leading = np.asarray(binary.encode(model, jnp.asarray(x[:6].reshape(2, 3, -1))))  # leading dims kept
+    np.testing.assert_array_equal(leading.reshape(6, -1), codes[:6])
 
 
 def test_itq_encode_matches_dense_sign_and_zero_is_positive():

@@ -56,6 +56,57 @@ def test_merge_cores_blocked_and_fused_matvec_equal_dense():
     np.testing.assert_allclose(np.asarray(fused)[:, 0], x @ dense.T, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize(
+    "out_modes,in_modes,ranks,groups",
+    [
+        ((2, 3, 2), (3, 2, 4), [1, 3, 4, 1], [(1, 2), (2, 1), (3,)]),  # three cores
+        ((2, 1, 3, 2, 2), (2, 3, 1, 2, 2), [1, 2, 3, 3, 2, 1], [(2, 1, 2), (1, 3, 1), (1, 1, 1, 2)]),  # five
+        ((4, 2, 2, 4), (2, 4, 4, 2), 3, [(2, 1, 1), (1, 2, 1), (2, 2)]),
+    ],
+)
+def test_grouped_and_slabbed_matvec_equal_dense(out_modes, in_modes, ranks, groups):
+    m = tt.init(jax.random.key(5), out_modes, in_modes, ranks)
+    dense = _naive_dense(m)
+    x = np.random.default_rng(5).normal(size=(11, dense.shape[1])).astype(np.float32)
+    want = x.astype(np.float64) @ dense.T
+    for sizes in groups:
+        merged = tt.merge_cores(m, sizes)
+        assert len(merged.cores) == len(sizes) and merged.shape == m.shape
+        np.testing.assert_allclose(np.asarray(tt.to_dense(merged)), dense, rtol=1e-4, atol=1e-5)
+        for block in (None, 1, 4, 11, 64):  # 11 rows in slabs of 4: the last slab overlaps the one before
+            y = tt.matvec(merged, jnp.asarray(x), block=block)
+            np.testing.assert_allclose(np.asarray(y), want, rtol=1e-4, atol=1e-4)
+    plan = tt.plan(m)
+    assert sum(plan.groups) == len(m.cores) and plan.block >= 1
+    y = tt.matvec(tt.merge_cores(m, plan.groups), jnp.asarray(x), block=plan.block)
+    np.testing.assert_allclose(np.asarray(y), want, rtol=1e-4, atol=1e-4)
+
+
+def test_plan_of_the_paper_shape():
+    # 4096 → 4096 bits, 6 cores of 4×4, rank 4 (Hong, Meng & Yuan 2018, Table 2): merged ends, 32-row slabs.
+    m = jax.eval_shape(lambda: tt.init(jax.random.key(0), (4,) * 6, (4,) * 6, 4))
+    assert tt.plan(m) == tt.Plan((2, 1, 1, 2), 32)
+    groups = tt._compositions(6)  # the groupings searched: every split of 6 cores into adjacent runs
+    assert len(groups) == 32 and len(set(groups)) == 32 and all(sum(g) == 6 for g in groups)
+
+
+def test_map_rows_slabs_and_overlap():
+    x = jnp.asarray(np.random.default_rng(6).normal(size=(10, 3)).astype(np.float32))
+    calls = []
+
+    def fn(rows):
+        calls.append(rows.shape[0])
+        return jnp.stack([rows.sum(1), rows.max(1)], axis=1)
+
+    want = np.stack([np.asarray(x).sum(1), np.asarray(x).max(1)], axis=1)
+    for block in (1, 3, 4, 10, 20):  # 10 rows in slabs of 3 and 4: the last slab overlaps
+        np.testing.assert_allclose(np.asarray(tt.map_rows(fn, x, block)), want, rtol=1e-6)
+    # fn only ever sees slabs of exactly ``block`` rows, or all rows when N ≤ block.
+    assert set(calls) == {1, 3, 4, 10}
+    with pytest.raises(ValueError, match="keep the number of rows"):
+        tt.map_rows(lambda rows: rows[:1], x, 4)
+
+
 def test_tt_svd_exact_at_full_rank():
     a = np.random.default_rng(1).normal(size=(12, 24)).astype(np.float32)
     m = tt.tt_svd(jnp.asarray(a), (2, 3, 2), (3, 2, 4), 1000)
@@ -166,6 +217,10 @@ def test_bad_inputs():
         tt.matvec_fused(m, jnp.ones((3, 4)), interpret=True)
     with pytest.raises(ValueError, match="group"):
         tt.merge_cores(m, 0)
+    with pytest.raises(ValueError, match="sum to the number of cores 2"):
+        tt.merge_cores(m, (1, 2))
+    with pytest.raises(ValueError, match="block"):
+        tt.map_rows(lambda rows: rows, jnp.ones((3, 6)), 0)
     with pytest.raises(ValueError, match="dense must have shape"):
         tt.tt_svd(jnp.ones((4, 5)), (2, 2), (2, 3), 2)
     with pytest.raises(ValueError, match="gram"):
