@@ -7,7 +7,9 @@ modes 2×4×4×4×4×2, the paper's Table 1 shape), TT-rank 4 (the rank of the p
 1,000, float32. Peer: the same matrix dense, ``x @ R.T`` in jnp. Every variant is jitted and computes
 the full encode (projection, sign, little-endian packing); after two warm-up calls each, the variants
 are timed in interleaved rounds (one call of each per round, so load on a shared machine falls on all
-alike) and the medians over rounds are reported, wall clock and process CPU seconds. TT variants, all
+alike) and the medians over rounds are reported, wall clock and process CPU seconds (on a loaded machine
+the longer dense call is preempted more, so its wall-clock ratio overstates the speed-up; the CPU-seconds
+ratio does not). TT variants, all
 exact regroupings of the same matrix: core by core (``tt.matvec``), the same in slabs of rows
 (``block=``, ``tt.map_rows``), cores merged into two halves (the Kronecker-sum form), into pairs, and
 as ``tt.plan`` chooses; ``binary.encode`` (``tt.plan``'s grouping, each slab centred, projected, signed
