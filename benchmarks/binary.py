@@ -9,11 +9,11 @@ the full encode (projection, sign, little-endian packing); after two warm-up cal
 are timed in interleaved rounds (one call of each per round, so load on a shared machine falls on all
 alike) and the medians over rounds are reported, wall clock and process CPU seconds (on a loaded machine
 the longer dense call is preempted more, so its wall-clock ratio overstates the speed-up; the CPU-seconds
-ratio does not). TT variants, all
-exact regroupings of the same matrix: core by core (``tt.matvec``), the same in slabs of rows
-(``block=``, ``tt.map_rows``), cores merged into two halves (the Kronecker-sum form), into pairs, and
-as ``tt.plan`` chooses; ``binary.encode`` (``tt.plan``'s grouping, each slab centred, projected, signed
-and packed before the next); on a GPU the fused Pallas kernel (``tt.matvec_fused``).
+ratio does not). TT variants, all exact regroupings of the same matrix: core by core (``tt.matvec``),
+the same in slabs of rows (``block=``, ``tt.map_rows``), cores merged into two halves (the Kronecker-sum
+form), into pairs, and as ``tt.plan`` chooses; ``binary.encode`` (``tt.plan``'s grouping, each slab
+centred, projected, signed and packed before the next); on a GPU the fused Pallas kernel
+(``tt.matvec_fused``).
 """
 
 from __future__ import annotations
