@@ -2,16 +2,19 @@
 jit-able.
 
 Every search returns ``(distances [Q, k], indices [Q, k] int32)`` in faiss's order: ascending distance, ties
-to the lower database index. Queries run in blocks of ``query_block`` rows against database chunks of
-``chunk`` rows (``lax.map`` over query blocks, ``lax.scan`` over chunks), so memory stays bounded.
+to the lower database index. Queries run in blocks of ``query_block`` rows (``lax.map``); the database is
+cut into sub-chunks of about ``chunk`` rows, stored column-major once per call, and sub-chunks are gathered
+into selection blocks (``lax.scan``), so memory stays bounded.
 
-Within a chunk the exact top-k is found in two stages: the minimum distance of each group of ``_GROUP``
-consecutive rows (fused with the distance computation), the k best groups by (minimum, group index), and the
-top-k of the k·_GROUP distances of those groups, recomputed. The k nearest rows always lie in those groups
-(any group outside them is beaten by k group minima, each a distinct row). Candidates are kept in database
-order and merged with the running result placed first, so ``lax.top_k``'s lower-index-first rule carries
-the tie order across chunks. Integer distances are ranked as float32 keys (exact below 2^24; ``lax.top_k``
-on int32 is far slower on CPU), falling back to int32 keys when the bound is larger.
+For each selection block the exact top-k is found in two stages: the minimum distance of each group of
+``_GROUP`` consecutive rows, fused with the distance computation into one loop over sub-chunks, then queries,
+then rows (each sub-chunk stays in cache while every query of the block reads it, and XLA splits the loop
+across the CPU's threads); the k best groups by (minimum, group index); and the top-k of the k·_GROUP
+distances of those groups, recomputed. The k nearest rows always lie in those groups (any group outside them
+is beaten by k group minima, each a distinct row). Candidates are kept in database order and merged with the
+running result placed first, so ``lax.top_k``'s lower-index-first rule carries the tie order across blocks.
+Integer distances are ranked as float32 keys (exact below 2^24; ``lax.top_k`` on int32 is far slower on
+CPU), falling back to int32 keys when the bound is larger.
 
 Bad values: ``pq_topk`` rejects concrete queries or codebooks holding NaN or ±inf and codes outside
 [0, 2^nbits) (``ValueError`` naming the argument), since a NaN distance would otherwise be ranked like a
@@ -37,6 +40,7 @@ from geojax.quantize import PQ
 _F32 = jnp.float32
 _GROUP = 32
 _EXACT_F32 = 1 << 24
+_SELECT = 1 << 23  # group minima held per query block between two selections (elements)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -141,17 +145,19 @@ def _hamming_kernel(q: jax.Array, rows: jax.Array, shared: bool) -> jax.Array:
 
 
 def _pq_kernel(tables: jax.Array, rows: jax.Array, shared: bool) -> jax.Array:
-    """Asymmetric distance Σ_j T[q, j, code_j] (Jégou et al. 2011 eq. 13), j = 0 … m−1 in order.
+    """Asymmetric distance Σ_j T[j, code_j, q] (Jégou et al. 2011 eq. 13), j = 0 … m−1 in order.
 
-    tables: [b, m, K]; shared rows: codes [m, *S] → [b, *S]; otherwise [b, n, m] → [b, n].
+    tables: [m, K, b], queries last, so that one code's entries for consecutive queries are contiguous (the
+    scan's loop over queries then reads a row of the table); shared rows: codes [m, *S] → [b, *S];
+    otherwise [b, n, m] → [b, n].
     """
     codes = rows.astype(jnp.int32)
     total = None
-    for j in range(tables.shape[1]):
+    for j in range(tables.shape[0]):
         if shared:
-            part = jnp.take(tables[:, j], codes[j], axis=1)
+            part = jnp.moveaxis(jnp.take(tables[j], codes[j], axis=0), -1, 0)
         else:
-            part = jnp.take_along_axis(tables[:, j], codes[:, :, j], axis=1)
+            part = jnp.take_along_axis(tables[j].T, codes[:, :, j], axis=1)
         total = part if total is None else total + part
     return total
 
@@ -159,12 +165,12 @@ def _pq_kernel(tables: jax.Array, rows: jax.Array, shared: bool) -> jax.Array:
 def _pq_tables(codebooks: jax.Array, queries: jax.Array) -> jax.Array:
     """Squared distances of each query sub-vector to every centroid.
 
-    codebooks: [m, K, D/m], queries: [b, D] → [b, m, K] float32.
+    codebooks: [m, K, D/m], queries: [b, D] → [m, K, b] float32.
     """
     m, _, ds = codebooks.shape
     qs = queries.astype(_F32).reshape(queries.shape[0], m, ds)
-    cross = jnp.einsum("bmd,mkd->bmk", qs, codebooks, preferred_element_type=_F32)
-    sq = jnp.sum(jnp.square(qs), -1)[..., None] + jnp.sum(jnp.square(codebooks), -1)[None]
+    cross = jnp.einsum("bmd,mkd->mkb", qs, codebooks, preferred_element_type=_F32)
+    sq = jnp.sum(jnp.square(qs), -1).T[:, None, :] + jnp.sum(jnp.square(codebooks), -1)[..., None]
     return jnp.maximum(sq - 2.0 * cross, 0.0)
 
 
@@ -173,100 +179,148 @@ def _pq_tables(codebooks: jax.Array, queries: jax.Array) -> jax.Array:
 # --------------------------------------------------------------------------------------------------------
 
 
-def _chunk_topk(kernel, qdata, rows, cols, start, n, k, group, key_dtype, big):
-    """Top-k (keys = −distance) of one query block against one database chunk.
+def _group_minima(kernel, qdata, cols, start, n, group):
+    """[b, c/group]: the smallest distance in each group of ``group`` consecutive rows of one sub-chunk.
 
-    rows: the chunk [c, W] (row-major, for gathering candidates); cols: the same chunk as [W, c/group, group]
-    with cols[w, g, j] = rows[g·group + j, w]: the kernel gives distances [b, c/group, group] whose minimum
-    over the last axis (group g = rows g·group … g·group + group − 1) fuses with the kernel into one loop.
+    cols: the sub-chunk as [W, c/group, group] with cols[w, g, j] = row g·group + j's column w, so that the
+    kernel gives distances [b, c/group, group] whose minimum over the last axis fuses with the kernel into
+    one loop. Rows past the database end count as the dtype's maximum, above any real distance.
     """
-    c = rows.shape[0]
+    dist = kernel(qdata, cols, True)
+    index = start + jnp.arange(cols.shape[1] * group).reshape(cols.shape[1], group)
+    if jnp.issubdtype(dist.dtype, jnp.floating):
+        # A chain of minimums: XLA's CPU backend hands a float min-reduction here to a library fusion that
+        # ran the PQ scan about 3× slower.
+        masked = jnp.where(index[None] < n, dist, jnp.finfo(dist.dtype).max)
+        return functools.reduce(jnp.minimum, [masked[..., j] for j in range(group)])
+    return jnp.min(jnp.where(index[None] < n, dist, jnp.iinfo(dist.dtype).max), axis=-1)
 
-    def keys(dist, index):
-        return jnp.where(index < n, -dist.astype(key_dtype), -big)
 
-    dist = kernel(qdata, cols, True)  # [b, c/group, group]
-    b = dist.shape[0]
-    index = start + jnp.arange(c).reshape(c // group, group)
+def _select(kernel, qdata, rows, minima, start, n, k, group, key_dtype, big):
+    """Top-k (keys = −distance, global indices) of one query block against one selection block.
+
+    rows: the block's rows [s·c, W] (row-major, for gathering candidates); minima: [s, b, c/group], the
+    group minima of its s sub-chunks (the distances themselves when group = 1). The k best groups by
+    (minimum, index) are the k best of the sub-chunks' k best, which top_k lists by (key, index); with
+    group = 1 they are the result, otherwise their k·group rows are recomputed and ranked.
+    """
+    s, b, groups = minima.shape
+    keys, best = lax.top_k(-minima.astype(key_dtype), k)  # [s, b, k]
+    best = best + (jnp.arange(s, dtype=jnp.int32) * groups)[:, None, None]  # block-local group indices
+    keys, best = (jnp.transpose(x, (1, 0, 2)).reshape(b, s * k) for x in (keys, best))
+    v, j = lax.top_k(keys, k)  # sub-chunks in database order: equal keys keep the lower index first
+    best = jnp.take_along_axis(best, j, axis=1)
     if group == 1:
-        v, i = lax.top_k(keys(dist.reshape(b, c), index.reshape(1, c)), k)
-        return v, start + i
-    # Stage 1: per-group minima of the distances (rows past the database end count as the dtype's maximum,
-    # above any real distance), as keys.
-    worst = (
-        jnp.finfo(dist.dtype).max if jnp.issubdtype(dist.dtype, jnp.floating) else jnp.iinfo(dist.dtype).max
-    )
-    group_min = jnp.min(jnp.where(index[None] < n, dist, worst), axis=-1)
-    _, best_groups = lax.top_k(-group_min.astype(key_dtype), k)
-    best_groups = jnp.sort(best_groups, axis=-1)  # database order, for the tie rule
-    cand = (best_groups[:, :, None] * group + jnp.arange(group)).reshape(b, k * group)
-    # Stage 2: exact keys of the candidate rows, recomputed.
-    v, j = lax.top_k(keys(kernel(qdata, rows[cand], False), start + cand), k)
+        return v, start + best
+    best = jnp.sort(best, axis=-1)  # database order, for the tie rule
+    cand = (best[:, :, None] * group + jnp.arange(group)).reshape(b, k * group)
+    dist = kernel(qdata, rows[cand], False)
+    v, j = lax.top_k(jnp.where(start + cand < n, -dist.astype(key_dtype), -big), k)
     return v, start + jnp.take_along_axis(cand, j, axis=1)
 
 
-def _scan_topk(kernel, qdata, db, k, *, chunk, group, key_dtype, big):
-    """Top-k over the whole database for one query block, merging chunk results in database order."""
-    n = db.shape[0]
-    n_chunks = -(-n // chunk)
-    padded = jnp.pad(db, ((0, n_chunks * chunk - n), (0, 0)))
-    chunks = padded.reshape(n_chunks, chunk, db.shape[1])
-    col_chunks = jnp.transpose(chunks.reshape(n_chunks, chunk // group, group, db.shape[1]), (0, 3, 1, 2))
-    b = jax.tree_util.tree_leaves(qdata)[0].shape[0]
+def _scan_topk(kernel, qdata, b, rows, cols, n, k, *, group, key_dtype, big):
+    """Top-k over the whole database for one block of b queries: per selection block, the group minima of its
+    sub-chunks, then one selection, merged with the running result in database order."""
+    blocks, s, _, groups, _ = cols.shape
+    c = groups * group
 
     def step(carry, xs):
-        rows, cols, start = xs
-        v, i = _chunk_topk(kernel, qdata, rows, cols, start, n, k, group, key_dtype, big)
-        if n_chunks == 1:
+        block_rows, block_cols, start = xs
+        # [s, b, c/group] as one loop over sub-chunks, then queries: each sub-chunk stays in cache.
+        minima = jax.vmap(lambda a, t: _group_minima(kernel, qdata, a, t, n, group))(
+            block_cols, start + jnp.arange(s, dtype=jnp.int32) * c
+        )
+        v, i = _select(kernel, qdata, block_rows, minima, start, n, k, group, key_dtype, big)
+        if blocks == 1:
             return (v, i), None
-        merged_v = jnp.concatenate([carry[0], v], axis=1)  # earlier chunks first: lower indices win ties
+        merged_v = jnp.concatenate([carry[0], v], axis=1)  # earlier blocks first: lower indices win ties
         merged_i = jnp.concatenate([carry[1], i], axis=1)
         mv, mj = lax.top_k(merged_v, k)
         return (mv, jnp.take_along_axis(merged_i, mj, axis=1)), None
 
     init = (jnp.full((b, k), -big, key_dtype), jnp.zeros((b, k), jnp.int32))
-    starts = jnp.arange(n_chunks, dtype=jnp.int32) * chunk
-    (v, i), _ = lax.scan(step, init, (chunks, col_chunks, starts))
+    starts = jnp.arange(blocks, dtype=jnp.int32) * (s * c)
+    (v, i), _ = lax.scan(step, init, (rows, cols, starts))
     return v, i
 
 
-def _plan(n: int, k: int, chunk: int) -> tuple[int, int]:
-    """(chunk rows, group size): groups of _GROUP rows when k·_GROUP candidates are few against the chunk."""
+def _round_up(x: int, m: int) -> int:
+    return -(-x // m) * m
+
+
+def _plan(n: int, k: int, chunk: int, qb: int, select: int) -> tuple[int, int, int, int]:
+    """(rows per sub-chunk c, sub-chunks per selection block s, group size, selection blocks).
+
+    Groups of _GROUP rows when k·_GROUP candidates are few against a sub-chunk, else single rows. A
+    selection block holds as many sub-chunks as keep its group minima within ``select`` elements per query
+    block; c is then shrunk (to a multiple of the group) so that the blocks cover n with little padding.
+    """
     rows = max(min(chunk, n), k)
-    if k * _GROUP * 4 <= rows:
-        return -(-rows // _GROUP) * _GROUP, _GROUP
-    return rows, 1
+    group = _GROUP if k * _GROUP * 4 <= rows else 1
+    rows = _round_up(rows, group)
+    total = -(-n // rows)
+    s_max = max(1, select // (qb * (rows // group)))
+    blocks = -(-total // s_max)
+    s = -(-total // blocks)
+    c = _round_up(max(-(-n // (blocks * s)), k * group), group)
+    return c, s, group, blocks
 
 
-def _blocked(queries, db, aux, *, kernel, prepare, k, chunk, query_block, exact):
+@functools.partial(jax.jit, static_argnames="plan")
+def _layout(db: jax.Array, plan: tuple[int, int, int, int]) -> tuple[jax.Array, jax.Array]:
+    """The database padded to whole selection blocks, as rows [blocks, s·c, W] and as sub-chunk columns
+    [blocks, s, W, c/group, group] (see :func:`_group_minima`).
+
+    A jitted function of its own, so that the column copy is written once: inside the search XLA would
+    fuse the transpose into the distance loop and read the rows with a stride.
+    """
+    c, s, group, blocks = plan
+    width = db.shape[1]
+    padded = jnp.pad(db, ((0, blocks * s * c - db.shape[0]), (0, 0)))
+    cols = padded.reshape(blocks, s, c // group, group, width).transpose(0, 1, 4, 2, 3)
+    return padded.reshape(blocks, s * c, width), cols
+
+
+def _blocked(queries, rows, cols, aux, *, kernel, prepare, n, k, group, query_block, exact):
     """Keys and indices [q, k] of queries [q, ...] in blocks of ``query_block`` (lax.map)."""
     q = queries.shape[0]
-    rows, group = _plan(db.shape[0], k, chunk)
+    qb = min(query_block, q)
     key_dtype = _F32 if exact else jnp.int32
     big = jnp.finfo(_F32).max if exact else jnp.iinfo(jnp.int32).max
-    qb = min(query_block, q)
     n_blocks = -(-q // qb)
     padded = jnp.pad(queries, ((0, n_blocks * qb - q),) + ((0, 0),) * (queries.ndim - 1))
 
     def block(qx):
         qdata = prepare(aux, qx)
-        return _scan_topk(kernel, qdata, db, k, chunk=rows, group=group, key_dtype=key_dtype, big=big)
+        return _scan_topk(kernel, qdata, qb, rows, cols, n, k, group=group, key_dtype=key_dtype, big=big)
 
     v, i = lax.map(block, padded.reshape(n_blocks, qb, *queries.shape[1:]))
     return v.reshape(n_blocks * qb, k)[:q], i.reshape(n_blocks * qb, k)[:q]
 
 
 @functools.partial(
-    jax.jit, static_argnames=("kernel", "prepare", "k", "chunk", "query_block", "exact", "integer", "devices")
+    jax.jit,
+    static_argnames=("kernel", "prepare", "n", "k", "group", "query_block", "exact", "integer", "devices"),
 )
-def _search(queries, db, aux, *, kernel, prepare, k, chunk, query_block, exact, integer, devices):
-    """Blocked search: ``prepare(aux, query_block)`` gives the kernel's per-query data (PQ: tables).
+def _search_layout(
+    queries, rows, cols, aux, *, kernel, prepare, n, k, group, query_block, exact, integer, devices
+):
+    """Blocked search over a database laid out by :func:`_layout`; ``prepare(aux, query_block)`` gives the
+    kernel's per-query data (PQ: tables).
 
     With several ``devices`` the queries are split across them (``jax.shard_map``; the database and ``aux``
     are replicated), as faiss splits queries across threads.
     """
     run = functools.partial(
-        _blocked, kernel=kernel, prepare=prepare, k=k, chunk=chunk, query_block=query_block, exact=exact
+        _blocked,
+        kernel=kernel,
+        prepare=prepare,
+        n=n,
+        k=k,
+        group=group,
+        query_block=query_block,
+        exact=exact,
     )
     q = queries.shape[0]
     if len(devices) > 1:
@@ -275,13 +329,34 @@ def _search(queries, db, aux, *, kernel, prepare, k, chunk, query_block, exact, 
         mesh = jax.sharding.Mesh(np.array(devices), ("q",))
         spec, whole = jax.sharding.PartitionSpec("q"), jax.sharding.PartitionSpec()
         v, i = jax.shard_map(
-            run, mesh=mesh, in_specs=(spec, whole, whole), out_specs=(spec, spec), check_vma=False
-        )(padded, db, aux)
+            run, mesh=mesh, in_specs=(spec, whole, whole, whole), out_specs=(spec, spec), check_vma=False
+        )(padded, rows, cols, aux)
         v, i = v[:q], i[:q]
     else:
-        v, i = run(queries, db, aux)
+        v, i = run(queries, rows, cols, aux)
     d = -v
     return (d.astype(jnp.int32) if integer else d), i
+
+
+def _search(queries, db, aux, *, k: int, chunk: int, query_block: int, **static):
+    """Exact top-k of ``queries`` against ``db``: plans the scan for this size, lays the database out and
+    searches it (``static``: kernel, prepare, exact, integer)."""
+    devices = _devices(queries.shape[0])
+    per_device = -(-queries.shape[0] // len(devices))
+    plan = _plan(db.shape[0], k, chunk, min(query_block, per_device), _SELECT)
+    rows, cols = _layout(db, plan)
+    return _search_layout(
+        queries,
+        rows,
+        cols,
+        aux,
+        n=db.shape[0],
+        k=k,
+        group=plan[2],
+        query_block=query_block,
+        devices=devices,
+        **static,
+    )
 
 
 def _devices(q: int) -> tuple:
@@ -424,7 +499,6 @@ def torus_topk(
         query_block=int(query_block),
         exact=bound <= _EXACT_F32,
         integer=True,
-        devices=_devices(queries.shape[0]),
     )
 
 
@@ -448,7 +522,6 @@ def hamming_topk(
         query_block=int(query_block),
         exact=db.shape[1] * 8 <= _EXACT_F32,
         integer=True,
-        devices=_devices(queries.shape[0]),
     )
 
 
@@ -472,8 +545,8 @@ def pq_topk(
     codes: ArrayLike,
     k: int,
     *,
-    chunk: int = 16384,
-    query_block: int = 128,
+    chunk: int = 4096,
+    query_block: int = 32,
 ) -> tuple[jax.Array, jax.Array]:
     """Exact k nearest PQ codes by asymmetric distance computation (Jégou et al. 2011 §III-A, eq. 13).
 
@@ -500,7 +573,6 @@ def pq_topk(
         query_block=int(query_block),
         exact=True,
         integer=False,
-        devices=_devices(queries.shape[0]),
     )
     bad = (
         ~jnp.all(jnp.isfinite(queries), axis=1)
