@@ -3,13 +3,19 @@
     python benchmarks/search.py            # issue 4 sizes: 1,000 queries × 1,000,000 codes
     python benchmarks/search.py --quick    # small sizes, seconds
     python benchmarks/search.py --rows N   # fewer database rows (memory), stated in the output
+    python benchmarks/search.py --cpu-devices 2   # opt in: search.use_cpu_cores(2) before JAX starts
     python benchmarks/search.py --torus-bits --rows 200000 --queries 200   # the b-bit torus table instead
+
+By default JAX runs as a user's plain process gets it: its default CPU backend (one device; XLA splits the
+search's distance loops across the CPU's threads itself), no XLA flags; faiss uses all cores (OpenMP).
 
 Rows: (1) Hamming top-10 on 256-bit packed codes vs faiss IndexBinaryFlat (distances must be identical);
 (2) uint8 wraparound L1 top-10 on 64-byte codes vs faiss IndexScalarQuantizer(QT_8bit) L2 on the same bytes;
 (3) PQ(8 sub-spaces, 8 bits) asymmetric search vs faiss IndexPQ with the same codebooks and codes, recall@10
 against exact float search for both, plus the recall of geojax's own pq_fit. Ratio = faiss time / geojax
-time (> 1 means geojax is faster). Each time is the best of --repeat runs after one warm-up run.
+time (> 1 means geojax is faster). After one warm-up call each, geojax and faiss are timed in alternating
+rounds (--repeat of them), so that load from other processes falls on both alike; the table gives medians of
+wall-clock and of process CPU seconds (the --torus-bits table: best of --repeat runs).
 
 With --torus-bits, a table instead times the packed b-bit torus scan (``search.torus_topk(bits=b)``,
 b = 8, 4, 2, 1 on 64 angles: 64·b/8 bytes per code) against the 8-bit scan, against faiss
@@ -27,11 +33,6 @@ from functools import partial
 import jax
 import numpy as np
 
-# Like faiss's threads, the CPU backend gets one JAX device per core (queries are split across devices);
-# this must happen before JAX starts its backends. It does nothing to a GPU run.
-_CPU_DEVICES = int(os.environ.get("GEOJAX_BENCH_CPU_DEVICES", os.cpu_count() or 1))
-jax.config.update("jax_num_cpu_devices", _CPU_DEVICES)
-
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from geojax import quantize, search  # noqa: E402
@@ -44,6 +45,25 @@ _POPCOUNT = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1).sum(1
 
 
 Row = tuple[str, str, Timing, Timing | None, str]  # search, faiss peer, geojax, faiss (None: absent), check
+
+
+def interleaved(fns: dict, *, repeat: int) -> dict[str, Timing]:
+    """Time each of ``fns`` (name → (function, args)) once per round, in turn, for ``repeat`` rounds after
+    one warm-up call each; returns name → Timing of all rounds."""
+    for fn, args in fns.values():
+        jax.block_until_ready(fn(*args))
+    rounds: dict[str, list[Timing]] = {name: [] for name in fns}
+    for _ in range(repeat):
+        for name, (fn, args) in fns.items():
+            rounds[name].append(measure(fn, *args, repeats=1, warmup=0))
+    return {
+        name: Timing(
+            seconds=tuple(t.seconds[0] for t in ts),
+            cpu_seconds=tuple(t.cpu_seconds[0] for t in ts),
+            result=ts[-1].result,
+        )
+        for name, ts in rounds.items()
+    }
 
 
 def load_faiss():
@@ -79,6 +99,13 @@ def wrap_l1(q: np.ndarray, db: np.ndarray) -> np.ndarray:
     return np.minimum(diff, 256 - diff).sum(-1)
 
 
+def adc_distance(codebooks: np.ndarray, q: np.ndarray, codes: np.ndarray) -> np.ndarray:
+    """Asymmetric distances of one query to PQ codes (Jégou et al. 2011 eq. 13), float64 tables."""
+    m, _, ds = codebooks.shape
+    tables = ((q.reshape(m, 1, ds).astype(np.float64) - codebooks) ** 2).sum(-1)  # [m, K]
+    return sum(tables[j, codes[:, j]] for j in range(m))
+
+
 def exact_l2_topk(queries: np.ndarray, db: np.ndarray, k: int, block: int = 64) -> np.ndarray:
     """Indices of the k nearest rows of db by squared L2 distance, exact float search in query blocks."""
     norms = np.einsum("ij,ij->i", db, db)
@@ -95,13 +122,13 @@ def hamming_row(rng, faiss, *, nq: int, n: int, k: int, tune: dict, repeat: int)
     """(1) Hamming top-k on 256-bit packed codes vs faiss IndexBinaryFlat."""
     qb = rng.integers(0, 256, (nq, 32), dtype=np.uint8)
     dbb = rng.integers(0, 256, (n, 32), dtype=np.uint8)
-    peer = None
+    fns = {"ours": (partial(search.hamming_topk, **tune), (jax.device_put(qb), jax.device_put(dbb), k))}
     if faiss is not None:
         index = faiss.IndexBinaryFlat(256)
         index.add(dbb)
-        peer = measure(index.search, qb, k, repeats=repeat)
-    qj, dbj = jax.device_put(qb), jax.device_put(dbb)
-    ours = measure(partial(search.hamming_topk, **tune), qj, dbj, k, repeats=repeat)
+        fns["peer"] = (index.search, (qb, k))
+    times = interleaved(fns, repeat=repeat)
+    ours, peer = times["ours"], times.get("peer")
     gd, gi = (np.asarray(a) for a in ours.result)
     if peer is None:
         sub = slice(0, min(nq, 20))
@@ -117,16 +144,16 @@ def wrap_l1_row(rng, faiss, *, nq: int, n: int, k: int, tune: dict, repeat: int)
     """(2) uint8 wraparound L1 top-k on 64-byte codes vs faiss SQ8 L2 on the same bytes."""
     q8 = rng.integers(0, 256, (nq, 64), dtype=np.uint8)
     db8 = rng.integers(0, 256, (n, 64), dtype=np.uint8)
-    peer = None
+    fns = {"ours": (partial(search.torus_topk, **tune), (jax.device_put(q8), jax.device_put(db8), k))}
     if faiss is not None:
         sq = faiss.IndexScalarQuantizer(64, faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_L2)
         dbf = db8.astype(np.float32)
         sq.train(dbf[: min(n, 100_000)])
         sq.add(dbf)
         del dbf
-        peer = measure(sq.search, q8.astype(np.float32), k, repeats=repeat)
-    qj, dbj = jax.device_put(q8), jax.device_put(db8)
-    ours = measure(partial(search.torus_topk, **tune), qj, dbj, k, repeats=repeat)
+        fns["peer"] = (sq.search, (q8.astype(np.float32), k))
+    times = interleaved(fns, repeat=repeat)
+    ours, peer = times["ours"], times.get("peer")
     sub = slice(0, min(nq, 20))
     ref_i = np.argsort(scan(q8[sub], db8, wrap_l1), axis=1, kind="stable")[:, :k]
     exact = bool((np.asarray(ours.result[1])[sub] == ref_i).all())
@@ -148,23 +175,29 @@ def pq_row(rng, faiss, *, nq: int, n: int, k: int, tune: dict, repeat: int) -> R
     qj = jax.device_put(xq)
     topk = partial(search.pq_topk, **tune)
     if faiss is None:
-        ours = measure(topk, qj, own, own_codes, k, repeats=repeat)
+        ours = interleaved({"ours": (topk, (qj, own, own_codes, k))}, repeat=repeat)["ours"]
         r_o = recall_at(np.asarray(ours.result[1]), truth)
         note = f"recall@{k}: geojax with its own pq_fit codebooks and codes {r_o:.4f}"
         return "PQ(m=8, nbits=8) ADC top-k", "IndexPQ (same codebooks+codes)", ours, None, note
     ipq = faiss.IndexPQ(d, m, nbits)
     ipq.train(xb[:n_train])
     ipq.add(xb)
-    peer = measure(ipq.search, xq, k, repeats=repeat)
-    fi = peer.result[1]
     cb = faiss.vector_to_array(ipq.pq.centroids).reshape(m, 1 << nbits, d // m)
     codes = faiss.vector_to_array(ipq.codes).reshape(n, m)
     pq = quantize.PQ(codebooks=jax.device_put(cb), objective=jax.numpy.zeros((m, 0)))
-    ours = measure(topk, qj, pq, jax.device_put(codes), k, repeats=repeat)
+    times = interleaved(
+        {"ours": (topk, (qj, pq, jax.device_put(codes), k)), "peer": (ipq.search, (xq, k))}, repeat=repeat
+    )
+    ours, peer = times["ours"], times["peer"]
+    fi = peer.result[1]
     gi = np.asarray(ours.result[1])
+    sub = slice(0, min(nq, 20))
+    adc = scan(xq[sub], codes, partial(adc_distance, cb))
+    same = bool((np.argsort(adc, axis=1, kind="stable")[:, :k] == gi[sub]).all())
     r_f, r_g = recall_at(fi, truth), recall_at(gi, truth)
     r_o = recall_at(np.asarray(topk(qj, own, own_codes, k)[1]), truth)
     note = (
+        f"top-k = numpy ADC scan on {adc.shape[0]} queries: {same}; "
         f"recall@{k}: geojax {r_g:.4f}, faiss {r_f:.4f} (Δ {r_g - r_f:+.4f}); "
         f"indices equal {float((gi == fi).mean()):.4f}; own pq_fit recall {r_o:.4f}"
     )
@@ -224,19 +257,36 @@ def torus_bits_table(rng, faiss, *, nq: int, n: int, k: int, tune: dict, repeat:
     return cells
 
 
+ROWS = {"hamming": hamming_row, "wrap-l1": wrap_l1_row, "pq": pq_row}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small sizes (seconds)")
     ap.add_argument("--rows", type=int, default=None, help="database rows (default 1,000,000; quick 50,000)")
     ap.add_argument("--queries", type=int, default=None, help="queries (default 1,000; quick 200)")
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=5, help="alternating timing rounds")
     ap.add_argument("--k", type=int, default=10)
-    ap.add_argument("--chunk", type=int, default=16384, help="database rows per scan step")
+    ap.add_argument("--chunk", type=int, default=None, help="rows per sub-chunk (default: each search's own)")
     ap.add_argument(
         "--query-block", type=int, default=None, help="queries per block (default: each search's own)"
     )
+    ap.add_argument(
+        "--cpu-devices",
+        type=int,
+        default=None,
+        help="opt in to search.use_cpu_cores(N) (N JAX CPU devices, queries split across them); "
+        "default: JAX's own (one CPU device)",
+    )
+    ap.add_argument(
+        "--searches",
+        default=",".join(ROWS),
+        help=f"comma-separated subset of {', '.join(ROWS)} (default: all)",
+    )
     ap.add_argument("--torus-bits", action="store_true", help="the packed b-bit torus table instead")
     args = ap.parse_args()
+    if args.cpu_devices is not None:
+        search.use_cpu_cores(args.cpu_devices)
 
     faiss = load_faiss()
     full_rows = 1_000_000
@@ -248,40 +298,59 @@ def main() -> None:
         if faiss is None
         else f"faiss {faiss.__version__} on CPU with {faiss.omp_get_max_threads()} threads"
     )
+    path = (
+        "default path: one JAX CPU device, as a plain process gets it"
+        if args.cpu_devices is None
+        else f"opt-in path: search.use_cpu_cores({args.cpu_devices})"
+    )
     print(
         f"device: jax {jax.__version__} on {dev.platform} ({dev.device_kind}), "
-        f"{jax.device_count()} device(s) (GEOJAX_BENCH_CPU_DEVICES={_CPU_DEVICES}); "
+        f"{jax.device_count()} device(s) ({path}; XLA_FLAGS={os.environ.get('XLA_FLAGS') or 'unset'}); "
         f"{peer_line}; {os.cpu_count()} CPUs"
     )
     if n != full_rows and not args.quick:
         print(f"NOTE: database reduced to {n:,} rows (issue size {full_rows:,})")
     print(
-        f"queries {nq:,}, database rows {n:,}, top-{args.k}, best of {args.repeat}, chunk {args.chunk}, "
-        f"query block {args.query_block}"
+        f"queries {nq:,}, database rows {n:,}, top-{args.k}, medians of {args.repeat} alternating rounds, "
+        f"chunk {args.chunk or 'default'}, query block {args.query_block or 'default'}"
     )
-    tune = {"chunk": args.chunk} | ({} if args.query_block is None else {"query_block": args.query_block})
+    tune = {
+        name: value
+        for name, value in (("chunk", args.chunk), ("query_block", args.query_block))
+        if value is not None
+    }
     rng = np.random.default_rng(0)
     sizes = {"nq": nq, "n": n, "k": args.k, "tune": tune, "repeat": args.repeat}
     if args.torus_bits:
         print_bits_table(rng, faiss, sizes)
         return
-    rows = [case(rng, faiss, **sizes) for case in (hamming_row, wrap_l1_row, pq_row)]
+    rows = [ROWS[name](rng, faiss, **sizes) for name in args.searches.split(",")]
 
     cells = [
         [
             name,
             peer_name,
-            f"{ours.best:.3f}",
-            None if peer is None else f"{peer.best:.3f}",
-            None if peer is None else f"{peer.best / ours.best:.2f}×",
-            None if peer is None else f"{peer.cpu_best / max(ours.cpu_best, 1e-9):.2f}×",
+            f"{ours.median:.3f}",
+            None if peer is None else f"{peer.median:.3f}",
+            None if peer is None else f"**{peer.median / ours.median:.2f}×**",
+            f"{ours.cpu_median:.2f}",
+            None if peer is None else f"{peer.cpu_median:.2f}",
             note,
         ]
         for name, peer_name, ours, peer, note in rows
     ]
-    header = ["search", "faiss peer", "geojax s", "faiss s", "ratio (faiss/geojax)", "CPU-s ratio", "check"]
+    header = [
+        "search",
+        "faiss peer",
+        "geojax s",
+        "faiss s",
+        "ratio (faiss/geojax)",
+        "geojax CPU-s",
+        "faiss CPU-s",
+        "check",
+    ]
     print()
-    print(markdown_table(header, cells, align="llrrrrl"))
+    print(markdown_table(header, cells, align="llrrrrrl"))
 
 
 def print_bits_table(rng, faiss, sizes: dict) -> None:
