@@ -39,6 +39,7 @@ from geojax.quantize import PQ
 
 _F32 = jnp.float32
 _GROUP = 32
+_SUPER = 16  # groups per supergroup, the first stage of a selection
 _EXACT_F32 = 1 << 24
 _SELECT = 1 << 23  # group minima held per query block between two selections (elements)
 
@@ -196,27 +197,41 @@ def _group_minima(kernel, qdata, cols, start, n, group):
     return jnp.min(jnp.where(index[None] < n, dist, jnp.iinfo(dist.dtype).max), axis=-1)
 
 
+def _best(keys, index, k):
+    """The k largest ``keys`` per row and their ``index`` entries (same shape); positions in database order
+    make equal keys keep the lower index first."""
+    v, j = lax.top_k(keys, k)
+    return v, jnp.take_along_axis(index, j, axis=1)
+
+
 def _select(kernel, qdata, rows, minima, start, n, k, group, key_dtype, big):
     """Top-k (keys = −distance, global indices) of one query block against one selection block.
 
     rows: the block's rows [s·c, W] (row-major, for gathering candidates); minima: [s, b, c/group], the
-    group minima of its s sub-chunks (the distances themselves when group = 1). The k best groups by
-    (minimum, index) are the k best of the sub-chunks' k best, which top_k lists by (key, index); with
-    group = 1 they are the result, otherwise their k·group rows are recomputed and ranked.
+    group minima of its s sub-chunks (the distances themselves when group = 1). With group = 1 the k best
+    rows are the result. Otherwise the same argument as for rows narrows the groups twice: the k best groups
+    lie in the k best supergroups of _SUPER consecutive groups (by minimum, then index), whose k·_SUPER
+    group minima are ranked; then the k·group rows of the k best groups are recomputed and ranked.
     """
     s, b, groups = minima.shape
-    keys, best = lax.top_k(-minima.astype(key_dtype), k)  # [s, b, k]
-    best = best + (jnp.arange(s, dtype=jnp.int32) * groups)[:, None, None]  # block-local group indices
-    keys, best = (jnp.transpose(x, (1, 0, 2)).reshape(b, s * k) for x in (keys, best))
-    v, j = lax.top_k(keys, k)  # sub-chunks in database order: equal keys keep the lower index first
-    best = jnp.take_along_axis(best, j, axis=1)
-    if group == 1:
+    keys = -minima.astype(key_dtype)
+    if group == 1:  # the k best of each sub-chunk, then of those, in database order
+        v, best = lax.top_k(keys, k)  # [s, b, k]
+        best = best + (jnp.arange(s, dtype=jnp.int32) * groups)[:, None, None]
+        v, best = _best(*(jnp.transpose(x, (1, 0, 2)).reshape(b, s * k) for x in (v, best)), k)
         return v, start + best
-    best = jnp.sort(best, axis=-1)  # database order, for the tie rule
+    supers = jnp.max(keys.reshape(s, b, groups // _SUPER, _SUPER), axis=-1)  # [s, b, groups/_SUPER]
+    supers = jnp.transpose(supers, (1, 0, 2)).reshape(b, s * groups // _SUPER)
+    _, top = lax.top_k(supers, k)
+    top = jnp.sort(top, axis=-1)  # database order, for the tie rule
+    cand = (top[:, :, None] * _SUPER + jnp.arange(_SUPER)).reshape(b, k * _SUPER)  # block-local groups
+    cand_keys = keys[cand // groups, jnp.arange(b)[:, None], cand % groups]
+    _, best = _best(cand_keys, cand, k)
+    best = jnp.sort(best, axis=-1)
     cand = (best[:, :, None] * group + jnp.arange(group)).reshape(b, k * group)
     dist = kernel(qdata, rows[cand], False)
-    v, j = lax.top_k(jnp.where(start + cand < n, -dist.astype(key_dtype), -big), k)
-    return v, start + jnp.take_along_axis(cand, j, axis=1)
+    v, i = _best(jnp.where(start + cand < n, -dist.astype(key_dtype), -big), cand, k)
+    return v, start + i
 
 
 def _scan_topk(kernel, qdata, b, rows, cols, n, k, *, group, key_dtype, big):
@@ -263,7 +278,8 @@ def _plan(n: int, k: int, chunk: int, qb: int, select: int) -> tuple[int, int, i
     s_max = max(1, select // (qb * (rows // group)))
     blocks = -(-total // s_max)
     s = -(-total // blocks)
-    c = _round_up(max(-(-n // (blocks * s)), k * group), group)
+    unit = group * _SUPER if group > 1 else 1
+    c = _round_up(max(-(-n // (blocks * s)), k * unit), unit)
     return c, s, group, blocks
 
 
