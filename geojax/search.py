@@ -418,8 +418,10 @@ def _check_p(p) -> None:
     _checks.check_choice(p, "p", (1, 2))
 
 
+@jax.jit
 def _as_words(codes: jax.Array) -> jax.Array:
-    """Packed bytes [N, B] → uint32 words [N, ceil(B/4)] (zero bytes appended: they add no distance)."""
+    """Packed bytes [N, B] → uint32 words [N, ceil(B/4)] (zero bytes appended: they add no distance); one
+    XLA call rather than three copies dispatched one by one."""
     n, nbytes = codes.shape
     pad = -nbytes % 4
     codes = jnp.pad(codes, ((0, 0), (0, pad)))
