@@ -1,6 +1,6 @@
 """The papers' training recipes as their public code runs them: KoLeo per view, SupContrast's τ/τ_base factor,
-the EMA of the weights that the report evaluates, the schedule floor, epochs, and every CIFAR / MNIST preset
-(a few steps on synthetic data of the data set's shape)."""
+the EMA of the weights that the report evaluates, the schedule floor, epochs, and the CIFAR / MNIST presets
+(one of each family trains a few steps on synthetic data of the data set's shape, the others build)."""
 
 import json
 
@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 
 from geojax import losses, similarity
 from geojax.models import Outputs
@@ -119,6 +120,25 @@ NEW_PRESETS = {
     "simo_cifar10": ((32, 32, 3), 10),
     "msimclr_mnist": ((28, 28), 10),
 }
+# One preset of each family trains end to end (ResNet-18, SimCLR views, its input shape, loss, sampler and
+# probe); every other preset is its family's trained one with only the keys below changed, each of whose
+# values trains on digits in tests/test_train.py (geometry, loss) or here (the data set's class count).
+TRAINED = ("supcon_torus_n_cifar100", "sincere_cifar10", "simo_cifar10", "msimclr_mnist")
+SIBLING = {
+    **{
+        f"supcon_{g}_{d}": "supcon_torus_n_cifar100"
+        for g in ("sphere", "torus_c")
+        for d in ("cifar10", "cifar100")
+    },
+    "supcon_torus_n_cifar10": "supcon_torus_n_cifar100",
+    "supcon_cifar10": "sincere_cifar10",
+}
+SIBLING_MAY_DIFFER = {"dataset", "geometry", "loss"}
+
+
+def _tiny(preset: str, **kw) -> config.Config:
+    small = dict(width=4, batch_size=40 if preset != "msimclr_mnist" else 16, epochs=None, steps=2)
+    return config.make(preset=preset, **small, eval_batch=64, probe_epochs=1, progress=False, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -127,33 +147,55 @@ def synthetic(tmp_path_factory):
     root = tmp_path_factory.mktemp("synthetic")
     paths = {}
     rng = np.random.default_rng(0)
-    for shape, classes in set(NEW_PRESETS.values()):
+    for preset in TRAINED:
+        shape, classes = NEW_PRESETS[preset]
         n = max(2 * classes, 120)
         path = root / f"{'x'.join(map(str, shape))}-{classes}.npz"
         labels = np.arange(n) % classes
         np.savez(path, images=rng.integers(0, 256, (n, *shape), dtype=np.uint8), labels=labels)
-        paths[shape, classes] = str(path)
+        paths[preset] = str(path)
     return paths
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("preset", list(NEW_PRESETS))
-def test_every_new_preset_trains_a_few_steps_on_data_of_its_shape(preset, synthetic, tmp_path):
-    shape, classes = NEW_PRESETS[preset]
-    cfg = config.make(
-        preset=preset,
-        dataset=f"npz:{synthetic[shape, classes]}",
-        test_fraction=0.5,
-        width=4,
-        batch_size=40 if preset != "msimclr_mnist" else 16,
-        epochs=None,
-        steps=2,
-        eval_batch=64,
-        probe_epochs=1,
-        progress=False,
-        workdir=str(tmp_path),
-    )
+@pytest.mark.parametrize("preset", TRAINED)
+def test_each_preset_family_trains_a_few_steps_on_data_of_its_shape(preset, synthetic, tmp_path):
+    cfg = _tiny(preset, dataset=f"npz:{synthetic[preset]}", test_fraction=0.5, workdir=str(tmp_path))
     rep = app.run(cfg)
     assert 0 <= rep["precision_at_1"] <= 1
     with open(tmp_path / "metrics.jsonl") as f:
         assert [json.loads(line)["step"] for line in f] == [2]
+    with np.load(tmp_path / "embeddings.npz") as z:
+        assert np.isfinite(z["query"]).all() and np.isfinite(z["reference"]).all()
+
+
+@pytest.mark.parametrize("preset", sorted(SIBLING))
+def test_every_other_preset_is_a_trained_one_with_trained_keys_changed(preset):
+    """Its config resolves, differs from its family's trained preset only in keys whose values train
+    elsewhere, and its model builds for its data set's image shape and embeds into its geometry's ``dim``
+    (abstractly: shapes only, nothing compiled or run)."""
+    cfg, trained = _tiny(preset), _tiny(SIBLING[preset])
+    assert SIBLING[preset] in TRAINED
+    changed = {f for f in config.FIELDS if getattr(cfg, f) != getattr(trained, f)} - {"preset"}
+    assert changed <= SIBLING_MAY_DIFFER, changed - SIBLING_MAY_DIFFER
+    shape, _ = NEW_PRESETS[preset]
+    assert NEW_PRESETS[SIBLING[preset]][0] == shape
+    image_shape = (*shape, 1) if len(shape) == 2 else shape
+    graphdefs = []
+
+    def init():
+        graphdef, state = step.init_state(cfg, image_shape, axis_name=None)
+        graphdefs.append(graphdef)
+        return state
+
+    state = jax.eval_shape(init)
+
+    def forward(state, x):
+        model = nnx.merge(graphdefs[0], state["params"], state["rest"])
+        model.eval()
+        return model(x)
+
+    x = jax.ShapeDtypeStruct((8, *image_shape), jnp.float32)
+    out = jax.eval_shape(forward, state, x)
+    width = 2 * cfg.dim if cfg.geometry == "torus_c" else cfg.dim  # torus_c: cos and sin of each angle
+    assert out.embedding.shape == (8, width)
