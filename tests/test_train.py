@@ -170,12 +170,21 @@ def _metrics(workdir):
         return [json.loads(line) for line in f]
 
 
+# A well-conditioned recipe, so that another order of the same sums stays at round-off: SGD, whose update is
+# linear in the gradient (Adam's g/√v amplifies round-off), and no KoLeo (1/distance gradients).
+SGD4 = dict(TINY, steps=7, optimizer="sgd", lr=0.05, koleo=0.0, ema=0.5, checkpoint_every=2, devices=4)
+
+
+@pytest.fixture(scope="module")
+def sgd4_reference(tmp_path_factory):
+    """7 single steps on 4 devices, host feed, a log line per step (shared by the tests below)."""
+    workdir = str(tmp_path_factory.mktemp("sgd4_reference"))
+    return loop.train(config.make(workdir=workdir, feed="host", log_every=1, **SGD4))
+
+
 @pytest.mark.multidevice
-def test_steps_per_call_and_either_feed_give_the_same_run(tmp_path):
-    # a well-conditioned recipe, so that another order of the same sums stays at round-off: SGD, whose update
-    # is linear in the gradient (Adam's g/√v amplifies round-off), and no KoLeo (1/distance gradients)
-    kw = dict(TINY, steps=7, optimizer="sgd", lr=0.05, koleo=0.0, ema=0.5, checkpoint_every=2, devices=4)
-    ref = loop.train(config.make(workdir=str(tmp_path / "ref"), feed="host", log_every=1, **kw))
+def test_steps_per_call_and_either_feed_give_the_same_run(tmp_path, sgd4_reference):
+    kw, ref = SGD4, sgd4_reference
     same = loop.train(config.make(workdir=str(tmp_path / "dev"), feed="device", log_every=1, **kw))
     assert (ref.timing["feed"], same.timing["feed"]) == ("host", "device")
     for a, b in zip(jax.tree.leaves(same.state), jax.tree.leaves(ref.state), strict=True):
@@ -186,7 +195,7 @@ def test_steps_per_call_and_either_feed_give_the_same_run(tmp_path):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)  # 3 steps per dispatch: round-off only
     # calls of steps 1–3, 4–6, 7: a log line and a checkpoint where a call crosses a multiple of 2, and at
     # the end; each line the mean of the single-step losses since the previous line
-    lines, per_step = _metrics(tmp_path / "k3"), [r["loss"] for r in _metrics(tmp_path / "ref")]
+    lines, per_step = _metrics(tmp_path / "k3"), [r["loss"] for r in _metrics(ref.workdir)]
     assert [r["step"] for r in lines] == [3, 6, 7]
     for record, (lo, hi) in zip(lines, [(0, 3), (3, 6), (6, 7)], strict=True):
         assert record["loss"] == pytest.approx(np.mean(per_step[lo:hi]), rel=1e-5)
@@ -200,16 +209,14 @@ def test_steps_per_call_and_either_feed_give_the_same_run(tmp_path):
 
 
 @pytest.mark.multidevice
-def test_a_run_of_several_steps_per_call_resumes_exactly(tmp_path):
-    kw = dict(TINY, steps=6, optimizer="sgd", lr=0.05, koleo=0.0, checkpoint_every=2, log_every=1, devices=4)
-    ref = loop.train(config.make(workdir=str(tmp_path / "a"), **kw)).state
-    cfg = config.make(workdir=str(tmp_path / "b"), steps_per_call=4, **kw)
+def test_a_run_of_several_steps_per_call_resumes_exactly(tmp_path, sgd4_reference):
+    cfg = config.make(workdir=str(tmp_path), steps_per_call=4, log_every=1, **SGD4)
     # calls of 4 and 1 steps, killed after step 5: the checkpoint of step 4 (its call crossed 4) remains
     assert int(loop.train(cfg, stop_at=5).state["step"]) == 5
-    resumed = loop.train(dataclasses.replace(cfg, steps_per_call=3))  # a run-only key; one call: steps 5–6
-    for a, b in zip(jax.tree.leaves(resumed.state), jax.tree.leaves(ref), strict=True):
+    resumed = loop.train(dataclasses.replace(cfg, steps_per_call=3))  # a run-only key; one call: steps 5–7
+    for a, b in zip(jax.tree.leaves(resumed.state), jax.tree.leaves(sgd4_reference.state), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
-    assert [r["step"] for r in _metrics(tmp_path / "b")] == [4, 6]
+    assert [r["step"] for r in _metrics(tmp_path)] == [4, 7]
 
 
 def test_multi_process_settings_come_from_keys_or_jax_environment(monkeypatch):
