@@ -9,12 +9,15 @@ into selection blocks (``lax.scan``), so memory stays bounded.
 For each selection block the exact top-k is found in two stages: the minimum distance of each group of
 ``_GROUP`` consecutive rows, fused with the distance computation into one loop over sub-chunks, then queries,
 then rows (each sub-chunk stays in cache while every query of the block reads it, and XLA splits the loop
-across the CPU's threads); the k best groups by (minimum, group index); and the top-k of the k·_GROUP
-distances of those groups, recomputed. The k nearest rows always lie in those groups (any group outside them
-is beaten by k group minima, each a distinct row). Candidates are kept in database order and merged with the
-running result placed first, so ``lax.top_k``'s lower-index-first rule carries the tie order across blocks.
-Integer distances are ranked as float32 keys (exact below 2^24; ``lax.top_k`` on int32 is far slower on
-CPU), falling back to int32 keys when the bound is larger.
+across the CPU's threads); the k best groups by (minimum, group index), found among the groups of the k best
+supergroups of ``_SUPER`` consecutive groups; and the top-k of the k·_GROUP distances of those groups,
+recomputed. The k nearest rows always lie in those groups (any group outside them is beaten by k group
+minima, each a distinct row), and the k best groups in those supergroups, by the same argument. Candidates
+are kept in database order and merged with the running result placed first, so ``lax.top_k``'s
+lower-index-first rule carries the tie order across blocks. Integer distances are ranked as float32 keys
+(exact below 2^24; ``lax.top_k`` on int32 is far slower on CPU), falling back to int32 keys when the bound
+is larger. A selection's first top-k ranks one key per 16·32 rows; with single rows (k too large for
+groups) it ranks every row's key.
 
 Bad values: ``pq_topk`` rejects concrete queries or codebooks holding NaN or ±inf and codes outside
 [0, 2^nbits) (``ValueError`` naming the argument), since a NaN distance would otherwise be ranked like a
