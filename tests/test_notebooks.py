@@ -3,11 +3,13 @@ and must match it; each runs top to bottom at tiny size (nbclient, python3 kerne
 
 The sync tests are fast. The execution tests are marked ``slow``: the cell tagged ``parameters`` is followed
 by an injected cell holding tiny values (papermill-style, without papermill); each notebook must run without
-error and produce its key outputs (figures, tables). Select with ``pytest -q tests/test_notebooks.py``.
+error and produce its key outputs (figures, tables). The selected notebooks execute two at a time (one kernel
+per core). Select with ``pytest -q tests/test_notebooks.py``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 
@@ -141,22 +143,61 @@ def test_notebook_matches_its_source(name):
     assert all(not c.outputs and c.execution_count is None for c in code), "commit without outputs"
 
 
+CONCURRENT_KERNELS = 2  # notebooks executed at once: one per core of the 2-core CI machine
+
+
+async def _execute_all(notebooks: dict, limit: int) -> dict:
+    """Execute ``notebooks`` (name -> notebook, in place), at most ``limit`` kernels at a time; name -> the
+    exception a notebook raised, or None."""
+    gate = asyncio.Semaphore(limit)
+
+    async def one(nb):
+        async with gate:
+            client = nbclient.NotebookClient(
+                nb, kernel_name="python3", timeout=300, resources={"metadata": {"path": ROOT}}
+            )
+            await client.async_execute()
+
+    done = await asyncio.gather(*(one(nb) for nb in notebooks.values()), return_exceptions=True)
+    return {name: err or None for name, err in zip(notebooks, done, strict=True)}
+
+
+@pytest.fixture(scope="module")
+def executed(request, tmp_path_factory):
+    """The notebooks this session runs, each with its tiny values injected, executed in fresh python3 kernels
+    of this interpreter, CONCURRENT_KERNELS at a time: name -> (executed notebook, its exception or None)."""
+    names = sorted(
+        {
+            item.callspec.params["name"]
+            for item in request.session.items
+            if item.originalname == "test_notebook_runs"
+        }
+    )
+    notebooks = {}
+    for name in names:
+        nb = nbformat.read(os.path.join(COLAB, name), as_version=4)
+        overrides = CASES[name][0]
+        if any("RUNS_DIR" in c.source for c in nb.cells if c.cell_type == "code"):
+            overrides = {**overrides, "RUNS_DIR": str(tmp_path_factory.mktemp(name.removesuffix(".ipynb")))}
+        _inject(nb, overrides)
+        notebooks[name] = nb
+    # Each kernel is a fresh process of this interpreter: one CPU device (not the suite's four fake ones).
+    flags = re.sub(r"--xla_force_host_platform_device_count=\d+", "", os.environ.get("XLA_FLAGS", "")).strip()
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("XLA_FLAGS", flags)
+        env.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+        env.setenv("PYTHONPATH", os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
+        errors = asyncio.run(_execute_all(notebooks, CONCURRENT_KERNELS))
+    return {name: (notebooks[name], errors[name]) for name in names}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_notebook_runs(name, tmp_path, monkeypatch):
-    overrides, min_figures, expected = CASES[name]
-    nb = nbformat.read(os.path.join(COLAB, name), as_version=4)
-    trains = any("RUNS_DIR" in c.source for c in nb.cells if c.cell_type == "code")
-    _inject(nb, {**overrides, "RUNS_DIR": str(tmp_path)} if trains else overrides)
-    # The kernel is a fresh process of this interpreter: one CPU device (not the suite's four fake ones).
-    flags = re.sub(r"--xla_force_host_platform_device_count=\d+", "", os.environ.get("XLA_FLAGS", "")).strip()
-    monkeypatch.setenv("XLA_FLAGS", flags)
-    monkeypatch.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
-    client = nbclient.NotebookClient(
-        nb, kernel_name="python3", timeout=300, resources={"metadata": {"path": ROOT}}
-    )
-    client.execute()
+def test_notebook_runs(name, executed):
+    nb, error = executed[name]
+    if error is not None:
+        raise error
+    _, min_figures, expected = CASES[name]
     figures, text = _outputs(nb)
     assert "jax" in text and "devices:" in text
     assert figures >= min_figures, f"{name}: {figures} figures, expected at least {min_figures}"
