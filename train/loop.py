@@ -346,11 +346,12 @@ def train(cfg: Config, *, stop_at: int | None = None) -> TrainResult:
                 log.write(json.dumps(record) + "\n")
                 log.flush()
             overdue = time.time() - last_save > 60 * cfg.checkpoint_minutes
-            if done // every > first // every or done == cfg.steps or overdue or caught:
+            stop = bool(caught)  # read once: a signal arriving after the save is handled at the next call
+            if done // every > first // every or done == cfg.steps or overdue or stop:
                 ckpt.save(done, state)
                 last_save = time.time()
             bar.update(length)
-            if caught:
+            if stop:
                 bar.close()
                 ckpt.close()
                 raise Interrupted(caught[0], done, workdir)
