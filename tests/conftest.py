@@ -10,6 +10,7 @@ import os
 
 FLAGS = "--xla_force_host_platform_device_count=4 --xla_gpu_deterministic_ops=true"
 os.environ.setdefault("XLA_FLAGS", FLAGS)
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # pytest-xdist's workers share a GPU
 
 import jax  # noqa: E402
 import pytest  # noqa: E402
