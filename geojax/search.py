@@ -386,12 +386,13 @@ def _devices(q: int) -> tuple:
 
 def use_cpu_cores(n: int | None = None) -> int:
     """Give JAX's CPU backend one device per core (``n``, default ``os.cpu_count()``), so that the searches
-    split their queries across cores as faiss splits them across threads; returns the device count asked.
+    also split their queries across devices; returns the device count asked.
 
-    JAX starts with one CPU device, and a search on one device runs on one core. The device count can only
-    be set before JAX runs its first operation: call this right after ``import jax`` (a ``RuntimeError``
-    says so otherwise). It changes the process's device list, which other code (e.g. data-parallel
-    training over "all devices") also sees.
+    Not needed for speed on JAX's default single CPU device: XLA already splits a search's scan loop across
+    the CPU's threads (on 2 cores, ``benchmarks/search.py --cpu-devices 2`` measured no gain over the
+    default). The device count can only be set before JAX runs its first operation: call this right after
+    ``import jax`` (a ``RuntimeError`` says so otherwise). It changes the process's device list, which other
+    code (e.g. data-parallel training over "all devices") also sees.
     """
     count = int(n) if n is not None else (os.cpu_count() or 1)
     _checks.check_positive_int(count, "n")
