@@ -138,13 +138,14 @@ def conv_general_dilated(
 
     XLA:CPU computes a convolution's kernel gradient as a convolution with the whole image as its window,
     several times slower than the forward convolution of the same FLOPs; as a matmul it runs at the forward
-    rate. Any other case (other backends, strides, dilations, groups, layouts) is ``lax`` itself.
+    rate. Any other case (other backends, strides, dilations, groups, layouts) is ``lax`` itself. The CPU case
+    is a ``jax.custom_vjp``: reverse mode (``jax.grad``, ``jax.vjp``) only, no ``jax.jvp``.
     """
     plain = (
         jax.default_backend() != "cpu"
         or lhs.ndim != 4
         or any(s != 1 for s in window_strides)
-        or any(d != 1 for d in (lhs_dilation or ()) + tuple(rhs_dilation or ()))
+        or any(d != 1 for d in (*(lhs_dilation or ()), *(rhs_dilation or ())))
         or feature_group_count != 1
         or lax.conv_dimension_numbers(lhs.shape, rhs.shape, dimension_numbers)
         != lax.conv_dimension_numbers(lhs.shape, rhs.shape, _NHWC)
