@@ -8,7 +8,16 @@ has four devices.
 
 import os
 
-FLAGS = "--xla_force_host_platform_device_count=4 --xla_gpu_deterministic_ops=true"
+# Most tests' time is XLA compiling small programs: the CPU backend's cheaper LLVM passes (the same programs,
+# less optimised machine code) cut it by a quarter to a third.
+FLAGS = " ".join(
+    [
+        "--xla_force_host_platform_device_count=4",
+        "--xla_gpu_deterministic_ops=true",
+        "--xla_backend_optimization_level=0",
+        "--xla_llvm_disable_expensive_passes=true",
+    ]
+)
 os.environ.setdefault("XLA_FLAGS", FLAGS)
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # pytest-xdist's workers share a GPU
 
