@@ -364,7 +364,7 @@ def encoder(
 
 
 class GeometryHead(nnx.Module):
-    """Seed 000 head: Linear(F, 4D) → ReLU → Linear(4D, D), then the geometry projection.
+    """Stowell 2026 head: Linear(F, 4D) → ReLU → Linear(4D, D), then the geometry projection.
 
     h: [N, F] → [N, D'] (D' = 2D for torus_c, else D).
 
@@ -416,7 +416,7 @@ class GeometryHead(nnx.Module):
 
 
 class AtlasHead(nnx.Module):
-    """Seed 001 §2.4: n chart heads of width d (pre-sigmoid) and a softmax membership head, as one Linear.
+    """Korman 2021 §2.4: n chart heads of width d (pre-sigmoid) and a softmax membership head, as one Linear.
 
     h: [N, F] → (coords [N, n, d] pre-sigmoid float32, q [N, n] float32 summing to 1).
     """

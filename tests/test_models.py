@@ -64,7 +64,7 @@ def test_mlp_is_relu_linear_stack():
 
 
 @pytest.mark.parametrize("geometry", ["euclidean", "sphere", "torus_c", "torus_n"])
-def test_geometry_head_is_seed000_mlp_then_projection(geometry):
+def test_geometry_head_is_stowell_mlp_then_projection(geometry):
     head = models.GeometryHead(5, 4, geometry=geometry, rngs=nnx.Rngs(2))
     h = np.random.default_rng(1).normal(size=(6, 5)).astype(np.float32)
     hid = np.maximum(h @ _np(head.hidden.kernel) + _np(head.hidden.bias), 0)

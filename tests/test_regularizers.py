@@ -29,7 +29,7 @@ def naive_koleo(x, eps=1e-8):
 
 
 def naive_mmd_atlas(coords, q, prior, c=None):
-    """Seed 001 eq. 5 as written, one loop per sum (M prior points instead of N)."""
+    """Korman 2021 eq. 5 as written, one loop per sum (M prior points instead of N)."""
     coords, q, w = (np.asarray(a, np.float64) for a in (coords, q, prior))
     n_pts, charts, d = coords.shape
     m = len(w)
@@ -51,7 +51,7 @@ def naive_mmd_atlas(coords, q, prior, c=None):
 
 
 def plain_mmd(x, w, c):
-    """Seed 001 §3.2.2: U-statistics within each sample, plain mean across (vectorised, no charts)."""
+    """Korman 2021 §3.2.2: U-statistics within each sample, plain mean across (vectorised, no charts)."""
     x, w = np.asarray(x, np.float64), np.asarray(w, np.float64)
 
     def gram(a, b):

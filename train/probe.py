@@ -100,7 +100,7 @@ def piecewise_linear(
     lr: float = 1e-2,
     seed: int = 0,
 ) -> float:
-    """Seed 001 §3.1 piecewise linear accuracy: codes [N, d] in [0, 1], charts [N] int → test accuracy."""
+    """Korman 2021 §3.1 piecewise linear accuracy: codes [N, d] in [0, 1], charts [N] int → test accuracy."""
     predict = _fit(
         train_code,
         train_chart,
