@@ -41,7 +41,8 @@ def test_torus_pinned_wraparound():
     assert int(search.torus_distances(a, b, p=2)[0, 0]) == 121
 
 
-# (rows, k): one chunk without groups, several chunks with groups (chunk=512 below), large k without groups.
+# (rows, k): one chunk, several chunks (chunk=512 below), large k; the grouped selection path is covered
+# by tests/test_search_kernels.py (at these sizes k·group·16 > chunk selects single rows).
 CASES = [(40, 5), (3000, 7), (2000, 300)]
 
 
