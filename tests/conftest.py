@@ -24,6 +24,8 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # pytest-xdist'
 import jax  # noqa: E402
 import pytest  # noqa: E402
 
+import geojax  # noqa: E402, F401  (before JAX starts its backends: it sets XLA's CPU fusions, geojax._xla_cpu)
+
 jax.config.update("jax_num_cpu_devices", 4)
 if jax.default_backend() != "cpu":
     jax.config.update("jax_default_matmul_precision", "highest")
