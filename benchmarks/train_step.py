@@ -340,13 +340,7 @@ def main() -> None:
     ap.add_argument("--one-thread", action="store_true", help="CPU: both sides on one thread (XLA and torch)")
     args = ap.parse_args()
     if args.one_thread:  # before JAX starts its CPU backend
-        os.environ["XLA_FLAGS"] = " ".join(
-            [
-                os.environ.get("XLA_FLAGS", ""),
-                "--xla_cpu_multi_thread_eigen=false",
-                "intra_op_parallelism_threads=1",
-            ]
-        )
+        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_cpu_multi_thread_eigen=false"
     args.repeats = args.repeats or (2 if args.quick else 5)
     args.steps = args.steps or (10 if args.quick else 100)
     dev = jax.devices()[0]

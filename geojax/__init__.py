@@ -14,13 +14,14 @@ the blocked top-k of :mod:`geojax.search` and the squared-distance kernel of :mo
 Non-finite input: traceable functions never return a plausible number from a NaN or ±Inf input — every
 output entry computed from a non-finite input entry is NaN (docs/conventions.md, "Non-finite input").
 
-Importing geojax before the first JAX computation keeps XLA's CPU backend off its YNNPACK fusions, which
-miscompute bfloat16 programs in jaxlib 0.11 and newer (see ``geojax._xla_cpu``).
+Importing geojax before the first JAX computation keeps XLA's CPU backend off YNNPACK's convolutions (XLA's
+own run 2–3× faster) and, from jaxlib 0.11 on, off YNNPACK's element-wise and reduction fusions, which
+miscompute bfloat16 programs (see ``geojax._xla_cpu``).
 """
 
 from geojax import _xla_cpu
 
-_xla_cpu.avoid_ynn_fusions()
+_xla_cpu.set_ynn_fusion_flag()
 
 from geojax import (  # noqa: E402
     binary,

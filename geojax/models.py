@@ -17,14 +17,12 @@ float32 and every head casts to float32 before its projection, so losses see flo
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from typing import Literal, NamedTuple, get_args
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
-from jax import lax
 
 from geojax import _checks, manifolds, quantize
 from geojax.manifolds import GEOMETRIES
@@ -87,88 +85,6 @@ def _norm(kind: str, features: int, *, axis_name, compute_dtype, rngs: nnx.Rngs)
     return lambda h: h
 
 
-_NHWC = ("NHWC", "HWIO", "NHWC")
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
-def _conv_patch_grad(x: jax.Array, kernel: jax.Array, pads: tuple, precision) -> jax.Array:
-    """Stride-1 NHWC/HWIO convolution whose kernel gradient is one matmul of the im2col patches."""
-    return _conv_nhwc(x, kernel, pads, precision)
-
-
-def _conv_nhwc(x, kernel, pads, precision):
-    return lax.conv_general_dilated(x, kernel, (1, 1), pads, dimension_numbers=_NHWC, precision=precision)
-
-
-def _conv_patch_grad_fwd(x, kernel, pads, precision):
-    return _conv_patch_grad(x, kernel, pads, precision), (x, kernel)
-
-
-def _conv_patch_grad_bwd(pads, precision, res, dy):
-    x, kernel = res
-    kh, kw, cin, cout = kernel.shape
-    _, ho, wo, _ = dy.shape
-    (dx,) = jax.vjp(lambda x: _conv_nhwc(x, kernel, pads, precision), x)[1](dy)
-    # dK[i, j, c, o] = Σ_{n,y,x} x_pad[n, y + i, x + j, c] · dy[n, y, x, o]: the padded input channel-major,
-    # its kh·kw shifted windows stacked into [kh·kw·C, N·Ho·Wo] rows, times dy as [N·Ho·Wo, O].
-    xp = jnp.pad(x.transpose(3, 0, 1, 2), ((0, 0), (0, 0), *pads))
-    patches = jnp.stack([xp[:, :, i : i + ho, j : j + wo] for i in range(kh) for j in range(kw)])
-    dk = jnp.matmul(patches.reshape(kh * kw * cin, -1), dy.reshape(-1, cout), precision=precision)
-    return dx, dk.reshape(kernel.shape).astype(kernel.dtype)
-
-
-_conv_patch_grad.defvjp(_conv_patch_grad_fwd, _conv_patch_grad_bwd)
-
-
-def conv_general_dilated(
-    lhs: jax.Array,
-    rhs: jax.Array,
-    window_strides: Sequence[int],
-    padding,
-    lhs_dilation: Sequence[int] | None = None,
-    rhs_dilation: Sequence[int] | None = None,
-    dimension_numbers=None,
-    feature_group_count: int = 1,
-    precision=None,
-    **kwargs,
-) -> jax.Array:
-    """``lax.conv_general_dilated`` (same arguments, same value and gradients) whose kernel gradient, for a
-    stride-1 undilated ungrouped 2-D NHWC convolution on the CPU backend, is one matmul of the input's
-    im2col patches.
-
-    XLA:CPU computes a convolution's kernel gradient as a convolution with the whole image as its window,
-    several times slower than the forward convolution of the same FLOPs; as a matmul it runs at the forward
-    rate. Any other case (other backends, strides, dilations, groups, layouts) is ``lax`` itself. The CPU case
-    is a ``jax.custom_vjp``: reverse mode (``jax.grad``, ``jax.vjp``) only, no ``jax.jvp``.
-    """
-    plain = (
-        jax.default_backend() != "cpu"
-        or lhs.ndim != 4
-        or any(s != 1 for s in window_strides)
-        or any(d != 1 for d in (*(lhs_dilation or ()), *(rhs_dilation or ())))
-        or feature_group_count != 1
-        or lax.conv_dimension_numbers(lhs.shape, rhs.shape, dimension_numbers)
-        != lax.conv_dimension_numbers(lhs.shape, rhs.shape, _NHWC)
-        or any(v is not None for v in kwargs.values())
-    )
-    if plain:
-        return lax.conv_general_dilated(
-            lhs,
-            rhs,
-            window_strides,
-            padding,
-            lhs_dilation,
-            rhs_dilation,
-            dimension_numbers,
-            feature_group_count,
-            precision=precision,
-            **kwargs,
-        )
-    if isinstance(padding, str):
-        padding = lax.padtype_to_pads(lhs.shape[1:3], rhs.shape[:2], (1, 1), padding)
-    return _conv_patch_grad(lhs, rhs, tuple(tuple(p) for p in padding), precision)
-
-
 def _max_pool_2x2(h: jax.Array) -> jax.Array:
     """2×2 max-pool, stride 2, VALID: [N, H, W, C] → [N, H//2, W//2, C] as a reshape and a max (XLA:CPU
     runs ``reduce_window``'s gradient, select-and-scatter, far slower and keeps its index buffers)."""
@@ -181,9 +97,8 @@ class SmallCNN(nnx.Module):
     """Small VGG-style CNN for 8×8, 28×28 or 32×32 images. x: [N, H, W, C] → [N, 4·width].
 
     Three stages of 3×3 conv → norm → ReLU with widths (w, 2w, 4w); a 2×2 max-pool follows a stage while
-    the feature map is larger than 4×4; global average pooling at the end. The convolutions are ``nnx.Conv``
-    with :func:`conv_general_dilated` (on CPU, its kernel gradient as a matmul); ReLU runs after the pool,
-    which gives the same values (max and ReLU commute) on a quarter of the elements.
+    the feature map is larger than 4×4; global average pooling at the end. ReLU runs after the pool, which
+    gives the same values (max and ReLU commute) on a quarter of the elements.
     """
 
     def __init__(
@@ -203,15 +118,7 @@ class SmallCNN(nnx.Module):
         widths = (in_channels, width, 2 * width, 4 * width)
         self.convs = nnx.List(
             [
-                nnx.Conv(
-                    a,
-                    b,
-                    (3, 3),
-                    use_bias=norm == "none",
-                    dtype=compute_dtype,
-                    conv_general_dilated=conv_general_dilated,
-                    rngs=rngs,
-                )
+                nnx.Conv(a, b, (3, 3), use_bias=norm == "none", dtype=compute_dtype, rngs=rngs)
                 for a, b in zip(widths[:-1], widths[1:], strict=True)
             ]
         )
