@@ -143,12 +143,13 @@ def test_bad_arguments_raise():
         models.encoder("cnn", input_shape=(8, 8), rngs=nnx.Rngs(0))
 
 
-@pytest.mark.parametrize("size", [8, 28])
-def test_small_cnn_is_conv_relu_maxpool_stack(size):
+@pytest.mark.parametrize(("size", "channels"), [(8, 2), (28, 2), (28, 1)])
+def test_small_cnn_is_conv_relu_maxpool_stack(size, channels):
     # Reference: lax convolutions + bias → ReLU → reduce_window 2×2 max-pool while larger than 4×4 → mean,
-    # with the module's own parameters; values and parameter gradients to 1e-5.
-    cnn = models.SmallCNN(2, image_size=size, width=4, rngs=nnx.Rngs(0))
-    x = jax.random.uniform(jax.random.key(1), (3, size, size, 2))
+    # with the module's own parameters; values and parameter gradients to 1e-5. One channel: the first
+    # convolution is im2col_conv.
+    cnn = models.SmallCNN(channels, image_size=size, width=4, rngs=nnx.Rngs(0))
+    x = jax.random.uniform(jax.random.key(1), (3, size, size, channels))
     params = nnx.state(cnn, nnx.Param)
 
     def reference(params, x):
@@ -170,3 +171,54 @@ def test_small_cnn_is_conv_relu_maxpool_stack(size):
     g_ref = jax.grad(lambda p: jnp.sum(jnp.sin(3 * reference(p, x))))(params)
     for a, b in zip(jax.tree.leaves(g_ours), jax.tree.leaves(g_ref), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5 * float(jnp.max(jnp.abs(b))))
+
+
+@pytest.mark.parametrize(("kernel", "channels"), [((3, 3), 1), ((3, 3), 3), ((1, 1), 2), ((5, 3), 1)])
+def test_im2col_conv_matches_lax_values_and_gradients(kernel, channels):
+    kx, kk, kc = jax.random.split(jax.random.key(0), 3)
+    x = jax.random.normal(kx, (4, 9, 7, channels))
+    k = jax.random.normal(kk, (*kernel, channels, 5))
+    cot = jax.random.normal(kc, (4, 9, 7, 5))
+
+    def loss(conv, x, k):
+        return jnp.sum(cot * jnp.tanh(conv(x, k, (1, 1), "SAME", dimension_numbers=_NHWC)))
+
+    ours = jax.value_and_grad(lambda x, k: loss(models.im2col_conv, x, k), (0, 1))(x, k)
+    ref = jax.value_and_grad(lambda x, k: loss(jax.lax.conv_general_dilated, x, k), (0, 1))(x, k)
+    for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(ref), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5 * float(jnp.max(jnp.abs(b))))
+
+
+@pytest.mark.parametrize(
+    ("strides", "padding", "kernel"),
+    [((2, 2), "SAME", (3, 3)), ((1, 1), "VALID", (3, 3)), ((1, 1), "SAME", (2, 2))],
+)
+def test_im2col_conv_refuses_what_it_does_not_compute(strides, padding, kernel):
+    x, k = jnp.ones((1, 6, 6, 1)), jnp.ones((*kernel, 1, 2))
+    with pytest.raises(ValueError, match="im2col_conv needs a stride-1 'SAME'"):
+        models.im2col_conv(x, k, strides, padding, dimension_numbers=_NHWC)
+
+
+def test_max_pool_gradient_goes_to_each_windows_maxima_split_evenly_between_ties():
+    # Small integers: many tied maxima; 7×5 maps: the odd last row and column are dropped (zero gradient).
+    h = jax.random.randint(jax.random.key(0), (2, 7, 5, 3), 0, 3).astype(jnp.float32)
+    g = jax.random.normal(jax.random.key(1), (2, 3, 2, 3))
+    out, vjp = jax.vjp(models._max_pool_2x2, h)
+    (dh,) = vjp(g)
+    hn, gn = np.asarray(h), np.asarray(g)
+    want_out, want_dh = np.zeros((2, 3, 2, 3)), np.zeros(h.shape)
+    for n in range(2):
+        for y in range(3):
+            for x in range(2):
+                for c in range(3):
+                    window = hn[n, 2 * y : 2 * y + 2, 2 * x : 2 * x + 2, c]
+                    want_out[n, y, x, c] = window.max()
+                    at_max = window == window.max()
+                    want_dh[n, 2 * y : 2 * y + 2, 2 * x : 2 * x + 2, c] = (
+                        at_max * gn[n, y, x, c] / at_max.sum()
+                    )
+    assert (
+        int((hn[:, :6, :4].reshape(2, 3, 2, 2, 2, 3) == want_out[:, :, None, :, None]).sum()) > 36 + 10
+    )  # ties
+    np.testing.assert_array_equal(out, want_out)
+    np.testing.assert_allclose(dh, want_dh, rtol=1e-6, atol=1e-7)
