@@ -8,7 +8,8 @@ convert uint8 to float, make two views (identical copies: augment=none, so neith
 forward, loss, backward and the optimiser update of the same model and objective. Every figure is the
 median over ``--repeats`` interleaved rounds (geojax, PyTorch, geojax, ...), so a machine shared with other
 work loads both sides alike; CPU seconds per step (all threads) are printed next to the wall clock, and
-``--one-thread`` runs both on one thread (an oversubscribed machine stalls OpenMP's multi-thread barriers).
+``--one-thread`` pins the process to one core, so both run on one (an oversubscribed machine stalls OpenMP's
+multi-thread barriers).
 
 CPU (default), each against PyTorch eager (``--torch-compile`` adds torch.compile):
 
@@ -337,9 +338,14 @@ def main() -> None:
         "--torch-compile", action="store_true", help="also time torch.compile (always with --gpu)"
     )
     ap.add_argument("--peak-tflops", type=float, default=0.0, help="device peak for MFU (default: by kind)")
-    ap.add_argument("--one-thread", action="store_true", help="CPU: both sides on one thread (XLA and torch)")
+    ap.add_argument(
+        "--one-thread",
+        action="store_true",
+        help="CPU: the process pinned to one core (XLA's pools and torch)",
+    )
     args = ap.parse_args()
-    if args.one_thread:  # before JAX starts its CPU backend
+    if args.one_thread:  # before JAX starts its CPU backend: YNNPACK's thread pool ignores Eigen's flag
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
         os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_cpu_multi_thread_eigen=false"
     args.repeats = args.repeats or (2 if args.quick else 5)
     args.steps = args.steps or (10 if args.quick else 100)
