@@ -147,7 +147,7 @@ def test_bad_arguments_raise():
 def test_small_cnn_is_conv_relu_maxpool_stack(size, channels):
     # Reference: lax convolutions + bias → ReLU → reduce_window 2×2 max-pool while larger than 4×4 → mean,
     # with the module's own parameters; values and parameter gradients to 1e-5. One channel: the first
-    # convolution is im2col_conv.
+    # convolution is tap_conv.
     cnn = models.SmallCNN(channels, image_size=size, width=4, rngs=nnx.Rngs(0))
     x = jax.random.uniform(jax.random.key(1), (3, size, size, channels))
     params = nnx.state(cnn, nnx.Param)
@@ -173,30 +173,35 @@ def test_small_cnn_is_conv_relu_maxpool_stack(size, channels):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5 * float(jnp.max(jnp.abs(b))))
 
 
-@pytest.mark.parametrize(("kernel", "channels"), [((3, 3), 1), ((3, 3), 3), ((1, 1), 2), ((5, 3), 1)])
-def test_im2col_conv_matches_lax_values_and_gradients(kernel, channels):
+@pytest.mark.parametrize("kernel", [(3, 3), (1, 1), (5, 3)])
+def test_tap_conv_matches_lax_values_and_gradients(kernel):
     kx, kk, kc = jax.random.split(jax.random.key(0), 3)
-    x = jax.random.normal(kx, (4, 9, 7, channels))
-    k = jax.random.normal(kk, (*kernel, channels, 5))
+    x = jax.random.normal(kx, (4, 9, 7, 1))
+    k = jax.random.normal(kk, (*kernel, 1, 5))
     cot = jax.random.normal(kc, (4, 9, 7, 5))
 
     def loss(conv, x, k):
         return jnp.sum(cot * jnp.tanh(conv(x, k, (1, 1), "SAME", dimension_numbers=_NHWC)))
 
-    ours = jax.value_and_grad(lambda x, k: loss(models.im2col_conv, x, k), (0, 1))(x, k)
+    ours = jax.value_and_grad(lambda x, k: loss(models.tap_conv, x, k), (0, 1))(x, k)
     ref = jax.value_and_grad(lambda x, k: loss(jax.lax.conv_general_dilated, x, k), (0, 1))(x, k)
     for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(ref), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5 * float(jnp.max(jnp.abs(b))))
 
 
 @pytest.mark.parametrize(
-    ("strides", "padding", "kernel"),
-    [((2, 2), "SAME", (3, 3)), ((1, 1), "VALID", (3, 3)), ((1, 1), "SAME", (2, 2))],
+    ("strides", "padding", "kernel", "channels"),
+    [
+        ((2, 2), "SAME", (3, 3), 1),
+        ((1, 1), "VALID", (3, 3), 1),
+        ((1, 1), "SAME", (2, 2), 1),
+        ((1, 1), "SAME", (3, 3), 2),
+    ],
 )
-def test_im2col_conv_refuses_what_it_does_not_compute(strides, padding, kernel):
-    x, k = jnp.ones((1, 6, 6, 1)), jnp.ones((*kernel, 1, 2))
-    with pytest.raises(ValueError, match="im2col_conv needs a stride-1 'SAME'"):
-        models.im2col_conv(x, k, strides, padding, dimension_numbers=_NHWC)
+def test_tap_conv_refuses_what_it_does_not_compute(strides, padding, kernel, channels):
+    x, k = jnp.ones((1, 6, 6, channels)), jnp.ones((*kernel, channels, 2))
+    with pytest.raises(ValueError, match="tap_conv needs a one-channel stride-1 'SAME'"):
+        models.tap_conv(x, k, strides, padding, dimension_numbers=_NHWC)
 
 
 def test_max_pool_gradient_goes_to_each_windows_maxima_split_evenly_between_ties():
