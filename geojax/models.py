@@ -17,6 +17,7 @@ float32 and every head casts to float32 before its projection, so losses see flo
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Literal, NamedTuple, get_args
 
@@ -134,7 +135,7 @@ def tap_conv(
             f"kernel; got lhs {lhs.shape}, rhs {rhs.shape}, strides {tuple(window_strides)}, "
             f"padding {padding!r}"
         )
-    return _tap_conv(lhs, rhs)
+    return _tap_conv(lhs, rhs, precision)
 
 
 def _taps(x: jax.Array, kh: int, kw: int) -> jax.Array:
@@ -144,26 +145,26 @@ def _taps(x: jax.Array, kh: int, kw: int) -> jax.Array:
     return jnp.stack([padded[:, i : i + h, j : j + w] for i in range(kh) for j in range(kw)])
 
 
-@jax.custom_vjp
-def _tap_conv(x: jax.Array, k: jax.Array) -> jax.Array:
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _tap_conv(x: jax.Array, k: jax.Array, precision) -> jax.Array:
     kh, kw, _, o = k.shape
-    taps = _taps(x[..., 0], kh, kw)
-    weights = k.reshape(kh * kw, o)
-    return sum(taps[t, ..., None] * weights[t] for t in range(kh * kw))
+    taps = _taps(x[..., 0].astype(jnp.float32), kh, kw)  # fp32 accumulation, as a convolution's
+    weights = k.reshape(kh * kw, o).astype(jnp.float32)
+    return sum(taps[t, ..., None] * weights[t] for t in range(kh * kw)).astype(jnp.result_type(x, k))
 
 
-def _tap_conv_fwd(x, k):
-    return _tap_conv(x, k), (x, k)
+def _tap_conv_fwd(x, k, precision):
+    return _tap_conv(x, k, precision), (x, k)
 
 
-def _tap_conv_bwd(res, g):
+def _tap_conv_bwd(precision, res, g):
     x, k = res
     kh, kw, _, o = k.shape
     taps = _taps(x[..., 0], kh, kw).reshape(kh * kw, -1)
-    dk = jnp.matmul(taps, g.reshape(-1, o), preferred_element_type=jnp.float32).astype(k.dtype)
+    dk = jnp.matmul(taps, g.reshape(-1, o), precision=precision, preferred_element_type=jnp.float32)
     # The image's gradient (unused, so removed, when the image is data): the taps' transposes, summed.
     dx = jax.vjp(lambda x: _taps(x, kh, kw), x[..., 0])[1](jnp.einsum("nhwo,to->tnhw", g, k.reshape(-1, o)))
-    return dx[0][..., None].astype(x.dtype), dk.reshape(k.shape)
+    return dx[0][..., None].astype(x.dtype), dk.astype(k.dtype).reshape(k.shape)
 
 
 _tap_conv.defvjp(_tap_conv_fwd, _tap_conv_bwd)

@@ -189,6 +189,20 @@ def test_tap_conv_matches_lax_values_and_gradients(kernel):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5 * float(jnp.max(jnp.abs(b))))
 
 
+def test_tap_conv_accumulates_bfloat16_in_float32():
+    # Nine taps of 1·w on an all-ones image: 256 + 8·1 = 264 is a bfloat16 number, but summed in bfloat16
+    # each +1 rounds away (the spacing at 256 is 2) and the interior comes out 256.
+    x = jnp.ones((1, 5, 5, 1), jnp.bfloat16)
+    k = jnp.ones((3, 3, 1, 2), jnp.bfloat16).at[0, 0].set(256)
+    out = models.tap_conv(x, k, (1, 1), "SAME", dimension_numbers=_NHWC)
+    assert out.dtype == jnp.bfloat16
+    ref = jax.lax.conv_general_dilated(
+        x.astype(jnp.float32), k.astype(jnp.float32), (1, 1), "SAME", dimension_numbers=_NHWC
+    )
+    assert float(ref[0, 2, 2, 0]) == 264.0
+    np.testing.assert_array_equal(out.astype(jnp.float32), ref.astype(jnp.bfloat16).astype(jnp.float32))
+
+
 @pytest.mark.parametrize(
     ("strides", "padding", "kernel", "channels"),
     [
