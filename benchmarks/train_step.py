@@ -101,12 +101,13 @@ def gpu_case(quick: bool) -> Case:
     return Case("resnet18", cfg, images, rng.integers(0, 10, n).astype(np.int32))
 
 
-def geojax_call(case: Case, k: int) -> tuple[Callable[[], Any], Callable[[], float | None]]:
-    """``(call, flops)``: one dispatch of ``k`` steps of the app's step (device feed, one device, donated
-    state), and the FLOPs of one step by XLA's cost analysis (None when unavailable)."""
+def geojax_call(case: Case, k: int, devices: int = 1) -> tuple[Callable[[], Any], Callable[[], float | None]]:
+    """``(call, flops)``: one dispatch of ``k`` steps of the app's step (device feed, data-parallel over
+    ``devices`` devices, donated state), and the FLOPs of one step by XLA's cost analysis (None when
+    unavailable)."""
     cfg = case.cfg
     graphdef, state = step.init_state(cfg, case.images.shape[1:])
-    mesh = parallel.make_mesh(1)
+    mesh = parallel.make_mesh(devices)
     per_device = step.make_step(cfg, graphdef, step.make_optimizer(cfg))
     batches = step.make_batches(cfg)
     run = step.distribute(step.make_call(per_device, length=k, batches=batches), mesh=mesh)
@@ -271,10 +272,11 @@ def torch_block(device: str) -> Callable[[Any], Any]:
 def compare(cases: list[Case], args: argparse.Namespace, *, device: str, peak: float | None) -> None:
     """Print, per case, the interleaved medians of geojax and the PyTorch steps, and the ratio."""
     header = ["model", "step", "steps/s", "images/s", "ms/step", "CPU s/step", "MFU", "geojax ×"]
-    ours = f"geojax (device feed, {args.steps_per_call} steps/call)"
+    split = f", {args.cpu_devices} CPU devices" if args.cpu_devices > 1 else ""
+    ours = f"geojax (device feed, {args.steps_per_call} steps/call{split})"
     for case in cases:
         cfg, k = case.cfg, args.steps_per_call
-        call, flops_of = geojax_call(case, k)
+        call, flops_of = geojax_call(case, k, args.cpu_devices)
         runners = {ours: (call, k, jax.block_until_ready)}
         if args.torch is not None:
             runners["PyTorch eager"] = (torch_step(case, device, compile_=False), 1, torch_block(device))
@@ -343,7 +345,18 @@ def main() -> None:
         action="store_true",
         help="CPU: the process pinned to one core (XLA's pools and torch)",
     )
+    ap.add_argument(
+        "--cpu-devices",
+        type=int,
+        default=1,
+        help="CPU: split the host into this many one-thread XLA devices, geojax's step data-parallel",
+    )
     args = ap.parse_args()
+    if args.cpu_devices > 1:  # before JAX starts its CPU backend
+        os.environ["XLA_FLAGS"] = (
+            f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={args.cpu_devices} "
+            "--xla_cpu_multi_thread_eigen=false"
+        )
     if args.one_thread:  # before JAX starts its CPU backend: YNNPACK's thread pool ignores Eigen's flag
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
         os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_cpu_multi_thread_eigen=false"

@@ -200,3 +200,12 @@ def test_train_step_quick():
         else:
             assert peer["steps/s"] == peer["images/s"] == peer["geojax ×"] == "–"
             assert "ratio geojax/torch (mlp): – " in out
+
+
+def test_train_step_quick_data_parallel_over_cpu_devices():
+    # --cpu-devices 2: the host split into two one-thread XLA devices, the step data-parallel over them.
+    args = ("--quick", "--models", "mlp", "--steps", "4", "--repeats", "1", "--steps-per-call", "2")
+    (table,) = _tables(_run_script("train_step.py", *args, "--cpu-devices", "2"))
+    ours = table[0]
+    assert ours["step"] == "geojax (device feed, 2 steps/call, 2 CPU devices)"
+    assert abs(float(ours["images/s"]) / float(ours["steps/s"]) / 128 - 1) < 0.01
