@@ -9,7 +9,9 @@ forward, loss, backward and the optimiser update of the same model and objective
 median over ``--repeats`` interleaved rounds (geojax, PyTorch, geojax, ...), so a machine shared with other
 work loads both sides alike; CPU seconds per step (all threads) are printed next to the wall clock, and
 ``--one-thread`` pins the process to one core, so both run on one (an oversubscribed machine stalls OpenMP's
-multi-thread barriers).
+multi-thread barriers). ``--cpu-devices N`` splits the host into N one-thread XLA devices and runs geojax's
+step data-parallel over them (each device takes 1/N of the global batch; the losses gather over the
+devices), where XLA otherwise runs one device's operations on a shared thread pool.
 
 CPU (default), each against PyTorch eager (``--torch-compile`` adds torch.compile):
 
