@@ -108,6 +108,10 @@ def geojax_call(case: Case, k: int, devices: int = 1) -> tuple[Callable[[], Any]
     ``devices`` devices, donated state), and the FLOPs of one step by XLA's cost analysis (None when
     unavailable)."""
     cfg = case.cfg
+    if cfg.batch_size % devices:
+        raise ValueError(
+            f"{case.name}: batch_size {cfg.batch_size} must be divisible by the {devices} devices"
+        )
     graphdef, state = step.init_state(cfg, case.images.shape[1:])
     mesh = parallel.make_mesh(devices)
     per_device = step.make_step(cfg, graphdef, step.make_optimizer(cfg))
@@ -354,14 +358,17 @@ def main() -> None:
         help="CPU: split the host into this many one-thread XLA devices, geojax's step data-parallel",
     )
     args = ap.parse_args()
-    if args.cpu_devices > 1:  # before JAX starts its CPU backend
-        os.environ["XLA_FLAGS"] = (
-            f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={args.cpu_devices} "
-            "--xla_cpu_multi_thread_eigen=false"
-        )
-    if args.one_thread:  # before JAX starts its CPU backend: YNNPACK's thread pool ignores Eigen's flag
+    if args.cpu_devices < 1:
+        ap.error(f"--cpu-devices must be at least 1, got {args.cpu_devices}")
+    flags = []  # XLA's, set before JAX starts its CPU backend
+    if args.cpu_devices > 1:
+        flags.append(f"--xla_force_host_platform_device_count={args.cpu_devices}")
+    if args.one_thread:  # YNNPACK's thread pool ignores Eigen's flag: the affinity holds it to one core
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
-        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_cpu_multi_thread_eigen=false"
+    if args.one_thread or args.cpu_devices > 1:
+        flags.append("--xla_cpu_multi_thread_eigen=false")
+    if flags:
+        os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), *flags]).strip()
     args.repeats = args.repeats or (2 if args.quick else 5)
     args.steps = args.steps or (10 if args.quick else 100)
     dev = jax.devices()[0]

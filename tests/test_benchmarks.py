@@ -117,9 +117,9 @@ def _installed(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
-def _run_script(name: str, *args: str) -> str:
+def _script(name: str, *args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # the script's own device set-up
-    proc = subprocess.run(
+    return subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / name), *args],
         capture_output=True,
         text=True,
@@ -127,6 +127,10 @@ def _run_script(name: str, *args: str) -> str:
         env=env,
         timeout=600,
     )
+
+
+def _run_script(name: str, *args: str) -> str:
+    proc = _script(name, *args)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout
 
@@ -209,3 +213,10 @@ def test_train_step_quick_data_parallel_over_cpu_devices():
     ours = table[0]
     assert ours["step"] == "geojax (device feed, 2 steps/call, 2 CPU devices)"
     assert abs(float(ours["images/s"]) / float(ours["steps/s"]) / 128 - 1) < 0.01
+
+
+def test_train_step_refuses_a_batch_the_cpu_devices_do_not_divide():
+    args = ("--quick", "--models", "mlp", "--steps", "2", "--repeats", "1", "--cpu-devices", "3")
+    proc = _script("train_step.py", *args)
+    assert proc.returncode != 0
+    assert "mlp: batch_size 64 must be divisible by the 3 devices" in proc.stderr
