@@ -103,10 +103,12 @@ def gpu_case(quick: bool) -> Case:
     return Case("resnet18", cfg, images, rng.integers(0, 10, n).astype(np.int32))
 
 
-def geojax_call(case: Case, k: int, devices: int = 1) -> tuple[Callable[[], Any], Callable[[], float | None]]:
-    """``(call, flops)``: one dispatch of ``k`` steps of the app's step (device feed, data-parallel over
-    ``devices`` devices, donated state), and the FLOPs of one step by XLA's cost analysis (None when
-    unavailable)."""
+def geojax_call(
+    case: Case, k: int, devices: int = 1
+) -> tuple[Callable[[], Any], Callable[[], float | None], Callable[[], str]]:
+    """``(call, flops, hlo)``: one dispatch of ``k`` steps of the app's step (device feed, data-parallel over
+    ``devices`` devices, donated state), the FLOPs of one step by XLA's cost analysis (None when
+    unavailable), and the compiled HLO text of ``call``."""
     cfg = case.cfg
     if cfg.batch_size % devices:
         raise ValueError(
@@ -138,7 +140,10 @@ def geojax_call(case: Case, k: int, devices: int = 1) -> tuple[Callable[[], Any]
         cost = cost[0] if isinstance(cost, list) else cost
         return cost["flops"] if cost and cost.get("flops") else None
 
-    return call, flops
+    def hlo():
+        return run.lower(box[0], tables, {}).compile().as_text()
+
+    return call, flops, hlo
 
 
 def torch_encoder(cfg: config.Config, shape: tuple[int, int, int]) -> tuple[Any, int]:
@@ -282,7 +287,7 @@ def compare(cases: list[Case], args: argparse.Namespace, *, device: str, peak: f
     ours = f"geojax (device feed, {args.steps_per_call} steps/call{split})"
     for case in cases:
         cfg, k = case.cfg, args.steps_per_call
-        call, flops_of = geojax_call(case, k, args.cpu_devices)
+        call, flops_of, _ = geojax_call(case, k, args.cpu_devices)
         runners = {ours: (call, k, jax.block_until_ready)}
         if args.torch is not None:
             runners["PyTorch eager"] = (torch_step(case, device, compile_=False), 1, torch_block(device))

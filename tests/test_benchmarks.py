@@ -220,3 +220,58 @@ def test_train_step_refuses_a_batch_the_cpu_devices_do_not_divide():
     proc = _script("train_step.py", *args)
     assert proc.returncode != 0
     assert "mlp: batch_size 64 must be divisible by the 3 devices" in proc.stderr
+
+
+def _step_profile():
+    spec = importlib.util.spec_from_file_location("step_profile", ROOT / "benchmarks" / "step_profile.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_step_profile_classes_compiled_hlo_by_what_its_kernels_hold():
+    sp = _step_profile()
+
+    def fn(x, w, k):
+        y = jnp.tanh(x @ w) + 1.0  # a product, maybe fused with its epilogue
+        c = jax.lax.conv_general_dilated(k, k, (1, 1), "SAME")
+        z = jax.lax.fori_loop(0, 3, lambda i, z: jnp.sin(z) * 2.0, y)  # a loop of element-wise work
+        return z.sum() + c.sum()
+
+    args = (jnp.ones((64, 32)), jnp.ones((32, 16)), jnp.ones((1, 1, 8, 8)))
+    hlo = jax.jit(fn).lower(*args).compile().as_text()
+    kinds = sp.classify_hlo(hlo)
+    assert set(kinds.values()) == {"product", "other", "loop"}
+    lines = {name: next(s for s in hlo.splitlines() if f"%{name} = " in s) for name in kinds}
+    for name, kind in kinds.items():  # the ENTRY's and the loop body's instructions alike
+        opcode = lines[name].split(" = ", 1)[1]
+        if " dot(" in opcode or " convolution(" in opcode:
+            assert kind == "product", lines[name]
+        if " while(" in opcode:
+            assert kind == "loop", lines[name]
+        if any(f" {op}(" in opcode for op in ("sine", "tanh", "add", "reduce", "parameter", "constant")):
+            assert kind == "other", lines[name]
+    # Trace events: only complete ("X") events that name a product or another kernel count, per step.
+    product = next(n for n, k in kinds.items() if k == "product")
+    other = next(n for n, k in kinds.items() if k == "other")
+    loop = next(n for n, k in kinds.items() if k == "loop")
+    events = [
+        {"ph": "X", "name": product, "dur": 3000.0},
+        {"ph": "X", "name": other, "dur": 1000.0},
+        {"ph": "X", "name": loop, "dur": 9000.0},  # its body's kernels are counted instead
+        {"ph": "X", "name": "ThunkExecutor::Execute", "dur": 9000.0},
+        {"ph": "B", "name": product, "dur": 5000.0},
+    ]
+    assert sp.split_events(events, kinds, steps=2) == {"product": 1.5, "other": 0.5}
+
+
+@pytest.mark.slow
+def test_step_profile_quick():
+    out = _run_script("step_profile.py", "--quick", "--models", "mlp", "--steps", "2")
+    (table,) = _tables(out)
+    assert table[0]["step"] == "geojax"
+    for row in table:
+        products, rest, total = (float(row[c]) for c in ("products ms", "rest ms", "sum ms"))
+        assert products > 0 and rest > 0 and abs(products + rest - total) < 0.02
+        assert float(row["unprofiled ms"]) > 0
+    assert len(table) == (2 if _installed("torch") else 1)

@@ -1,0 +1,186 @@
+"""Where a training step's time goes, on one CPU core: matrix products (dots and convolutions) against
+everything else, in geojax's step and in the same step in PyTorch (the cases of ``train_step.py``).
+
+Both run pinned to one core (XLA's pools and torch's intra-op threads), where per-operation timings are
+exact: XLA's multi-threaded kernels report only their launch to the profiler. geojax's operations are
+traced with ``jax.profiler`` (``--xla_cpu_enable_xprof_traceme``) and each is classed by its compiled HLO: a
+product is a ``dot`` or ``convolution``, or a fusion or library call containing one; loops are left out
+(their bodies are counted). PyTorch's are ``torch.profiler`` self times, a product being a matrix-product or
+convolution operator. The table prints each framework's products and the rest in ms per step, their sum,
+and the unprofiled step, then what the step ratio would be with geojax's products as fast as PyTorch's.
+The profilers' own overhead shows as the gap between the sum and the unprofiled step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import glob
+import gzip
+import json
+import os
+import re
+import statistics
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+_INSTRUCTION = re.compile(r"^\s+(?:ROOT\s+)?%([\w.\-]+) = .*? ([\w\-]+)\((.*)$")
+_COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%([\w.\-]+) .*\{\s*$")
+_CALLS = re.compile(r"(?:calls|to_apply|body|condition)=%([\w.\-]+)")
+_PRODUCT_OPCODES = {"dot", "convolution"}
+_LOOP_OPCODES = {"while", "conditional", "call"}
+_TORCH_PRODUCT = re.compile(r"^aten::(mm|addmm|bmm|baddbmm|addbmm|matmul|linear|.*conv.*)$")
+
+
+def classify_hlo(hlo: str) -> dict[str, str]:
+    """Instruction name → ``"product"``, ``"loop"`` or ``"other"`` for a compiled HLO module's text; a
+    fusion or custom call is a product when its called computations (transitively) hold a dot or a
+    convolution, or when its target names one."""
+    opcodes: dict[str, set[str]] = collections.defaultdict(set)  # computation → opcodes in it
+    callees: dict[str, set[str]] = collections.defaultdict(set)  # computation → computations it calls
+    instructions: dict[str, tuple[str, list[str], str]] = {}  # name → (opcode, callees, rest of line)
+    current = ""
+    for line in hlo.splitlines():
+        head = _COMPUTATION.match(line)
+        if head:
+            current = head.group(1)
+            continue
+        m = _INSTRUCTION.match(line)
+        if not m:
+            continue
+        name, opcode, rest = m.groups()
+        called = _CALLS.findall(rest)
+        opcodes[current].add(opcode)
+        callees[current].update(called)
+        instructions[name] = (opcode, called, rest)
+
+    def holds_product(comp: str, seen: set[str]) -> bool:
+        if comp in seen:
+            return False
+        seen.add(comp)
+        return bool(opcodes[comp] & _PRODUCT_OPCODES) or any(holds_product(c, seen) for c in callees[comp])
+
+    kinds = {}
+    for name, (opcode, called, rest) in instructions.items():
+        if opcode in _LOOP_OPCODES:
+            kinds[name] = "loop"
+        elif opcode in _PRODUCT_OPCODES or (
+            opcode in ("fusion", "custom-call")
+            and (any(holds_product(c, set()) for c in called) or re.search(r"matmul|conv", rest))
+        ):
+            kinds[name] = "product"
+        else:
+            kinds[name] = "other"
+    return kinds
+
+
+def split_events(events: list[dict], kinds: dict[str, str], steps: int) -> dict[str, float]:
+    """Milliseconds per step of complete trace events (``ph == "X"``, durations in µs) named after HLO
+    instructions, summed by kind (loops and events that name no instruction left out)."""
+    total: dict[str, float] = {"product": 0.0, "other": 0.0}
+    for e in events:
+        kind = kinds.get(e.get("name", "")) if e.get("ph") == "X" else None
+        if kind in total:
+            total[kind] += e["dur"] / 1e3 / steps
+    return total
+
+
+def geojax_split(hlo: str, call: Callable[[], Any], steps: int) -> dict[str, float]:
+    """Trace ``steps`` one-step calls (after two untraced ones) and split their kernels' time (ms per step)
+    by :func:`classify_hlo`."""
+    import jax
+
+    for _ in range(2):
+        jax.block_until_ready(call())
+    with tempfile.TemporaryDirectory() as trace_dir:
+        with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
+            for _ in range(steps):
+                jax.block_until_ready(call())
+        (path,) = glob.glob(f"{trace_dir}/**/perfetto_trace.json.gz", recursive=True)
+        with gzip.open(path) as f:
+            trace = json.load(f)
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    return split_events(events, classify_hlo(hlo), steps)
+
+
+def torch_split(one: Callable[[], Any], steps: int) -> dict[str, float]:
+    """Self CPU time (ms per step) of ``steps`` PyTorch steps (after two unprofiled ones): products against
+    the rest."""
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(2):
+        one().item()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            one().item()
+    total = {"product": 0.0, "other": 0.0}
+    for event in prof.key_averages():
+        kind = "product" if _TORCH_PRODUCT.match(event.key) else "other"
+        total[kind] += event.self_cpu_time_total / 1e3 / steps
+    return total
+
+
+def unprofiled_ms(call: Callable[[], Any], block: Callable[[Any], Any], steps: int, rounds: int) -> float:
+    """Median over ``rounds`` of the mean wall time (ms) of ``steps`` calls."""
+    from train.timing import measure
+
+    t = measure(call, repeats=rounds, warmup=2, number=steps, block=block)
+    return 1e3 * statistics.median(t.seconds)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="small sizes, a few seconds")
+    ap.add_argument("--models", default="mlp,cnn", help="CPU models (mlp, cnn)")
+    ap.add_argument("--steps", type=int, default=0, help="profiled and timed steps (default 20, quick 3)")
+    args = ap.parse_args()
+    steps = args.steps or (3 if args.quick else 20)
+    # One core for both, before JAX starts its backend: XLA's Eigen pool off, YNNPACK held by the affinity.
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    flags = "--xla_cpu_multi_thread_eigen=false --xla_cpu_enable_xprof_traceme=true"
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flags}".strip()
+    import jax
+    import train_step
+
+    from train.tables import markdown_table
+
+    try:
+        import torch
+    except ImportError:
+        torch = None
+        print("torch not installed: geojax only")
+    else:
+        torch.set_num_threads(1)
+    print(f"jax {jax.__version__}" + (f", torch {torch.__version__}" if torch else "") + ", one core")
+    header = ["model", "step", "products ms", "rest ms", "sum ms", "unprofiled ms"]
+    for case in [c for c in train_step.cpu_cases(args.quick) if c.name in args.models.split(",")]:
+        call, _, hlo = train_step.geojax_call(case, 1)
+        ours = geojax_split(hlo(), call, steps)
+        ours_ms = unprofiled_ms(call, jax.block_until_ready, steps, 3)
+        rows = [[case.name, "geojax", ours["product"], ours["other"], sum(ours.values()), ours_ms]]
+        if torch is not None:
+            one = train_step.torch_step(case, "cpu", compile_=False)
+            theirs = torch_split(one, steps)
+            theirs_ms = unprofiled_ms(one, train_step.torch_block("cpu"), steps, 3)
+            rows.append([case.name, "PyTorch eager", theirs["product"], theirs["other"]])
+            rows[-1] += [sum(theirs.values()), theirs_ms]
+        print(f"\n{case.name}: ms per step on one core, {steps} steps")
+        cells = [[r[0], r[1], *(f"{v:.2f}" for v in r[2:])] for r in rows]
+        print(markdown_table(header, cells, align="llrrrr"))
+        if torch is not None:
+            # The step with geojax's products replaced by PyTorch's, everything else kept (profiled sums).
+            bound = sum(theirs.values()) / (theirs["product"] + ours["other"])
+            now = sum(theirs.values()) / sum(ours.values())
+            print(
+                f"ratio PyTorch/geojax ({case.name}, profiled sums): {now:.2f}×; with geojax's products as "
+                f"fast as PyTorch's: {bound:.2f}×"
+            )
+
+
+if __name__ == "__main__":
+    main()
