@@ -267,7 +267,9 @@ def test_step_profile_classes_compiled_hlo_by_what_its_kernels_hold():
 
 @pytest.mark.slow
 def test_step_profile_quick():
-    out = _run_script("step_profile.py", "--quick", "--models", "mlp", "--steps", "2")
+    out = _run_script(
+        "step_profile.py", "--quick", "--models", "mlp", "--steps", "4", "--steps-per-call", "2"
+    )
     (table,) = _tables(out)
     assert table[0]["step"] == "geojax"
     for row in table:
@@ -275,3 +277,4 @@ def test_step_profile_quick():
         assert products > 0 and rest > 0 and abs(products + rest - total) < 0.02
         assert float(row["unprofiled ms"]) > 0
     assert len(table) == (2 if _installed("torch") else 1)
+    assert "4 steps (geojax 2 per call)" in out
