@@ -2,7 +2,7 @@
 
     python benchmarks/binary.py [--quick] [--rounds 15] [--batch 1000] [--rank 4] [--block B]
 
-Full size (the issue's target): 4096-d → 4096 bits (6 cores of 4×4) and 4096-d → 1024 bits (output
+Full size: 4096-d → 4096 bits (6 cores of 4×4) and 4096-d → 1024 bits (output
 modes 2×4×4×4×4×2, the paper's Table 1 shape), TT-rank 4 (the rank of the paper's Table 2), batch
 1,000, float32. Peer: the same matrix dense, ``x @ R.T`` in jnp. Every variant is jitted and computes
 the full encode (projection, sign, little-endian packing); after two warm-up calls each, the variants
