@@ -34,13 +34,16 @@ _COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%([\w.\-]+) .*\{\s*$")
 _CALLS = re.compile(r"(?:calls|to_apply|body|condition)=%([\w.\-]+)")
 _PRODUCT_OPCODES = {"dot", "convolution"}
 _LOOP_OPCODES = {"while", "conditional", "call"}
-_TORCH_PRODUCT = re.compile(r"^aten::(mm|addmm|bmm|baddbmm|addbmm|matmul|linear|.*conv.*)$")
+_TORCH_PRODUCT = re.compile(r"^aten::(mm|addmm|bmm|baddbmm|addbmm|matmul|linear|conv[123]d|.*convolution.*)$")
+_TARGET = re.compile(r'custom_call_target="([^"]*)"')
 
 
 def classify_hlo(hlo: str) -> dict[str, str]:
     """Instruction name → ``"product"``, ``"loop"`` or ``"other"`` for a compiled HLO module's text; a
     fusion or custom call is a product when its called computations (transitively) hold a dot or a
-    convolution, or when its target names one."""
+    convolution, a custom call also when its target names a matmul or convolution (metadata such as
+    ``op_name`` is not read: an element-wise fusion traced under a function named ``..._conv`` stays
+    "other")."""
     opcodes: dict[str, set[str]] = collections.defaultdict(set)  # computation → opcodes in it
     callees: dict[str, set[str]] = collections.defaultdict(set)  # computation → computations it calls
     instructions: dict[str, tuple[str, list[str], str]] = {}  # name → (opcode, callees, rest of line)
@@ -69,9 +72,10 @@ def classify_hlo(hlo: str) -> dict[str, str]:
     for name, (opcode, called, rest) in instructions.items():
         if opcode in _LOOP_OPCODES:
             kinds[name] = "loop"
-        elif opcode in _PRODUCT_OPCODES or (
-            opcode in ("fusion", "custom-call")
-            and (any(holds_product(c, set()) for c in called) or re.search(r"matmul|conv", rest))
+        elif (
+            opcode in _PRODUCT_OPCODES
+            or (opcode in ("fusion", "custom-call") and any(holds_product(c, set()) for c in called))
+            or (opcode == "custom-call" and re.search(r"matmul|conv", "".join(_TARGET.findall(rest))))
         ):
             kinds[name] = "product"
         else:

@@ -236,7 +236,9 @@ def test_step_profile_classes_compiled_hlo_by_what_its_kernels_hold():
         y = jnp.tanh(x @ w) + 1.0  # a product, maybe fused with its epilogue
         c = jax.lax.conv_general_dilated(k, k, (1, 1), "SAME")
         z = jax.lax.fori_loop(0, 3, lambda i, z: jnp.sin(z) * 2.0, y)  # a loop of element-wise work
-        return z.sum() + c.sum()
+        with jax.named_scope("tap_conv"):  # element-wise work whose metadata names a convolution
+            scoped = jnp.cos(y) * 3.0
+        return z.sum() + c.sum(), scoped
 
     args = (jnp.ones((64, 32)), jnp.ones((32, 16)), jnp.ones((1, 1, 8, 8)))
     hlo = jax.jit(fn).lower(*args).compile().as_text()
@@ -251,6 +253,8 @@ def test_step_profile_classes_compiled_hlo_by_what_its_kernels_hold():
             assert kind == "loop", lines[name]
         if any(f" {op}(" in opcode for op in ("sine", "tanh", "add", "reduce", "parameter", "constant")):
             assert kind == "other", lines[name]
+    scoped = [n for n in kinds if "tap_conv" in lines[n] and " fusion(" in lines[n]]
+    assert scoped and all(kinds[n] == "other" for n in scoped), [lines[n] for n in scoped]
     # Trace events: only complete ("X") events that name a product or another kernel count, per step.
     product = next(n for n, k in kinds.items() if k == "product")
     other = next(n for n, k in kinds.items() if k == "other")
