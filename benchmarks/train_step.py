@@ -214,7 +214,7 @@ def torch_step(case: Case, device: str, *, compile_: bool) -> Callable[[], Any]:
     if cfg.optimizer == "adamw":
         opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     else:
-        opt = torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+        opt = torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum)  # as optax.sgd: no weight decay
     images = torch.as_tensor(case.images, device=device).permute(0, 3, 1, 2).contiguous()  # NCHW uint8
     labels = torch.as_tensor(case.labels, device=device, dtype=torch.int64)
     n, views, scale = cfg.batch_size, cfg.views, cfg.temperature / (cfg.base_temperature or cfg.temperature)

@@ -122,7 +122,8 @@ def test_device_feed_draws_the_host_feeds_batches(sampler, labels):
     rng = np.random.default_rng(0)
     images = rng.integers(0, 256, (90, 6, 6, 1), dtype=np.uint8)  # held on the devices as uint8
     tables = data.label_tables(rng.integers(0, 6, 90))
-    cfg = config.make(sampler=sampler, labels=labels, batch_size=16, m_per_class=4, seed=3)
+    per_class = {"m_per_class": 4} if sampler == "m_per_class" else {}
+    cfg = config.make(sampler=sampler, labels=labels, batch_size=16, seed=3, **per_class)
     batches = step.make_batches(cfg)
 
     def record(state, batch):  # a step that returns the global batch it was given

@@ -137,8 +137,10 @@ SIBLING_MAY_DIFFER = {"dataset", "geometry", "loss"}
 
 
 def _tiny(preset: str, **kw) -> config.Config:
-    small = dict(width=4, batch_size=40 if preset != "msimclr_mnist" else 16, epochs=None, steps=2)
-    return config.make(preset=preset, **small, eval_batch=64, probe_epochs=1, progress=False, **kw)
+    small = dict(width=4, batch_size=40 if preset != "msimclr_mnist" else 16, steps=2)
+    if config.make(preset=preset).probe is not None:
+        small["probe_epochs"] = 1
+    return config.make(preset=preset, **small, eval_batch=64, progress=False, **kw)
 
 
 @pytest.fixture(scope="module")

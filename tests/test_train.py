@@ -60,9 +60,12 @@ def test_cli_help_lists_presets_and_keys_and_errors_exit_2(capsys, tmp_path):
         "simo",
     ):
         assert name in text
-    keys = ("geometry", "loss", "similarity", "koleo", "clip", "parallel", "precision", "multihost", "feed")
+    keys = ("geometry", "loss", "clip", "parallel", "precision", "multihost", "feed")
     for key in (*keys, "steps_per_call", "coordinator", "num_processes", "process_id"):
         assert f"\n  {key} " in text
+    # a key that belongs to a choice is listed under it
+    assert "\n  when loss=triplet:\n    margin " in text
+    assert "\n  when geometry=euclidean|sphere|torus_c|torus_n:\n    koleo " in text
     workdir = tmp_path / "never-created"
     assert cli.main(["dataset=npz:/no/such/file.npz", f"workdir={workdir}"]) == 2
     assert "no such file" in capsys.readouterr().err

@@ -14,6 +14,7 @@ import time
 import jax
 
 from train import config, loop, plots, report, step
+from train.errors import UsageError
 
 
 def run(cfg: config.Config, *, stop_at: int | None = None) -> dict | None:
@@ -25,7 +26,7 @@ def run(cfg: config.Config, *, stop_at: int | None = None) -> dict | None:
     t_eval = time.time()
     query = step.embed(graphdef, state, ds.test_x, batch=cfg.eval_batch, precision=cfg.precision)
     reference = step.embed(graphdef, state, ds.train_x, batch=cfg.eval_batch, precision=cfg.precision)
-    results = report.evaluate(cfg, query, reference, ds)
+    results = report.retrieval_report(cfg, query, reference, ds)
     timing["eval_s"] = round(time.time() - t_eval, 2)
     timing["total_s"] = round(time.time() - t0, 2)
     previous = os.path.join(workdir, "report.json")
@@ -77,9 +78,9 @@ def main(argv: list[str]) -> int:
     if any(a in ("-h", "--help", "help") for a in argv):
         print(config.help_text())
         return 0
-    try:  # bad keys, values, combinations or a missing dataset: a one-line message, exit status 2
+    try:  # bad keys, values, combinations, data or run directory: a one-line message, exit status 2
         rep = run(config.from_args(argv))
-    except ValueError as err:
+    except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except loop.Interrupted as stop:  # SIGINT / SIGTERM while training: saved, resumable

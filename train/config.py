@@ -1,30 +1,43 @@
-"""Run configuration: one typed dataclass, named presets (the papers' recipes) and ``key=value`` overrides.
+"""Run configuration: one typed dataclass whose every key belongs to a choice, the papers' recipes as named
+presets, and ``key=value`` overrides.
 
-Every field carries its type, its default and one line of help. Choices are ``Literal`` types, most of them
-imported from the library (geometries, losses, similarities, mining, encoders) or the data module (samplers,
-augmentations), and validation and ``python -m train --help`` are derived from them. ``None`` is the one
-"use the default" marker (the encoder's own width, the loss's own margins, all devices, a fresh run
-directory); on the command line it is written ``none``.
+Every field carries its type, its default, one line of help, its group, and — when it only means something
+for some choices — the choice it belongs to (:class:`When`): ``margin`` belongs to ``loss=triplet``,
+``momentum`` to ``optimizer=sgd|rmsprop``, ``charts`` to ``geometry=atlas``. From that one table follow:
 
-Any loss runs on any geometry: ``loss``, ``geometry``, ``similarity`` and the regulariser weights are
-independent keys; :func:`validate` rejects only combinations that have no meaning (an odd ``dim`` for
-torus_n, a vector similarity on an atlas without a projection head, ...), before any work is done.
+- refusal: a key the user gives that the run's choices do not use stops the run before any work, naming the
+  key, the choice that makes it unused and the choices that would use it;
+- presets: a key a preset set that the user's own choices make unused is dropped with one log line (so
+  ``loss=triplet`` on the default preset trains); a preset whose own choices ignore one of its keys is a bug
+  (tests check every preset);
+- the loss's keyword arguments (:func:`loss_kwargs`), what a resumed run may change (``run`` keys), and the
+  grouped ``python -m train --help``.
+
+Choices are ``Literal`` types, most of them imported from the library (geometries, losses, similarities,
+mining, encoders) or the data module (samplers, augmentations). ``None`` is the one "use the default" marker
+(the encoder's own width, the loss's own margins, all devices, a fresh run directory); on the command line it
+is written ``none``. :func:`validate` then rejects values and combinations that have no meaning (an odd
+``dim`` for torus_n, a vector similarity on an atlas without a projection head, ...).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import logging
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from geojax.losses import LossName, Mining
-from geojax.manifolds import Geometry
-from geojax.models import EncoderName, ProjectionName
+from geojax.losses import LOSSES, LossName, Mining
+from geojax.manifolds import GEOMETRIES, TORUS_GEOMETRIES, Geometry
+from geojax.models import ENCODERS, PROJECTIONS, EncoderName, ProjectionName
 from geojax.parallel import MODES
 from geojax.similarity import SimilarityName
-from train.data import Augmentation, Sampler, check_dataset_name
+from train.data import TFDS_NAMES, Augmentation, Sampler, check_dataset_name
+from train.errors import UsageError
 
 Labels = Literal["class", "instance"]
 Norm = Literal["batch", "group", "none"]
@@ -38,135 +51,309 @@ Feed = Literal["device", "host"]
 # "manifold" ranks atlas points by −d_M (Korman 2021 eq. 7); the rest are geojax.similarity's names.
 LossSimilarity = SimilarityName | Literal["manifold"]
 
+log = logging.getLogger(__name__)
 
-def key(default: Any, help: str) -> Any:
-    """A config field with its default and its ``--help`` line."""
-    return dataclasses.field(default=default, metadata={"help": help})
+
+def dataset_source(name: str) -> str:
+    """The kind of a ``dataset`` value: digits, npz, idx or tfds (a tfds name or tfds:NAME)."""
+    prefix, sep, _ = name.partition(":")
+    if name == "digits" or (sep and prefix in ("npz", "idx")):
+        return name if name == "digits" else prefix
+    return "tfds"
+
+
+@dataclass(frozen=True)
+class When:
+    """The choice a key belongs to: the key is used only when ``choice`` (another key) takes one of
+    ``values``. ``kind`` maps the choice's value to what ``values`` lists (``dataset`` → its source);
+    ``label`` is how the values read in messages (default: ``a|b|c``)."""
+
+    choice: str
+    values: tuple[Any, ...]
+    kind: Callable[[Any], Any] | None = None
+    label: str | None = None
+
+    def holds(self, cfg: Config) -> bool:
+        value = getattr(cfg, self.choice)
+        return (value if self.kind is None else self.kind(value)) in self.values
+
+    def __str__(self) -> str:
+        return f"{self.choice}={self.label or '|'.join(map(str, self.values))}"
+
+
+SOFTMAX = When("loss", ("supcon", "sincere", "info_nce"))
+TRIPLET = When("loss", ("triplet",))
+MARGINS = When("loss", ("contrastive", "lifted_structured"))
+SIMO = When("loss", ("simo",))
+SIMILARITY_LOSSES = When("loss", tuple(name for name in LOSSES if name != "simo"))
+VECTORS = When("geometry", tuple(g for g in GEOMETRIES if g != "atlas"))
+ATLAS = When("geometry", ("atlas",))
+TORUS = When("geometry", TORUS_GEOMETRIES)
+QAT = When("qat_bits", typing.get_args(QatBits))
+CONV = When("encoder", tuple(e for e in ENCODERS if e != "mlp"))
+PROJECTED = When("projection", tuple(p for p in PROJECTIONS if p != "none"))
+ADAMW = When("optimizer", ("adamw",))
+MOMENTUM = When("optimizer", ("sgd", "rmsprop"))
+COSINE = When("schedule", ("cosine",))
+M_PER_CLASS = When("sampler", ("m_per_class",))
+CLASS_SUBSAMPLED = When("sampler", ("class_subsampled",))
+PROBE = When("probe", typing.get_args(Probe))
+OWN_SPLIT = When("dataset", ("digits", "npz"), dataset_source, "digits|npz:PATH")
+TFDS = When("dataset", ("tfds",), dataset_source, f"{'|'.join(TFDS_NAMES)}|tfds:NAME")
+
+GROUPS = {
+    "data": "data",
+    "model": "model: encoder, geometry head, projection",
+    "objective": "objective: loss over the batch similarity, regularisers",
+    "optimisation": "optimisation",
+    "length": "length (one of steps, epochs)",
+    "batches": "batches and views",
+    "evaluation": "evaluation",
+    "run": "run: how it executes, not what it computes (a resumed run may change these)",
+}
+
+
+def key(
+    default: Any,
+    help: str,
+    *,
+    group: str,
+    when: When | None = None,
+    arg: str | None = None,
+) -> Any:
+    """A config field: its default, its ``--help`` line, its group (:data:`GROUPS`), the choice it belongs to
+    (``when``; None: every run uses it) and, for a loss's hyper-parameter, the loss's keyword (``arg``)."""
+    meta = {"help": help, "group": group, "when": when, "arg": arg}
+    return dataclasses.field(default=default, metadata=meta)
+
+
+data = functools.partial(key, group="data")
+model = functools.partial(key, group="model")
+objective = functools.partial(key, group="objective")
+optimisation = functools.partial(key, group="optimisation")
+length = functools.partial(key, group="length")
+batches = functools.partial(key, group="batches")
+evaluation = functools.partial(key, group="evaluation")
+run = functools.partial(key, group="run")
 
 
 @dataclass(frozen=True)
 class Config:
-    """Every knob of a run (defaults: the offline digits recipe, torus_n + SupCon + KoLeo)."""
+    """Every knob of a run (defaults: the offline digits recipe, torus_n + SupCon; the default preset adds
+    Stowell 2026's KoLeo and SupContrast's τ/τ_base factor)."""
 
-    preset: str = key("supcon_torus_n", "named recipe whose values replace these defaults (see presets)")
-    workdir: str | None = key(None, "run directory (none: new, under runs/); an existing one resumes")
-    dataset: str = key("digits", "digits | mnist | fashion_mnist | cifar10 | cifar100 | tfds:NAME | npz:PATH")
-    test_fraction: float = key(0.25, "held-out fraction for data without a test split (digits, npz)")
-    data_dir: str | None = key(None, "tfds data directory (none = tfds's default)")
+    preset: str = key("supcon_torus_n", "named recipe whose values replace these defaults", group="preset")
+    dataset: str = data(
+        "digits", "digits | mnist | fashion_mnist | cifar10 | cifar100 | tfds:NAME | npz:PATH"
+    )
+    test_fraction: float = data(0.25, "held-out fraction (data without a test split)", when=OWN_SPLIT)
+    data_dir: str | None = data(None, "tfds data directory (none = tfds's default)", when=TFDS)
     # model
-    encoder: EncoderName = key("mlp", "image encoder")
-    width: int | None = key(512, "encoder width: MLP hidden / CNN or ResNet base (none = the encoder's own)")
-    norm: Norm | None = key(None, "CNN / ResNet normalisation (none = the encoder's own)")
-    geometry: Geometry = key("torus_n", "where embeddings live")
-    dim: int = key(64, "D before projection (torus_c gives 2D extrinsic values); an atlas's chart dim d")
-    charts: int = key(1, "atlas charts n")
-    projection: ProjectionName = key("none", "projection head: mlp (SimCLR) or mixed (MSimCLR, atlas only)")
-    projection_dim: int = key(64, "projection head output width")
+    encoder: EncoderName = model("mlp", "image encoder")
+    width: int | None = model(
+        512, "encoder width: MLP hidden / CNN or ResNet base (none = the encoder's own)"
+    )
+    norm: Norm | None = model(None, "CNN / ResNet normalisation (none = the encoder's own)", when=CONV)
+    geometry: Geometry = model("torus_n", "where embeddings live")
+    dim: int = model(64, "D before projection (torus_c gives 2D extrinsic values); an atlas's chart dim d")
+    charts: int = model(1, "atlas charts n", when=ATLAS)
+    projection: ProjectionName = model("none", "projection head: mlp (SimCLR) or mixed (MSimCLR, atlas only)")
+    projection_dim: int = model(64, "projection head output width", when=PROJECTED)
+    qat_bits: QatBits | None = model(None, "train the torus head through the b-bit grid", when=TORUS)
+    qat_noise: bool = model(False, "one grid step of uniform noise in training, not rounding", when=QAT)
+    precision: Precision = model("fp32", "bf16: bf16 compute, fp32 parameters, loss and embeddings")
     # objective
-    loss: LossName = key("supcon", "loss over the batch similarity matrix")
-    similarity: LossSimilarity = key(
+    loss: LossName = objective("supcon", "loss over the batch similarity matrix (simo: over the embeddings)")
+    similarity: LossSimilarity = objective(
         "cosine",
         "what the loss compares; torus: −flat-torus L1 of the angles; manifold: an atlas's −d_M",
+        when=SIMILARITY_LOSSES,
     )
-    labels: Labels = key("class", "positives: same class, or instance (each image its own class: SimCLR)")
-    temperature: float = key(0.1, "softmax temperature τ (supcon, sincere, info_nce)")
-    base_temperature: float | None = key(
-        None, "supcon × τ/base_temperature as SupContrast (0.07); none: pytorch-metric-learning's form"
+    labels: Labels = objective("class", "positives: same class, or instance (each image its own: SimCLR)")
+    temperature: float = objective(0.1, "softmax temperature τ", when=SOFTMAX, arg="temperature")
+    base_temperature: float | None = objective(
+        None,
+        "× τ/base_temperature as SupContrast (0.07); none: pytorch-metric-learning's form",
+        when=SOFTMAX,
+        arg="base_temperature",
     )
-    margin: float = key(0.2, "triplet margin")
-    mining: Mining = key("all", "triplet mining")
-    pos_margin: float | None = key(None, "contrastive, lifted_structured positive margin (none: the loss's)")
-    neg_margin: float | None = key(None, "contrastive, lifted_structured negative margin (none: the loss's)")
-    simo_eps: float = key(1e-6, "SimO ε")
-    simo_orthogonality: bool = key(True, "false: SimO's ablation (every orthogonality term o_ij = 1)")
-    qat_bits: QatBits | None = key(None, "train the torus head through the b-bit grid (torus_c / torus_n)")
-    qat_noise: bool = key(False, "with qat_bits: one grid step of uniform noise in training, not rounding")
-    koleo: float = key(0.1, "KoLeo weight: KoLeo of each view's embeddings, summed over the views")
-    koleo_eps: float = key(1e-6, "KoLeo ε in log(distance + ε) (Stowell 2026's code: 1e-6; DINOv2: 1e-8)")
-    mmd: float = key(0.0, "λ1, the atlas MMD ℓ_Z weight (Korman 2021 eq. 6)")
-    membership: float = key(0.0, "λ2, the atlas membership ℓ_J weight")
-    prior_samples: int = key(256, "uniform-prior sample size M for ℓ_Z")
+    margin: float = objective(0.2, "triplet margin (similarity units)", when=TRIPLET, arg="margin")
+    mining: Mining = objective("all", "triplet mining", when=TRIPLET, arg="mining")
+    pos_margin: float | None = objective(
+        None, "positive margin (none: the loss's own)", when=MARGINS, arg="pos_margin"
+    )
+    neg_margin: float | None = objective(
+        None, "negative margin (none: the loss's own)", when=MARGINS, arg="neg_margin"
+    )
+    simo_eps: float = objective(1e-6, "SimO ε", when=SIMO, arg="eps")
+    simo_orthogonality: bool = objective(
+        True, "false: SimO's ablation (every orthogonality term o_ij = 1)", when=SIMO, arg="orthogonality"
+    )
+    koleo: float = objective(
+        0.0, "KoLeo weight: KoLeo of each view's embeddings, summed over views", when=VECTORS
+    )
+    koleo_eps: float | None = objective(
+        None, "KoLeo ε in log(distance + ε) (none: the library's 1e-8, DINOv2's)", when=VECTORS
+    )
+    mmd: float = objective(0.0, "λ1, the atlas MMD ℓ_Z weight (Korman 2021 eq. 6)", when=ATLAS)
+    membership: float = objective(0.0, "λ2, the atlas membership ℓ_J weight", when=ATLAS)
+    prior_samples: int = objective(256, "uniform-prior sample size M for ℓ_Z", when=ATLAS)
     # optimisation
-    optimizer: Optimizer = key("adamw", "optimiser")
-    lr: float = key(1e-3, "peak learning rate")
-    weight_decay: float = key(1e-4, "adamw weight decay")
-    momentum: float = key(0.9, "sgd / rmsprop momentum (0 = none)")
-    schedule: Schedule = key("cosine", "learning-rate schedule after the linear warm-up")
-    lr_min: float = key(0.0, "cosine schedule's final learning rate (PyTorch's eta_min)")
-    warmup: int = key(100, "linear warm-up steps (at most steps/2)")
-    clip: float = key(100.0, "gradient clipping threshold (Stowell 2026 clips at 100)")
-    clip_mode: ClipMode = key("global_norm", "optax.clip_by_global_norm, or element-wise optax.clip")
-    steps: int = key(1500, "training steps (ignored when epochs is set)")
-    epochs: float | None = key(None, "train for this many passes over the training set (none: use steps)")
-    ema: float | None = key(
+    optimizer: Optimizer = optimisation("adamw", "optimiser")
+    lr: float = optimisation(1e-3, "peak learning rate")
+    weight_decay: float = optimisation(1e-4, "decoupled weight decay", when=ADAMW)
+    momentum: float = optimisation(
+        0.0, "momentum (0 = none, as PyTorch's and optax's default)", when=MOMENTUM
+    )
+    schedule: Schedule = optimisation("cosine", "learning-rate schedule after the linear warm-up")
+    lr_min: float = optimisation(0.0, "final learning rate (PyTorch's eta_min)", when=COSINE)
+    warmup: int = optimisation(100, "linear warm-up steps (at most steps/2)")
+    clip: float = optimisation(100.0, "gradient clipping threshold (Stowell 2026 clips at 100)")
+    clip_mode: ClipMode = optimisation("global_norm", "optax.clip_by_global_norm, or element-wise optax.clip")
+    ema: float | None = optimisation(
         None, "decay per epoch of an EMA of the weights, which the report evaluates (none: no EMA)"
     )
-    batch_size: int = key(256, "images per step (global); each gives `views` augmented views")
-    views: int = key(2, "augmented views per image")
-    sampler: Sampler = key("random", "batch sampler")
-    m_per_class: int = key(4, "m_per_class sampler: images per class (MTriplet: 8 classes × 4)")
-    class_fraction: float = key(0.4, "class_subsampled sampler: fraction of classes per batch (< 0.5)")
-    augment: Augmentation = key("shift", "view augmentation: shift (±1 px + contrast), simclr, or none")
+    # length
+    steps: int = length(1500, "training steps (a preset's epochs give way to it)")
+    epochs: float | None = length(None, "passes over the training set (none: use steps)")
+    # batches
+    batch_size: int = batches(256, "images per step (global); each gives `views` augmented views")
+    views: int = batches(2, "augmented views per image")
+    sampler: Sampler = batches("random", "batch sampler")
+    m_per_class: int = batches(4, "images per class (MTriplet: 8 classes × 4)", when=M_PER_CLASS)
+    class_fraction: float = batches(0.4, "fraction of classes per batch (< 0.5)", when=CLASS_SUBSAMPLED)
+    augment: Augmentation = batches("shift", "view augmentation: shift (±1 px + contrast), simclr, or none")
+    seed: int = batches(0, "seed of the initialisation, the batches and the augmentations")
+    # evaluation
+    knn_k: int = evaluation(5, "k of the reported kNN accuracy")
+    probe: Probe | None = evaluation(None, "linear (frozen-feature classifier) or piecewise (one per chart)")
+    probe_epochs: int = evaluation(1, "probe training epochs", when=PROBE)
     # run
-    seed: int = key(0, "seed of the initialisation, the batches and the augmentations")
-    parallel: str = key("shard_map", "data-parallel mode: shard_map or pmap")
-    devices: int | None = key(None, "data-parallel devices (none = all)")
-    precision: Precision = key("fp32", "bf16: bf16 compute, fp32 parameters, loss and embeddings")
-    feed: Feed | None = key(
+    workdir: str | None = run(None, "run directory (none: new, under runs/); an existing one resumes")
+    parallel: str = run("shard_map", "data-parallel mode: shard_map or pmap")
+    devices: int | None = run(None, "data-parallel devices (none = all)")
+    feed: Feed | None = run(
         None,
         "device: training images held on the devices, batches drawn inside the step; host: rows gathered "
         "in NumPy by a prefetch thread; none: device when the images take ≤ 1 GiB and parallel=shard_map",
     )
-    steps_per_call: int = key(
+    steps_per_call: int = run(
         1, "training steps per dispatch (one lax.scan); logs and checkpoints round to calls"
     )
-    coordinator: str | None = key(
+    coordinator: str | None = run(
         None, "multi-process run: jax.distributed coordinator HOST:PORT (none: $JAX_COORDINATOR_ADDRESS)"
     )
-    num_processes: int | None = key(None, "multi-process run: number of processes (none: $JAX_NUM_PROCESSES)")
-    process_id: int | None = key(None, "multi-process run: this process's id (none: $JAX_PROCESS_ID)")
-    multihost: bool = key(
+    num_processes: int | None = run(None, "multi-process run: number of processes (none: $JAX_NUM_PROCESSES)")
+    process_id: int | None = run(None, "multi-process run: this process's id (none: $JAX_PROCESS_ID)")
+    multihost: bool = run(
         False, "jax.distributed.initialize() with the cluster's own settings (TPU pod slice, SLURM, Open MPI)"
     )
-    checkpoint_every: int | None = key(None, "steps between checkpoints (none: a tenth of the steps)")
-    checkpoint_minutes: float = key(10.0, "also checkpoint when this many minutes passed since the last one")
-    log_every: int = key(25, "steps between metrics.jsonl lines (each the mean over its window)")
-    eval_batch: int = key(1024, "images per evaluation forward pass")
-    knn_k: int = key(5, "k of the reported kNN accuracy")
-    probe: Probe | None = key(None, "linear (frozen-feature classifier) or piecewise (one per atlas chart)")
-    probe_epochs: int = key(1, "probe training epochs")
-    progress: bool = key(True, "show a progress bar")
+    checkpoint_every: int | None = run(None, "steps between checkpoints (none: a tenth of the steps)")
+    checkpoint_minutes: float = run(10.0, "also checkpoint when this many minutes passed since the last one")
+    log_every: int = run(25, "steps between metrics.jsonl lines (each the mean over its window)")
+    eval_batch: int = run(1024, "images per evaluation forward pass")
+    progress: bool = run(True, "show a progress bar")
 
 
-# Stowell 2026's CIFAR recipe as its public code runs it (SupCon-Framework, branch torus, configs/train):
-# ResNet-18, D = 16, 100 epochs of 200 images, SGD lr 0.1 (no momentum) with cosine annealing to 0.01, SupCon
-# τ = 0.1 with SupContrast's τ/0.07 factor, KoLeo weight 1 per view, gradients clamped element-wise at 100, an
-# EMA of the weights (decay 0.3 per epoch) for evaluation, mixed precision. The public code starts from
-# ImageNet weights; geojax trains from scratch.
-_TORUS_CIFAR = {
-    "encoder": "resnet18",
-    "dim": 16,
-    "batch_size": 200,
-    "epochs": 100,
-    "optimizer": "sgd",
-    "lr": 0.1,
-    "momentum": 0.0,
-    "weight_decay": 0.0,
-    "schedule": "cosine",
-    "warmup": 0,
-    "lr_min": 0.01,
+# ------------------------------------------------------------------------------------------------------------
+# Presets: one block per paper. Each holds the paper's method (the section each value comes from; where the
+# paper leaves a value open, its public code's), then the presets that run it on a data set, and the
+# deviations, stated once (also in docs/conventions.md).
+# ------------------------------------------------------------------------------------------------------------
+
+# Stowell 2026, torus embeddings. SupCon (§3; the public code's SupContrast loss: τ = 0.1 with SupContrast's
+# τ/0.07 factor), KoLeo on each view (§3.1; the code's weight 1, ε = 1e-6), gradients clipped at 100 (§3.1,
+# §5; the code clamps element-wise), 100 epochs (§5), ResNet-18 with D = 16 of the D it sweeps (§5). From the
+# code (SupCon-Framework, branch torus, configs/train): batch 200, SGD lr 0.1 without momentum, cosine
+# annealing to 0.01, no warm-up, an EMA of the weights (decay 0.3 per epoch) for evaluation, mixed precision,
+# SimCLR views.
+# Deviations: trained from scratch (the code starts from ImageNet weights); §5 names Adam, the code SGD:
+# geojax follows the code.
+STOWELL_2026 = {
+    "loss": "supcon",
     "temperature": 0.1,
     "base_temperature": 0.07,
     "koleo": 1.0,
+    "koleo_eps": 1e-6,
     "clip": 100.0,
     "clip_mode": "value",
+    "epochs": 100,
+    "encoder": "resnet18",
+    "dim": 16,
+    "batch_size": 200,
+    "optimizer": "sgd",
+    "lr": 0.1,
+    "momentum": 0.0,
+    "schedule": "cosine",
+    "lr_min": 0.01,
+    "warmup": 0,
     "ema": 0.3,
     "precision": "bf16",
     "augment": "simclr",
     "eval_batch": 500,
 }
-_TORUS_GEOMETRIES = ("sphere", "torus_c", "torus_n")
-_CIFAR10 = {
+# On the bundled digits (offline, the app's default): the paper's objective (SupCon × τ/0.07, KoLeo with the
+# code's ε, at weight 0.1) with geojax's short recipe (an MLP, AdamW 1e-3, 1,500 steps, ±1 px shifts).
+STOWELL_2026_DIGITS = {"base_temperature": 0.07, "koleo": 0.1, "koleo_eps": 1e-6}
+
+# Korman 2021, manifold (atlas) target spaces.
+# MSimCLR (§3.1, appendix A.1): NT-Xent on q-mixed projection heads with instance positives (two views per
+# image), τ = 1, λ1 = 20, λ2 = 0.1 (A.1, MNIST / Fashion-MNIST), batch 128, Adam lr 1e-4 with PyTorch's β
+# (A.1), 100 epochs (A.1), SimCLR augmentations (A.1: colour jitter 0.5 with p 0.8, grayscale p 0.2, random
+# resized crop), ResNet-18 (A.1), piecewise linear evaluation (§3.1).
+# Deviations: a constant learning rate after geojax's 100-step warm-up is not the paper's (it gives none):
+# warm-up 0 here; on the digits preset an MLP replaces the ResNet-18 (8×8 images).
+KORMAN_2021_MSIMCLR = {
+    "geometry": "atlas",
+    "charts": 16,
+    "dim": 2,
+    "projection": "mixed",
+    "loss": "info_nce",
+    "labels": "instance",
+    "temperature": 1.0,
+    "mmd": 20.0,
+    "membership": 0.1,
+    "batch_size": 128,
+    "optimizer": "adam",
+    "lr": 1e-4,
+    "schedule": "constant",
+    "warmup": 0,
+    "epochs": 100,
+    "augment": "simclr",
+    "probe": "piecewise",
+    "probe_epochs": 20,
+}
+# MTriplet (§3.2, §3.2.1): batch-all triplet (margin 0.2) on −d_M (eq. 7, d0 the Euclidean distance of the
+# pre-sigmoid coordinates), batches of 8 classes × 4 images, λ1 = 1, λ2 = 0.1, RMSProp lr 1e-5, 300 epochs,
+# d = 2, n = 16, one view per image.
+# Deviations: no ImageNet-pretrained GoogLeNet (the app's encoders from scratch); optax's RMSProp (decay 0.9,
+# ε inside the root) where PyTorch's has α = 0.99; no random resized crop or flip (±1 px shifts).
+KORMAN_2021_MTRIPLET = {
+    "geometry": "atlas",
+    "charts": 16,
+    "dim": 2,
+    "loss": "triplet",
+    "similarity": "manifold",
+    "margin": 0.2,
+    "mining": "all",
+    "sampler": "m_per_class",
+    "m_per_class": 4,
+    "batch_size": 32,
+    "mmd": 1.0,
+    "membership": 0.1,
+    "optimizer": "rmsprop",
+    "lr": 1e-5,
+    "schedule": "constant",
+    "warmup": 0,
+    "epochs": 300,
+    "views": 1,
+}
+
+# Feeney & Hughes 2024, similarity functions × contrastive losses: SupCon vs SINCERE on the hypersphere
+# (cosine; negative arc length by similarity=neg_arc_length), evaluated by 1NN / 5NN. The blog gives no
+# training sizes: SupContrast's CIFAR-10 recipe (ResNet-18, D = 128, batch 512, SimCLR views, 100 epochs).
+FEENEY_HUGHES_2024 = {"geometry": "sphere"}
+SUPCONTRAST_CIFAR10 = {
     "dataset": "cifar10",
     "encoder": "resnet18",
     "dim": 128,
@@ -177,89 +364,48 @@ _CIFAR10 = {
     "eval_batch": 500,
 }
 
+# Bouhsine et al. 2024, SimO: the loss on Euclidean embeddings (Method), batches of fewer than half the
+# classes (Ablation study), a linear classifier on the frozen encoder trained for one epoch (Results).
+# The paper gives no D, batch or schedule: D = 16, batch 128, geojax's optimiser.
+BOUHSINE_2024 = {
+    "geometry": "euclidean",
+    "dim": 16,
+    "loss": "simo",
+    "sampler": "class_subsampled",
+    "probe": "linear",
+    "probe_epochs": 1,
+    "batch_size": 128,
+}
+
 PRESETS: dict[str, dict[str, Any]] = {
-    # Stowell 2026 on the bundled digits: SupCon τ = 0.1 (× τ/0.07), KoLeo, clip 100, two views, P@1.
-    "supcon_torus_n": {"base_temperature": 0.07},
-    "supcon_sphere": {"geometry": "sphere", "base_temperature": 0.07},
-    "supcon_torus_c": {"geometry": "torus_c", "dim": 32, "base_temperature": 0.07},
+    # Stowell 2026
+    "supcon_torus_n": STOWELL_2026_DIGITS,
+    "supcon_sphere": {**STOWELL_2026_DIGITS, "geometry": "sphere"},
+    "supcon_torus_c": {**STOWELL_2026_DIGITS, "geometry": "torus_c", "dim": 32},
     **{
-        f"supcon_{geometry}_{data}": {**_TORUS_CIFAR, "geometry": geometry, "dataset": data}
-        for geometry in _TORUS_GEOMETRIES
+        f"supcon_{geometry}_{data}": {**STOWELL_2026, "geometry": geometry, "dataset": data}
+        for geometry in ("sphere", *TORUS_GEOMETRIES)
         for data in ("cifar10", "cifar100")
     },
-    # Feeney & Hughes 2024: SupCon / SINCERE on the sphere, cosine or negative arc length, 1NN / 5NN.
-    "supcon": {"geometry": "sphere", "koleo": 0.0},
-    "sincere": {"geometry": "sphere", "loss": "sincere", "koleo": 0.0},
-    # Korman 2021 §3.1: NT-Xent on q-mixed projection heads, λ1 = 20, λ2 = 0.1, τ = 1 (MNIST), SimCLR views.
-    "msimclr": {
-        "geometry": "atlas",
-        "charts": 16,
-        "dim": 4,
-        "projection": "mixed",
-        "loss": "info_nce",
-        "labels": "instance",
-        "temperature": 1.0,
-        "mmd": 20.0,
-        "membership": 0.1,
-        "koleo": 0.0,
-        "optimizer": "adam",
-        "lr": 1e-3,
-        "augment": "shift",
-        "probe": "piecewise",
-        "probe_epochs": 20,
-        "batch_size": 128,  # Korman 2021 appendix A.1
-    },
-    # Korman 2021 appendix A.1 on MNIST: ResNet-18, batch 128, Adam 1e-4, 100 epochs, SimCLR augmentations,
-    # λ1 = 20, λ2 = 0.1, τ = 1; d = 2 with n = 16 charts (Table 2's MNIST row varies n ∈ {1, 4, 16, 32}).
-    "msimclr_mnist": {
-        "preset": "msimclr",
-        "dataset": "mnist",
-        "encoder": "resnet18",
-        "dim": 2,
-        "lr": 1e-4,
-        "epochs": 100,
-        "augment": "simclr",
-        "probe_epochs": 20,
-    },
-    # Korman 2021 §3.2: batch-all triplet on d_M, margin 0.2, 8 classes × 4, λ1 = 1, λ2 = 0.1, RMSProp.
-    "mtriplet": {
-        "geometry": "atlas",
-        "charts": 16,
-        "dim": 2,
-        "loss": "triplet",
-        "similarity": "manifold",
-        "margin": 0.2,
-        "mining": "all",
-        "sampler": "m_per_class",
-        "m_per_class": 4,
-        "batch_size": 32,
-        "mmd": 1.0,
-        "membership": 0.1,
-        "koleo": 0.0,
-        "optimizer": "rmsprop",
-        "lr": 1e-4,
-        "views": 1,
-        "steps": 2000,
-    },
-    # Feeney & Hughes 2024 on CIFAR-10 (the blog gives no training sizes: SupContrast's ResNet-18, D = 128,
-    # batch 512, SimCLR views, 100 epochs here).
-    "supcon_cifar10": {"preset": "supcon", **_CIFAR10},
-    "sincere_cifar10": {"preset": "sincere", **_CIFAR10},
-    # Bouhsine et al. 2024: SimO, class-subsampled batches (< 50 % of classes), linear head for 1 epoch.
-    "simo": {
-        "geometry": "euclidean",
-        "dim": 16,
-        "loss": "simo",
-        "sampler": "class_subsampled",
-        "koleo": 0.0,
-        "probe": "linear",
-        "batch_size": 128,
-    },
-    # Bouhsine et al. 2024 on CIFAR-10: ResNet-18 encoder, D = 16, class-subsampled batches, SimCLR views.
-    "simo_cifar10": {"preset": "simo", **_CIFAR10, "dim": 16, "batch_size": 128},
+    # Korman 2021
+    "msimclr": {**KORMAN_2021_MSIMCLR, "encoder": "mlp"},
+    "msimclr_mnist": {**KORMAN_2021_MSIMCLR, "dataset": "mnist", "encoder": "resnet18"},
+    "mtriplet": KORMAN_2021_MTRIPLET,
+    # Feeney & Hughes 2024
+    "supcon": FEENEY_HUGHES_2024,
+    "sincere": {**FEENEY_HUGHES_2024, "loss": "sincere"},
+    "supcon_cifar10": {**FEENEY_HUGHES_2024, **SUPCONTRAST_CIFAR10},
+    "sincere_cifar10": {**FEENEY_HUGHES_2024, **SUPCONTRAST_CIFAR10, "loss": "sincere"},
+    # Bouhsine et al. 2024
+    "simo": BOUHSINE_2024,
+    "simo_cifar10": {**BOUHSINE_2024, **SUPCONTRAST_CIFAR10, "dim": 16, "batch_size": 128},
 }
 
 FIELDS: dict[str, dataclasses.Field] = {f.name: f for f in dataclasses.fields(Config)}
+DEFAULTS: dict[str, Any] = {f.name: f.default for f in FIELDS.values()}
+WHEN: dict[str, When] = {name: f.metadata["when"] for name, f in FIELDS.items() if f.metadata["when"]}
+RUN_KEYS: tuple[str, ...] = tuple(name for name, f in FIELDS.items() if f.metadata["group"] == "run")
+LENGTH_KEYS = ("steps", "epochs")
 _TYPES = typing.get_type_hints(Config)
 
 
@@ -303,11 +449,11 @@ def _parse(name: str, text: str) -> Any:
             return True
         if text.lower() in ("0", "false", "no", "off"):
             return False
-        raise ValueError(f"{name} must be true or false, got {text!r}")
+        raise UsageError(f"{name} must be true or false, got {text!r}")
     try:
         return base(text)
     except ValueError:
-        raise ValueError(f"{name} must be a {base.__name__}, got {text!r}") from None
+        raise UsageError(f"{name} must be a {base.__name__}, got {text!r}") from None
 
 
 def from_args(args: list[str]) -> Config:
@@ -317,31 +463,121 @@ def from_args(args: list[str]) -> Config:
         name, sep, value = arg.partition("=")
         name = name.lstrip("-").replace("-", "_")
         if not sep:
-            raise ValueError(f"arguments must be key=value, got {arg!r} (see python -m train --help)")
-        if name not in FIELDS:
-            raise ValueError(f"unknown key {name!r}; valid keys: {', '.join(FIELDS)}")
+            raise UsageError(f"arguments must be key=value, got {arg!r} (see python -m train --help)")
+        _check_known([name])
         overrides[name] = _parse(name, value)
     return make(**overrides)
 
 
-def make(**overrides: Any) -> Config:
-    """Config of ``preset`` (default supcon_torus_n) with ``overrides`` applied, validated."""
-    unknown = set(overrides) - set(FIELDS)
+def _check_known(names: Any) -> None:
+    unknown = sorted(set(names) - set(FIELDS))
     if unknown:
-        raise ValueError(f"unknown key(s) {sorted(unknown)}; valid keys: {', '.join(FIELDS)}")
-    preset = overrides.get("preset", Config.preset)
-    cfg = Config(**{**preset_values(preset), **overrides})
+        raise UsageError(f"unknown key(s) {unknown}; valid keys: {', '.join(FIELDS)}")
+
+
+def preset_values(name: str) -> dict[str, Any]:
+    """The values of preset ``name`` (with ``preset`` itself)."""
+    if name not in PRESETS:
+        raise UsageError(f"unknown preset {name!r}; presets: {', '.join(PRESETS)}")
+    return {**PRESETS[name], "preset": name}
+
+
+def applies(name: str, cfg: Config) -> bool:
+    """Whether the run ``cfg`` uses key ``name`` (every key without a :class:`When` is used)."""
+    return name not in WHEN or WHEN[name].holds(cfg)
+
+
+def preset_unused(name: str) -> list[str]:
+    """The keys preset ``name`` sets that its own choices do not use (a bug in the preset: empty for every
+    shipped preset, which the tests check)."""
+    values = preset_values(name)
+    cfg = Config(**values)
+    return [k for k in values if not applies(k, cfg)]
+
+
+def unused_message(name: str, cfg: Config) -> str:
+    """``margin applies to loss=triplet, not loss='supcon'``."""
+    when = WHEN[name]
+    return f"{name} applies to {when}, not {when.choice}={getattr(cfg, when.choice)!r}"
+
+
+def _length(preset: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """The preset's values less the length key that the user's own length replaces (logged); both length
+    keys from the user is an error."""
+    given = [k for k in LENGTH_KEYS if overrides.get(k) is not None]
+    if len(given) == 2:
+        raise UsageError("steps and epochs both given: a run's length is one of them")
+    if given:
+        other = LENGTH_KEYS[1 - LENGTH_KEYS.index(given[0])]
+        if preset.get(other) is not None:
+            log.warning(
+                "%s=%s replaces preset %s's %s=%s",
+                given[0],
+                overrides[given[0]],
+                preset["preset"],
+                other,
+                preset[other],
+            )
+            return {k: v for k, v in preset.items() if k != other}
+    return preset
+
+
+def make(**overrides: Any) -> Config:
+    """Config of ``preset`` (default supcon_torus_n) with ``overrides`` (the user's keys) applied, validated.
+
+    A user key the run does not use raises :class:`UsageError`; a preset key the user's choices make unused
+    returns to its default with one log line; the user's ``steps`` or ``epochs`` replaces the preset's other.
+    """
+    _check_known(overrides)
+    preset = _length(preset_values(overrides.get("preset", DEFAULTS["preset"])), overrides)
+    cfg = Config(**{**preset, **overrides})
+    _check_types(cfg)
+    dropped = True
+    while dropped:  # dropping a preset's choice (qat_bits) can make another of its keys unused (qat_noise)
+        dropped = False
+        for name in WHEN:
+            if applies(name, cfg):
+                continue
+            if name in overrides:
+                raise UsageError(unused_message(name, cfg))
+            if getattr(cfg, name) != DEFAULTS[name]:
+                log.warning(
+                    "preset %s's %s=%s dropped: %s",
+                    cfg.preset,
+                    name,
+                    getattr(cfg, name),
+                    unused_message(name, cfg),
+                )
+                cfg = dataclasses.replace(cfg, **{name: DEFAULTS[name]})
+                dropped = True
     validate(cfg)
     return cfg
 
 
-def preset_values(name: str) -> dict[str, Any]:
-    """The values of preset ``name``: those of the preset it names as its base (its ``preset`` key) first."""
-    if name not in PRESETS:
-        raise ValueError(f"unknown preset {name!r}; presets: {', '.join(PRESETS)}")
-    values = dict(PRESETS[name])
-    base = values.pop("preset", None)
-    return {**(preset_values(base) if base else {}), **values, "preset": name}
+def from_saved(values: dict[str, Any]) -> Config:
+    """The config of a run directory's config.json (every key, as :func:`dataclasses.asdict` wrote it):
+    unknown keys refused, unused ones back to their defaults, the rest validated."""
+    _check_known(values)
+    cfg = Config(**values)
+    _check_types(cfg)
+    cfg = dataclasses.replace(cfg, **{name: DEFAULTS[name] for name in WHEN if not applies(name, cfg)})
+    validate(cfg)
+    return cfg
+
+
+def used(values: dict[str, Any]) -> dict[str, Any]:
+    """The keys of a saved config (a dict of every key) that its run uses, with their values."""
+    cfg = Config(**{k: v for k, v in values.items() if k in FIELDS})
+    return {k: v for k, v in values.items() if k in FIELDS and applies(k, cfg)}
+
+
+def loss_kwargs(cfg: Config) -> dict[str, Any]:
+    """The keyword arguments of ``cfg.loss`` (its keys' library names; a None value: the loss's default)."""
+    return {
+        f.metadata["arg"]: getattr(cfg, name)
+        for name, f in FIELDS.items()
+        if f.metadata["arg"] and applies(name, cfg) and getattr(cfg, name) is not None
+    }
 
 
 def _check_types(cfg: Config) -> None:
@@ -350,17 +586,17 @@ def _check_types(cfg: Config) -> None:
         allowed = choices(name)
         if value is None:
             if not _optional(kind):
-                raise ValueError(f"{name} must be set (it has no default of its own), got None")
+                raise UsageError(f"{name} must be set (it has no default of its own), got None")
         elif allowed:
             if value not in allowed:
-                raise ValueError(f"{name} must be one of {list(allowed)}, got {value!r}")
+                raise UsageError(f"{name} must be one of {list(allowed)}, got {value!r}")
         else:
             base = _base(kind)
             ok = isinstance(value, base) and not (base is int and isinstance(value, bool))
             if base is float:
                 ok = isinstance(value, (int, float)) and not isinstance(value, bool)
             if not ok:
-                raise ValueError(f"{name} must be a {base.__name__}, got {value!r}")
+                raise UsageError(f"{name} must be a {base.__name__}, got {value!r}")
 
 
 _POSITIVE_INTS = (
@@ -385,94 +621,98 @@ _POSITIVE_INTS = (
 
 
 def validate(cfg: Config) -> None:
-    """Raise ValueError naming the key for a bad value or an impossible combination."""
+    """Raise :class:`UsageError` naming the key for a bad value or a combination that has no meaning."""
     _check_types(cfg)
     for name in _POSITIVE_INTS:
         value = getattr(cfg, name)
         if value is not None and value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value}")
+            raise UsageError(f"{name} must be a positive integer, got {value}")
     for name in ("lr", "temperature", "clip", "simo_eps", "checkpoint_minutes"):
         if not getattr(cfg, name) > 0:
-            raise ValueError(f"{name} must be positive, got {getattr(cfg, name)}")
+            raise UsageError(f"{name} must be positive, got {getattr(cfg, name)}")
     for name in ("base_temperature", "koleo_eps", "epochs"):
         value = getattr(cfg, name)
         if value is not None and not value > 0:
-            raise ValueError(f"{name} must be positive, got {value}")
+            raise UsageError(f"{name} must be positive, got {value}")
     if cfg.ema is not None and not 0 < cfg.ema < 1:
-        raise ValueError(f"ema (decay per epoch) must be in (0, 1), got {cfg.ema}")
+        raise UsageError(f"ema (decay per epoch) must be in (0, 1), got {cfg.ema}")
     if not 0 <= cfg.lr_min <= cfg.lr:
-        raise ValueError(f"lr_min must be in [0, lr={cfg.lr}], got {cfg.lr_min}")
-    if cfg.base_temperature is not None and cfg.loss not in ("supcon", "sincere", "info_nce"):
-        raise ValueError(f"base_temperature scales the softmax losses only, got loss={cfg.loss!r}")
-    if cfg.qat_bits is not None and cfg.geometry not in ("torus_c", "torus_n"):
-        raise ValueError(f"qat_bits needs a torus geometry (torus_c, torus_n), got {cfg.geometry!r}")
-    if cfg.qat_noise and cfg.qat_bits is None:
-        raise ValueError("qat_noise needs qat_bits")
+        raise UsageError(f"lr_min must be in [0, lr={cfg.lr}], got {cfg.lr_min}")
     for name in ("koleo", "mmd", "membership", "weight_decay", "momentum", "warmup"):
         if not getattr(cfg, name) >= 0:
-            raise ValueError(f"{name} must be non-negative, got {getattr(cfg, name)}")
+            raise UsageError(f"{name} must be non-negative, got {getattr(cfg, name)}")
     if not 0 < cfg.test_fraction < 1:
-        raise ValueError(f"test_fraction must be in (0, 1), got {cfg.test_fraction}")
+        raise UsageError(f"test_fraction must be in (0, 1), got {cfg.test_fraction}")
     if not 0 < cfg.class_fraction < 0.5:
-        raise ValueError(
+        raise UsageError(
             f"class_fraction must be in (0, 0.5) (fewer than half the classes), got {cfg.class_fraction}"
         )
     check_dataset_name(cfg.dataset)
     if cfg.geometry == "torus_n" and cfg.dim % 2:
-        raise ValueError(f"dim must be even for geometry='torus_n' (adjacent pairs), got {cfg.dim}")
+        raise UsageError(f"dim must be even for geometry='torus_n' (adjacent pairs), got {cfg.dim}")
     if cfg.projection == "mixed" and cfg.geometry != "atlas":
-        raise ValueError("projection='mixed' (MSimCLR) needs geometry='atlas'")
+        raise UsageError("projection='mixed' (MSimCLR) needs geometry='atlas'")
     vectors = cfg.geometry != "atlas" or cfg.projection != "none"  # does the loss see plain vectors?
-    if cfg.similarity == "manifold" and vectors:
-        raise ValueError(
+    if cfg.loss != "simo" and cfg.similarity == "manifold" and vectors:
+        raise UsageError(
             "similarity='manifold' (atlas d_M) needs geometry='atlas' and projection='none'; "
             f"got geometry={cfg.geometry!r}, projection={cfg.projection!r}"
         )
-    if not vectors and cfg.similarity != "manifold":
-        raise ValueError(
+    if cfg.loss != "simo" and not vectors and cfg.similarity != "manifold":
+        raise UsageError(
             f"geometry='atlas' without a projection head has no vector similarity: use "
             f"similarity='manifold' (Korman 2021 eq. 7) or projection=mixed, got {cfg.similarity!r}"
         )
-    if cfg.similarity == "torus" and (cfg.geometry not in ("torus_c", "torus_n") or cfg.projection != "none"):
-        raise ValueError(
+    if cfg.similarity == "torus" and (cfg.geometry not in TORUS_GEOMETRIES or cfg.projection != "none"):
+        raise UsageError(
             "similarity='torus' (flat-torus distance of the angles) needs geometry torus_c or torus_n and "
             f"projection='none'; got geometry={cfg.geometry!r}, projection={cfg.projection!r}"
         )
     if not vectors and cfg.loss == "simo":
-        raise ValueError("loss='simo' needs vectors: with geometry='atlas' use projection=mixed or mlp")
-    if cfg.geometry == "atlas" and cfg.koleo > 0:
-        raise ValueError("koleo needs vector embeddings; with geometry='atlas' use mmd / membership instead")
-    if cfg.geometry != "atlas" and (cfg.mmd > 0 or cfg.membership > 0):
-        raise ValueError("mmd and membership regularise an atlas; they need geometry='atlas'")
+        raise UsageError("loss='simo' needs vectors: with geometry='atlas' use projection=mixed or mlp")
     if cfg.labels == "instance" and cfg.views < 2:
-        raise ValueError("labels='instance' needs views >= 2 (the positives are the other views)")
+        raise UsageError("labels='instance' needs views >= 2 (the positives are the other views)")
     if cfg.sampler == "m_per_class" and cfg.batch_size % cfg.m_per_class:
-        raise ValueError(
+        raise UsageError(
             f"batch_size must be a multiple of m_per_class={cfg.m_per_class}, got {cfg.batch_size}"
         )
     if cfg.feed == "device" and cfg.parallel != "shard_map":
-        raise ValueError("feed='device' (images held on the devices) needs parallel='shard_map'")
+        raise UsageError("feed='device' (images held on the devices) needs parallel='shard_map'")
     if cfg.process_id is not None and not 0 <= cfg.process_id < (cfg.num_processes or cfg.process_id + 1):
-        raise ValueError(
+        raise UsageError(
             f"process_id must be in [0, num_processes={cfg.num_processes}), got {cfg.process_id}"
         )
     if cfg.coordinator is not None and not cfg.coordinator.rpartition(":")[2].isdigit():
-        raise ValueError(f"coordinator must be HOST:PORT, got {cfg.coordinator!r}")
+        raise UsageError(f"coordinator must be HOST:PORT, got {cfg.coordinator!r}")
     if cfg.probe == "piecewise" and cfg.geometry != "atlas":
-        raise ValueError("probe='piecewise' (one linear classifier per chart) needs geometry='atlas'")
+        raise UsageError("probe='piecewise' (one linear classifier per chart) needs geometry='atlas'")
+
+
+def _key_lines(name: str, indent: str) -> list[str]:
+    f = FIELDS[name]
+    default = "none" if f.default is None else repr(f.default)
+    lines = [f"{indent}{name:18s} {default:16s} {f.metadata['help']}"]
+    if choices(name) and name != "preset":
+        lines.append(f"{indent}{'':18s} {'':16s} one of: {', '.join(map(str, choices(name)))}")
+    return lines
 
 
 def help_text() -> str:
-    """Text for ``python -m train --help``: usage, presets and every key with its default and meaning."""
+    """Text for ``python -m train --help``: usage, presets, then the keys by group, each key that belongs to
+    a choice listed under that choice."""
     lines = ["usage: python -m train [preset=NAME] [key=value ...]", "", "presets:"]
     for name, values in PRESETS.items():
-        desc = ", ".join(f"{k}={v}" for k, v in values.items() if not isinstance(v, dict)) or "(the defaults)"
-        lines.append(f"  {name:16s} {desc}")
-    lines += ["", "keys (default; `none` selects the default marked so):"]
-    for f in dataclasses.fields(Config):
-        allowed = choices(f.name) if f.name != "preset" else ()
-        default = "none" if f.default is None else repr(f.default)
-        lines.append(f"  {f.name:18s} {default:16s} {f.metadata['help']}")
-        if allowed:
-            lines.append(f"  {'':18s} {'':16s} one of: {', '.join(map(str, allowed))}")
+        lines.append(f"  {name:24s} {', '.join(f'{k}={v}' for k, v in values.items()) or '(the defaults)'}")
+    lines += [
+        "",
+        "keys (default; `none` selects the default marked so). A key listed under `when CHOICE=...` is used",
+        "only with that choice: given with another, the run is refused; set by a preset, it is dropped.",
+    ]
+    for group, title in GROUPS.items():
+        names = [n for n, f in FIELDS.items() if f.metadata["group"] == group and n != "preset"]
+        lines += ["", f"{title}:"]
+        lines += [line for n in names if n not in WHEN for line in _key_lines(n, "  ")]
+        for when in dict.fromkeys(WHEN[n] for n in names if n in WHEN):
+            lines.append(f"  when {when}:")
+            lines += [line for n in names if WHEN.get(n) == when for line in _key_lines(n, "    ")]
     return "\n".join(lines)

@@ -33,6 +33,7 @@ import numpy as np
 from jax import lax
 
 from train import files
+from train.errors import UsageError
 
 TFDS_NAMES = ("mnist", "fashion_mnist", "cifar10", "cifar100")
 DATASETS = ("digits", *TFDS_NAMES)  # by name; any other: tfds:NAME, or a local file npz:PATH
@@ -68,15 +69,15 @@ def _as_images(images: np.ndarray, what: str) -> np.ndarray:
     if images.ndim == 3:
         images = images[..., None]
     if images.ndim != 4 or 0 in images.shape:
-        raise ValueError(f"{what} must be images [N, H, W] or [N, H, W, C], got shape {images.shape}")
+        raise UsageError(f"{what} must be images [N, H, W] or [N, H, W, C], got shape {images.shape}")
     if images.dtype == np.uint8:
         return images.astype(np.float32) * UNIT
     if not np.issubdtype(images.dtype, np.number):
-        raise ValueError(f"{what} must be numbers, got dtype {images.dtype}")
+        raise UsageError(f"{what} must be numbers, got dtype {images.dtype}")
     images = images.astype(np.float32)
     bad = ~np.isfinite(images).reshape(len(images), -1).all(axis=1)
     if bad.any():
-        raise ValueError(
+        raise UsageError(
             f"{what} must be finite: {int(bad.sum())} of {len(images)} images hold NaN or ±inf "
             f"(the first is image {int(np.argmax(bad))})"
         )
@@ -103,24 +104,24 @@ def _digits(test_fraction: float) -> Dataset:
 
 def _npz(path: str, test_fraction: float) -> Dataset:
     if not os.path.isfile(path):
-        raise ValueError(f"dataset npz:{path}: no such file")
+        raise UsageError(f"dataset npz:{path}: no such file")
     try:
         with np.load(path, allow_pickle=False) as f:
             missing = {"images", "labels"} - set(f.files)
             if missing:
-                raise ValueError(
+                raise UsageError(
                     f"dataset npz:{path} must hold arrays 'images' and 'labels'; missing {sorted(missing)}"
                 )
             raw_images, labels = f["images"], np.asarray(f["labels"])
     except (OSError, EOFError, zipfile.BadZipFile) as err:
-        raise ValueError(f"dataset npz:{path} cannot be read as a NumPy .npz archive ({err})") from None
+        raise UsageError(f"dataset npz:{path} cannot be read as a NumPy .npz archive ({err})") from None
     except ValueError as err:
         if "dataset npz:" in str(err):
             raise
-        raise ValueError(f"dataset npz:{path} cannot be read as a NumPy .npz archive ({err})") from None
+        raise UsageError(f"dataset npz:{path} cannot be read as a NumPy .npz archive ({err})") from None
     images = _as_images(raw_images, f"npz:{path} images")
     if labels.ndim != 1 or len(labels) != len(images) or not np.issubdtype(labels.dtype, np.integer):
-        raise ValueError(
+        raise UsageError(
             f"npz:{path} labels must be integers [N={len(images)}], got {labels.dtype} {labels.shape}"
         )
     return _split(images, labels, f"npz:{path}", test_fraction)
@@ -132,7 +133,7 @@ def _tfds_split(name: str, split: str, data_dir: str | None) -> tuple[np.ndarray
     try:
         source = tfds.data_source(name, split=split, data_dir=data_dir, download=False)
     except Exception as err:  # tfds raises several kinds for "not prepared"; all mean the same here
-        raise ValueError(
+        raise UsageError(
             f"dataset {name!r} ({split}) is not prepared in {data_dir or 'the tfds data dir'} ({err}). "
             f"Prepare it once on a machine with network access (tfds's builders need TensorFlow: pip install "
             f"tensorflow): `tfds build {name} --file_format=array_record`, then copy ~/tensorflow_datasets "
@@ -146,7 +147,7 @@ def _tfds_split(name: str, split: str, data_dir: str | None) -> tuple[np.ndarray
 def check_dataset_name(name: str) -> None:
     """Raise ValueError unless ``name`` is one of DATASETS, ``tfds:NAME`` or ``npz:PATH``."""
     if name not in DATASETS and not (name.startswith(("npz:", "tfds:")) and len(name.split(":", 1)[1])):
-        raise ValueError(f"dataset must be {', '.join(DATASETS)}, tfds:NAME or npz:PATH, got {name!r}")
+        raise UsageError(f"dataset must be {', '.join(DATASETS)}, tfds:NAME or npz:PATH, got {name!r}")
 
 
 def load(name: str, *, test_fraction: float = 0.25, data_dir: str | None = None) -> Dataset:

@@ -36,29 +36,11 @@ from jax.experimental import multihost_utils
 from tqdm.auto import tqdm
 
 from geojax import parallel
-from train import checkpoint, data, files, step
+from train import checkpoint, config, data, files, step
 from train.config import Config
+from train.errors import UsageError
 
-# Keys that change how a run is executed or reported, not what it computes: a resumed run may change them.
-RUN_ONLY = (
-    "workdir",
-    "progress",
-    "checkpoint_every",
-    "checkpoint_minutes",
-    "log_every",
-    "eval_batch",
-    "parallel",
-    "devices",
-    "feed",
-    "steps_per_call",
-    "coordinator",
-    "num_processes",
-    "process_id",
-    "multihost",
-)
 DEVICE_FEED_BYTES = 1 << 30  # the automatic feed holds training images up to this size on each device
-# Keys a rerun may raise to extend a finished (or running) run.
-EXTENDABLE = ("steps", "epochs")
 
 
 class Interrupted(Exception):
@@ -99,7 +81,9 @@ def _fresh_workdir() -> str:
 
 
 def _recipe(values: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in values.items() if k not in RUN_ONLY + EXTENDABLE}
+    """What a run computes: the keys it uses, less how it executes (``run`` keys) and its length (a rerun may
+    extend a run)."""
+    return {k: v for k, v in config.used(values).items() if k not in config.RUN_KEYS + config.LENGTH_KEYS}
 
 
 def _check_workdir(cfg: Config) -> dict[str, Any] | None:
@@ -107,7 +91,7 @@ def _check_workdir(cfg: Config) -> dict[str, Any] | None:
     if cfg.workdir is None:
         return None
     if os.path.exists(cfg.workdir) and not os.path.isdir(cfg.workdir):
-        raise ValueError(f"workdir {cfg.workdir!r} is a file, not a directory")
+        raise UsageError(f"workdir {cfg.workdir!r} is a file, not a directory")
     path = os.path.join(cfg.workdir, "config.json")
     if not os.path.exists(path):
         return None
@@ -115,16 +99,13 @@ def _check_workdir(cfg: Config) -> dict[str, Any] | None:
         with open(path) as f:
             saved = json.load(f)
     except (OSError, json.JSONDecodeError) as err:
-        raise ValueError(
+        raise UsageError(
             f"workdir {cfg.workdir!r}: cannot read its config.json ({err}); use a fresh workdir"
         ) from None
-    diff = sorted(
-        k
-        for k in set(_recipe(saved)) | set(_recipe(dataclasses.asdict(cfg)))
-        if saved.get(k) != getattr(cfg, k, None)
-    )
+    saved_recipe, recipe = _recipe(saved), _recipe(dataclasses.asdict(cfg))
+    diff = sorted(k for k in set(saved_recipe) | set(recipe) if saved_recipe.get(k) != recipe.get(k))
     if diff:
-        raise ValueError(
+        raise UsageError(
             f"workdir {cfg.workdir!r} holds a run with a different config (keys {diff}); "
             f"use a fresh workdir to start a new run"
         )
@@ -160,7 +141,7 @@ def join_processes(cfg: Config) -> None:
             return value
         text = os.environ[name]
         if name != "JAX_COORDINATOR_ADDRESS" and not text.strip().isdigit():
-            raise ValueError(f"environment variable {name} must be a non-negative integer, got {text!r}")
+            raise UsageError(f"environment variable {name} must be a non-negative integer, got {text!r}")
         return text if name == "JAX_COORDINATOR_ADDRESS" else int(text)
 
     address = setting(cfg.coordinator, "JAX_COORDINATOR_ADDRESS")
@@ -168,7 +149,7 @@ def join_processes(cfg: Config) -> None:
     index = setting(cfg.process_id, "JAX_PROCESS_ID")
     if address is None and not cfg.multihost:
         if count not in (None, 1) or index not in (None, 0):
-            raise ValueError("a multi-process run needs coordinator=HOST:PORT (or $JAX_COORDINATOR_ADDRESS)")
+            raise UsageError("a multi-process run needs coordinator=HOST:PORT (or $JAX_COORDINATOR_ADDRESS)")
         return
     if jax.distributed.is_initialized():
         return
@@ -252,7 +233,7 @@ _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 def _check_data(cfg: Config, ds: data.Dataset) -> None:
     """What would fail only after training, checked before it."""
     if cfg.knn_k > len(ds.train_y):
-        raise ValueError(f"knn_k must be at most the {len(ds.train_y)} training images, got {cfg.knn_k}")
+        raise UsageError(f"knn_k must be at most the {len(ds.train_y)} training images, got {cfg.knn_k}")
 
 
 def _checkpoint_every(cfg: Config) -> int:
@@ -270,10 +251,12 @@ def train(cfg: Config, *, stop_at: int | None = None) -> TrainResult:
     ds = data.load(cfg.dataset, test_fraction=cfg.test_fraction, data_dir=cfg.data_dir)
     _check_data(cfg, ds)
     cfg = step.resolve(cfg, len(ds.train_y))
+    if cfg.devices is not None and cfg.devices > jax.device_count():
+        raise UsageError(f"devices must be at most the {jax.device_count()} available, got {cfg.devices}")
     mesh = parallel.make_mesh(cfg.devices)
     n_dev = mesh.devices.size
     if cfg.batch_size % n_dev or cfg.batch_size % jax.process_count():
-        raise ValueError(f"batch_size must be divisible by the {n_dev} devices, got {cfg.batch_size}")
+        raise UsageError(f"batch_size must be divisible by the {n_dev} devices, got {cfg.batch_size}")
     images = data.compact(ds.train_x)
     feed = feed_kind(cfg, images)
     saved = _check_workdir(cfg)
@@ -287,7 +270,7 @@ def train(cfg: Config, *, stop_at: int | None = None) -> TrainResult:
         if restored is not None:
             state, start = restored, int(restored["step"])
             if start > cfg.steps:
-                raise ValueError(
+                raise UsageError(
                     f"workdir {cfg.workdir!r} holds a run at step {start}; steps must be ≥ {start}"
                 )
             _say_resume(cfg, saved, start)

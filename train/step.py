@@ -3,10 +3,10 @@
 The train state is a plain pytree ``{'params', 'rest', 'opt_state', 'step'}`` (``rest``: NNX variables other
 than parameters, e.g. batch statistics). The step is a pure function of (state, batch) written once for one
 device's slice of the batch, pmap-style, and run under ``jax.shard_map`` or ``jax.pmap`` by
-``geojax.parallel.data_parallel``. The loss always sees the global batch: embeddings are all-gathered as
-keys, each local anchor's own column is masked through ``self_index``, and normalisation is global
-(``axis_name``). The step closes over objects derived from the config (the model's graph, the optimiser, an
-:class:`Objective`, a :class:`Views` recipe), never over the config itself.
+``geojax.parallel.data_parallel`` (:func:`distribute`). The loss always sees the global batch: embeddings
+are all-gathered as keys, each local anchor's own column is masked through ``self_index``, and normalisation
+is global (``axis_name``). The step closes over objects derived from the config (the model's graph, the
+optimiser, an :class:`Objective`, a :class:`Views` recipe), never over the config itself.
 
 :func:`make_call` scans several steps per dispatch and, for the device feed, draws each step's batch from
 images held on the devices; :func:`distribute` runs it over the data mesh with the state donated.
@@ -29,7 +29,7 @@ from jax.sharding import PartitionSpec as P
 
 from geojax import losses, manifolds, models, parallel, regularizers
 from geojax import similarity as similarity_lib
-from train import data
+from train import config, data
 from train.config import Config
 
 NO_OVERLAP = 1e3  # d_M where two atlas points share no chart (finite, so losses stay finite)
@@ -101,7 +101,7 @@ def make_optimizer(cfg: Config) -> optax.GradientTransformation:
         "adam": lambda: optax.adam(lr),
         "adamw": lambda: optax.adamw(lr, weight_decay=cfg.weight_decay),
         "sgd": lambda: optax.sgd(lr, momentum=cfg.momentum or None),
-        "rmsprop": lambda: optax.rmsprop(lr),
+        "rmsprop": lambda: optax.rmsprop(lr, momentum=cfg.momentum or None),
     }[cfg.optimizer]()
     clip = optax.clip_by_global_norm(cfg.clip) if cfg.clip_mode == "global_norm" else optax.clip(cfg.clip)
     return optax.chain(clip, opt)
@@ -142,7 +142,8 @@ class Objective:
     """The loss on the batch similarity (or SimO on the embeddings) plus weighted regularisers.
 
     ``similarity`` is a geojax.similarity name, ``torus`` (flat-torus L1 of the angles of torus embeddings)
-    or ``manifold`` (−d_M of an atlas, Korman 2021 eq. 7); ``loss_kwargs`` are the loss's hyper-parameters.
+    or ``manifold`` (−d_M of an atlas, Korman 2021 eq. 7); ``loss_kwargs`` are the loss's hyper-parameters
+    (:func:`train.config.loss_kwargs`: the config keys that belong to this loss).
     """
 
     loss: str
@@ -150,7 +151,7 @@ class Objective:
     loss_kwargs: tuple[tuple[str, Any], ...] = ()
     views: int = 1
     koleo: float = 0.0
-    koleo_eps: float = 1e-8
+    koleo_eps: float | None = None  # None: geojax.regularizers.koleo's own ε
     mmd: float = 0.0
     membership: float = 0.0
     prior_samples: int = 256
@@ -158,21 +159,10 @@ class Objective:
 
     @classmethod
     def from_config(cls, cfg: Config) -> Objective:
-        if cfg.loss in ("supcon", "sincere", "info_nce"):
-            kwargs = {"temperature": cfg.temperature}
-            if cfg.base_temperature is not None:
-                kwargs["base_temperature"] = cfg.base_temperature
-        elif cfg.loss == "triplet":
-            kwargs = {"margin": cfg.margin, "mining": cfg.mining}
-        elif cfg.loss == "simo":
-            kwargs = {"eps": cfg.simo_eps, "orthogonality": cfg.simo_orthogonality}
-        else:
-            margins = {"pos_margin": cfg.pos_margin, "neg_margin": cfg.neg_margin}
-            kwargs = {k: v for k, v in margins.items() if v is not None}
         return cls(
             loss=cfg.loss,
             similarity=cfg.similarity,
-            loss_kwargs=tuple(sorted(kwargs.items())),
+            loss_kwargs=tuple(sorted(config.loss_kwargs(cfg).items())),
             views=cfg.views,
             koleo=cfg.koleo,
             koleo_eps=cfg.koleo_eps,
@@ -221,9 +211,8 @@ class Objective:
         if self.koleo > 0:
             # Per view, summed over the views, as Stowell 2026's code: two views of one image are not each
             # other's nearest neighbours.
-            terms["koleo"] = regularizers.koleo(
-                out.embedding, eps=self.koleo_eps, views=self.views, axis_name=axis_name
-            )
+            eps = {} if self.koleo_eps is None else {"eps": self.koleo_eps}
+            terms["koleo"] = regularizers.koleo(out.embedding, views=self.views, axis_name=axis_name, **eps)
             total = total + self.koleo * terms["koleo"]
         if self.mmd > 0:
             prior = regularizers.sample_prior(key, self.prior_samples, self.chart_dim)
@@ -370,8 +359,8 @@ def distribute(
     mesh: jax.sharding.Mesh,
     mode: str = "shard_map",
 ) -> Callable[[State, Any, Any], tuple[State, dict[str, jax.Array]]]:
-    """``run(state, tables, feed)`` of a per-device :func:`make_call` over the 1-D data ``mesh``, as
-    ``geojax.parallel.data_parallel`` runs a step, with a replicated data argument added.
+    """``run(state, tables, feed)`` of a per-device :func:`make_call` over the 1-D data ``mesh``
+    (``geojax.parallel.data_parallel`` with the device feed's tables as a shared, replicated argument).
 
     ``state`` replicated (:func:`replicate`) and, under shard_map, donated (its buffers are reused for the
     new state); ``tables`` replicated and kept; ``feed`` leaves [length, B, ...] with B split over the
@@ -379,22 +368,17 @@ def distribute(
     """
     axis = mesh.axis_names[0]
     if mode == "shard_map":
-        specs = (P(), P(), P(None, axis))
-        mapped = jax.shard_map(call, mesh=mesh, in_specs=specs, out_specs=P(), check_vma=False)
-        return jax.jit(mapped, donate_argnums=0)
-    n_local = len([d for d in mesh.devices.flat if d.process_index == jax.process_index()])
-    mapped = jax.pmap(
-        lambda state, feed: call(state, None, feed),
-        axis_name=axis,
-        in_axes=(None, 1),
-        out_axes=None,
-        devices=list(mesh.devices.flat),
+        return parallel.data_parallel(
+            call, mesh=mesh, axis_name=axis, donate_state=True, batch_axis=1, shared=True
+        )
+    mapped = parallel.data_parallel(
+        lambda state, feed: call(state, None, feed), mode=mode, mesh=mesh, axis_name=axis, batch_axis=1
     )
 
     def run(state, tables, feed):
         if tables is not None:
             raise ValueError("the device feed needs parallel='shard_map'")
-        return mapped(state, jax.tree.map(lambda x: x.reshape(x.shape[0], n_local, -1, *x.shape[2:]), feed))
+        return mapped(state, feed)
 
     return run
 
