@@ -81,7 +81,7 @@ print("matvec == dense @ x:", bool(jnp.allclose(tt.matvec(small, xs), xs @ tt.to
 # %% [markdown]
 # ## 2. ITQ vs TP on real features
 #
-# `train.binary_eval.evaluate` runs the §6.1 protocol for each $b=$ factor·$d$: fits ITQ (PCA + rotation for
+# `train.binary_eval.itq_vs_tp` runs the §6.1 protocol for each $b=$ factor·$d$: fits ITQ (PCA + rotation for
 # $b<d$, a dense $b\times d$ projection with orthonormal columns for $b\ge d$) and TP (TT rank r0), encodes
 # the database with `binary.encode` (packed sign bits), ranks it by Hamming distance and reports mAP,
 # parameters and encode time. What to look for: TP matches or beats ITQ at $b\ge d$ with far fewer
@@ -97,7 +97,7 @@ from train import binary_eval
 name, x = binary_eval.load_features(DATA)
 print(name, x.shape)
 t0 = time.time()
-report = binary_eval.evaluate(
+report = binary_eval.itq_vs_tp(
     x, factors=FACTORS, rank=RANK, itq_iters=ITQ_ITERS, tp_iters=TP_ITERS, queries=QUERIES
 )
 report["data"] = name

@@ -22,6 +22,8 @@ from geojax._numerics import nan_where_nonfinite, safe_normalize
 # (torusC) or by pairwise-normalised vectors (torusN), or an atlas of charts.
 Geometry = Literal["euclidean", "sphere", "torus_c", "torus_n", "atlas"]
 GEOMETRIES: tuple[str, ...] = get_args(Geometry)
+TORUS_GEOMETRIES: tuple[str, ...] = ("torus_c", "torus_n")  # the flat-torus heads (Stowell 2026 eqs. 2, 3)
+VECTOR_GEOMETRIES: tuple[str, ...] = tuple(g for g in GEOMETRIES if g != "atlas")  # one vector per input
 
 
 def sphere(x: ArrayLike) -> jax.Array:

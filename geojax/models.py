@@ -27,7 +27,7 @@ from flax import nnx
 from jax import lax
 
 from geojax import _checks, manifolds, quantize
-from geojax.manifolds import GEOMETRIES
+from geojax.manifolds import GEOMETRIES, TORUS_GEOMETRIES, VECTOR_GEOMETRIES
 
 EncoderName = Literal["mlp", "cnn", "resnet18", "resnet50"]
 ProjectionName = Literal["none", "mlp", "mixed"]
@@ -37,7 +37,7 @@ PROJECTIONS: tuple[str, ...] = get_args(ProjectionName)
 
 def embedding_width(geometry: str, dim: int) -> int:
     """Extrinsic width of a geometry head's output for pre-projection width ``dim`` (Stowell 2026 Tab. 1)."""
-    _checks.check_choice(geometry, "geometry", GEOMETRIES[:-1])
+    _checks.check_choice(geometry, "geometry", VECTOR_GEOMETRIES)
     return 2 * dim if geometry == "torus_c" else dim
 
 
@@ -415,12 +415,12 @@ class GeometryHead(nnx.Module):
         rngs: nnx.Rngs,
     ):
         _checks.check_positive_int(dim, "dim")
-        _checks.check_choice(geometry, "geometry", GEOMETRIES[:-1])
+        _checks.check_choice(geometry, "geometry", VECTOR_GEOMETRIES)
         if geometry == "torus_n":
             _checks.check_even(dim, "dim")
         if qat_bits is not None:
             _checks.check_choice(qat_bits, "qat_bits", quantize.TORUS_BITS)
-            if geometry not in ("torus_c", "torus_n"):
+            if geometry not in TORUS_GEOMETRIES:
                 raise ValueError(f"qat_bits needs a torus geometry (torus_c, torus_n), got {geometry!r}")
         elif qat_noise:
             raise ValueError("qat_noise needs qat_bits")

@@ -71,69 +71,87 @@ def pmean(tree: Any, axis_name: str | None = AXIS) -> Any:
     return tree if axis_name is None else lax.pmean(tree, axis_name)
 
 
-def _check_batch(batch: Any, n: int) -> None:
+def _check_batch(batch: Any, n: int, axis: int) -> None:
     for leaf in jax.tree.leaves(batch):
-        if np.ndim(leaf) < 1 or np.shape(leaf)[0] % n:
+        if np.ndim(leaf) <= axis or np.shape(leaf)[axis] % n:
             raise ValueError(
-                f"batch leaves need a leading axis divisible by the {n} devices, got shape {np.shape(leaf)}"
+                f"batch leaves need an axis {axis} divisible by the {n} devices, got shape {np.shape(leaf)}"
             )
 
 
 def data_parallel(
-    step: Callable[[Any, Any], Any],
+    step: Callable[..., Any],
     *,
     mode: str = "shard_map",
     mesh: jax.sharding.Mesh | None = None,
     axis_name: str = AXIS,
     donate_state: bool = False,
-) -> Callable[[Any, Any], Any]:
+    batch_axis: int = 0,
+    shared: bool = False,
+) -> Callable[..., Any]:
     """Run a per-device, pmap-style ``step(state, local_batch) -> out`` over a 1-D data mesh.
 
-    Returns ``run(state, batch) -> out`` on the global ``state`` (replicated) and global ``batch``
-    (leaves [B, ...], B divisible by the device count; in a multi-process run, each process passes its own
-    B/processes rows). ``mode='shard_map'`` runs under ``jax.shard_map`` over ``mesh`` (default: all
-    devices); ``mode='pmap'`` under ``jax.pmap`` over the same devices. ``out`` must be reduced over
-    ``axis_name`` inside ``step`` (it is returned once, not per device).
+    Returns ``run(state, batch) -> out`` on the global ``state`` (replicated) and global ``batch`` (leaves
+    split over the devices along ``batch_axis``, whose length must be divisible by the device count; in a
+    multi-process run, each process passes its own rows, or the global arrays already placed with
+    ``NamedSharding(mesh, P(None, …, axis_name))``). ``shared=True``: ``step(state, shared, local_batch)``
+    and ``run(state, shared, batch)``, with ``shared`` (e.g. a data set held on every device) replicated
+    like the state; shard_map only. ``mode='shard_map'`` runs under ``jax.shard_map`` over ``mesh``
+    (default: all devices); ``mode='pmap'`` under ``jax.pmap`` over the same devices. ``out`` must be
+    reduced over ``axis_name`` inside ``step`` (it is returned once, not per device). ``donate_state``:
+    the state's buffers are reused for the output.
     """
     _checks.check_choice(mode, "mode", MODES)
     mesh = make_mesh(axis_name=axis_name) if mesh is None else mesh
     if tuple(mesh.axis_names) != (axis_name,):
         raise ValueError(f"mesh must be 1-D with axis ({axis_name!r},), got axes {mesh.axis_names}")
+    if shared and mode != "shard_map":
+        raise ValueError("shared arguments need mode='shard_map'")
     local_devices = [d for d in mesh.devices.flat if d.process_index == jax.process_index()]
     n_local = len(local_devices)
-    data_sharding = NamedSharding(mesh, P(axis_name))
+    split = P(*(None,) * batch_axis, axis_name)
+    data_sharding = NamedSharding(mesh, split)
     donate = (0,) if donate_state else ()
 
     if mode == "pmap":
         mapped = jax.pmap(
             step,
             axis_name=axis_name,
-            in_axes=(None, 0),
+            in_axes=(None, batch_axis),
             out_axes=None,
             devices=list(mesh.devices.flat),
             donate_argnums=donate,
         )
 
-        def run(state, batch):
-            _check_batch(batch, n_local)
-            return mapped(state, jax.tree.map(lambda x: x.reshape(n_local, -1, *x.shape[1:]), batch))
+        def per_device(x):
+            return x.reshape(*x.shape[:batch_axis], n_local, -1, *x.shape[batch_axis + 1 :])
 
-        return run
+        def run_pmap(state, batch):
+            _check_batch(batch, n_local, batch_axis)
+            return mapped(state, jax.tree.map(per_device, batch))
 
+        return run_pmap
+
+    specs = (P(), P(), split) if shared else (P(), split)
     mapped = jax.jit(
-        jax.shard_map(step, mesh=mesh, in_specs=(P(), P(axis_name)), out_specs=P(), check_vma=False),
+        jax.shard_map(step, mesh=mesh, in_specs=specs, out_specs=P(), check_vma=False),
         donate_argnums=donate,
     )
     replicated = NamedSharding(mesh, P())
 
     def put(x):
+        if isinstance(x, jax.Array) and x.sharding == data_sharding:  # placed by the caller
+            return x
         if jax.process_count() == 1:
             return jax.device_put(x, data_sharding)
         return jax.make_array_from_process_local_data(data_sharding, np.asarray(x))
 
-    def run(state, batch):
-        _check_batch(batch, n_local)
-        state = jax.device_put(state, replicated) if jax.process_count() == 1 else state
-        return mapped(state, jax.tree.map(put, batch))
+    def place(tree):
+        return jax.device_put(tree, replicated) if jax.process_count() == 1 else tree
+
+    def run(state, *args):
+        batch = args[-1]
+        _check_batch(batch, n_local, batch_axis)
+        return mapped(place(state), *map(place, args[:-1]), jax.tree.map(put, batch))
 
     return run

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from geojax import quantize, search
+from train import export
 from train.csearch import clib, reader
 
 pytestmark = pytest.mark.skipif(clib.compiler() is None, reason="no C compiler")
@@ -58,7 +59,7 @@ def test_codes_file_round_trip_numpy_and_c(lib, tmp_path, bits):
     codes = np.asarray(quantize.torus_codes(t, bits))
     labels = rng.integers(-5, 10, 37).astype(np.int32)
     path = str(tmp_path / "codes.gjt")
-    header = reader.write_codes(path, codes, labels, bits=bits, dim=12, extra={"geometry": "torus_n"})
+    header = export.write_codes(path, codes, labels, bits=bits, dim=12, extra={"geometry": "torus_n"})
     got = reader.read_codes(path)
     assert (got.bits, got.dim, got.header["geometry"]) == (bits, 12, "torus_n")
     assert header["codes_offset"] % 8 == 0 and header["labels_offset"] % 8 == 0
@@ -81,7 +82,7 @@ def test_reader_rejects_bad_files(tmp_path, lib):
     with pytest.raises(ValueError, match="rejected"):
         lib.open_db(path.read_bytes())
     good = tmp_path / "good.gjt"
-    reader.write_codes(str(good), np.zeros((4, 2), np.uint8), np.arange(4), bits=4, dim=4)
+    export.write_codes(str(good), np.zeros((4, 2), np.uint8), np.arange(4), bits=4, dim=4)
     cut = tmp_path / "cut.gjt"
     cut.write_bytes(good.read_bytes()[:-3])
     with pytest.raises(ValueError, match="truncated"):

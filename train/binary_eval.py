@@ -107,7 +107,7 @@ def hamming_map(query_codes, db_codes, relevant: np.ndarray) -> float:
     return float(np.nanmean(average_precision(dist, relevant)))
 
 
-def evaluate(
+def itq_vs_tp(
     x: np.ndarray,
     *,
     factors: Sequence[float] = FACTORS,
@@ -216,7 +216,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     parser.add_argument("--out", default="binary_eval.json")
     args = parser.parse_args(argv)
     name, x = load_features(args.data)
-    report = evaluate(
+    report = itq_vs_tp(
         x,
         factors=QUICK_FACTORS if args.quick else FACTORS,
         rank=args.rank,

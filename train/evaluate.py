@@ -41,6 +41,7 @@ import numpy as np
 
 from geojax import manifolds, metrics, quantize, search
 from geojax import similarity as sim
+from geojax.manifolds import GEOMETRIES, TORUS_GEOMETRIES
 from train import files, plots, tables
 
 # (name, sub-spaces m, bits per sub-space) in the order of Stowell 2026 Table 3.
@@ -52,8 +53,6 @@ PQ_CONFIGS: tuple[tuple[str, int, int], ...] = (
     ("PQ(4,4)", 4, 4),
     ("PQ(4,2)", 2, 4),
 )
-GEOMETRIES = ("euclidean", "sphere", "torus_c", "torus_n", "atlas")
-_TORUS = ("torus_c", "torus_n")
 REPORT_NAME = "report_quantised"
 
 
@@ -146,7 +145,7 @@ def quantised_report(
         raise ValueError(
             f"query and reference must have the same width, got {np.shape(query)} and {np.shape(reference)}"
         )
-    if geometry in _TORUS and np.shape(query)[1] % 2:
+    if geometry in TORUS_GEOMETRIES and np.shape(query)[1] % 2:
         raise ValueError(
             f"query must have an even width (Clifford pairs) for {geometry}, got {np.shape(query)}"
         )
@@ -177,7 +176,7 @@ def quantised_report(
     rows.append(_row("float32", 32 * d, 0, float_scores, note=note))
 
     # 8-bit.
-    if geometry in _TORUS:
+    if geometry in TORUS_GEOMETRIES:
         qa, ra = manifolds.clifford_to_angles(q), manifolds.clifford_to_angles(r)
         s = score(quantize.torus_uint8(qa), quantize.torus_uint8(ra), TORUS_L1_SIMILARITY[8])
         rows.append(_row("8-bit", 8 * (d // 2), 0, s, nbits=8, note="torus_uint8, wraparound L1"))

@@ -34,15 +34,31 @@ import numpy as np
 from flax import nnx
 
 from geojax import manifolds, quantize
+from geojax.manifolds import TORUS_GEOMETRIES
 from train import config, files, loop
 from train.csearch import reader
 
 ENCODER_FILE = "encoder.jaxexport"
 CODES_FILE = "codes.gjt"
 MANIFEST_FILE = "manifest.json"
-_TORUS = ("torus_c", "torus_n")
 
-write_codes = reader.write_codes
+
+def write_codes(
+    path: str,
+    codes: np.ndarray,
+    labels: np.ndarray,
+    *,
+    bits: int,
+    dim: int,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Write packed codes [N, D·b/8] uint8 and labels [N] (int32) to ``path`` atomically (the layout of
+    :mod:`train.csearch.reader`); returns the JSON header."""
+    blob, header = reader.pack_codes(codes, labels, bits=bits, dim=dim, extra=extra)
+    files.write_bytes(path, blob)
+    return header
+
+
 # images [n, H, W, C] float32 in [0, 1] → (embedding [n, D'] float32, packed codes [n, D·b/8] uint8)
 Encoder = Callable[[jax.Array], tuple[jax.Array, jax.Array]]
 
@@ -54,14 +70,13 @@ def load_run(rundir: str) -> loop.TrainResult:
         raise ValueError(f"RUNDIR must hold config.json, not found: {path}")
     with open(path) as f:
         saved = json.load(f)
-    known = {k: v for k, v in saved.items() if k in config.FIELDS}
-    cfg = config.make(**{**known, "workdir": rundir, "progress": False})
+    cfg = config.from_saved({**saved, "workdir": rundir, "progress": False})
     return loop.train(cfg)
 
 
 def _encoder(run: loop.TrainResult, bits: int) -> Encoder:
     """images → (embedding, packed b-bit codes) with the run's evaluation-mode weights (EMA when kept)."""
-    if run.config.geometry not in _TORUS:
+    if run.config.geometry not in TORUS_GEOMETRIES:
         raise ValueError(f"the run's geometry must be torus_c or torus_n, got {run.config.geometry!r}")
     # Host copies: the weights become constants of one computation, free of the training mesh's sharding.
     state = jax.tree.map(np.asarray, run.state)

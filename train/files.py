@@ -43,6 +43,16 @@ def write_text(path: str, text: str) -> None:
     atomic_write(path, write)
 
 
+def write_bytes(path: str, blob: bytes | bytearray) -> None:
+    """Write bytes atomically."""
+
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as f:
+            f.write(blob)
+
+    atomic_write(path, write)
+
+
 def json_safe(value: Any) -> Any:
     """A strict-JSON copy: NaN / ±inf → None, NumPy values → Python, tuples → lists, keys → str."""
     if isinstance(value, dict):

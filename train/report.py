@@ -54,7 +54,7 @@ def _retrieval_inputs(cfg: Config, out: Outputs) -> tuple[Any, Any]:
     return out.embedding, name
 
 
-def evaluate(cfg: Config, query: Outputs, reference: Outputs, ds: Dataset) -> dict[str, Any]:
+def retrieval_report(cfg: Config, query: Outputs, reference: Outputs, ds: Dataset) -> dict[str, Any]:
     """Retrieval metrics of test vs train, circular variance, baselines and the preset's probe."""
     q, sim = _retrieval_inputs(cfg, query)
     r, _ = _retrieval_inputs(cfg, reference)

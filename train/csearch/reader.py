@@ -1,4 +1,4 @@
-"""Read and write ``codes.gjt``, the packed torus codes of ``python -m train.export``, with numpy alone.
+"""Read and pack ``codes.gjt``, the packed torus codes of ``python -m train.export``, with numpy alone.
 
 This file imports only numpy and the standard library, so it can be copied beside a deployment. Layout
 (little-endian; ``geojax_torus.h`` reads the same fixed fields):
@@ -25,9 +25,7 @@ A code is round(2^b·t) mod 2^b of the angle t in turns (Stowell 2026, §4); the
 from __future__ import annotations
 
 import json
-import os
 import struct
-import tempfile
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -52,16 +50,16 @@ def _align8(n: int) -> int:
     return -(-n // 8) * 8
 
 
-def write_codes(
-    path: str,
+def pack_codes(
     codes: np.ndarray,
     labels: np.ndarray,
     *,
     bits: int,
     dim: int,
     extra: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """Write packed codes [N, D·b/8] uint8 and labels [N] (int32) to ``path`` atomically; the JSON header."""
+) -> tuple[bytes, dict[str, Any]]:
+    """The file's bytes for packed codes [N, D·b/8] uint8 and labels [N] (int32), and its JSON header
+    (``train.export.write_codes`` writes them atomically)."""
     codes = np.ascontiguousarray(codes)
     labels = np.ascontiguousarray(labels, dtype="<i4")
     if bits not in BITS:
@@ -98,18 +96,7 @@ def write_codes(
     blob[_FIXED.size : _FIXED.size + len(text)] = text
     blob[codes_offset : codes_offset + n * row] = codes.tobytes()
     blob[labels_offset:] = labels.tobytes()
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".gjt")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(blob)
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-    return header
+    return bytes(blob), header
 
 
 def read_codes(path: str) -> Codes:
