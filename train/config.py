@@ -144,7 +144,7 @@ class Config:
 
     preset: str = key("supcon_torus_n", "named recipe whose values replace these defaults", group="preset")
     dataset: str = data(
-        "digits", "digits | mnist | fashion_mnist | cifar10 | cifar100 | tfds:NAME | npz:PATH"
+        "digits", "digits | mnist | fashion_mnist | cifar10 | cifar100 | tfds:NAME | npz:PATH | idx:DIR"
     )
     test_fraction: float = data(0.25, "held-out fraction (data without a test split)", when=OWN_SPLIT)
     data_dir: str | None = data(None, "tfds data directory (none = tfds's default)", when=TFDS)

@@ -6,6 +6,10 @@
   features and train/test splits: ``tfds.data_source`` (no TensorFlow needed to read), one element at a
   time; the data must have been prepared in the ``array_record`` format (an error says how otherwise).
 - ``npz:PATH``: a local ``.npz`` with ``images`` [N, H, W(, C)] and ``labels`` [N]; split like digits.
+- ``idx:DIR``: a folder holding the four IDX files that MNIST, Fashion-MNIST and KMNIST are distributed as
+  (``train-images-idx3-ubyte``, ``train-labels-idx1-ubyte``, ``t10k-images-idx3-ubyte``,
+  ``t10k-labels-idx1-ubyte``; each plain or .gz, not both), with their own train/test split. Every file is
+  checked before training starts.
 
 Images are float32 in [0, 1], [N, H, W, C] (:func:`compact` stores 8-bit data as uint8 for the devices).
 The sampler is one jnp function of (seed, step) and the label tables: the training step evaluates it on the
@@ -24,6 +28,7 @@ import queue
 import sys
 import threading
 import zipfile
+import zlib
 from collections.abc import Iterable, Iterator
 from typing import Any, Literal, TypeVar, get_args
 
@@ -145,19 +150,29 @@ def _tfds_split(name: str, split: str, data_dir: str | None) -> tuple[np.ndarray
 
 
 def check_dataset_name(name: str) -> None:
-    """Raise ValueError unless ``name`` is one of DATASETS, ``tfds:NAME`` or ``npz:PATH``."""
-    if name not in DATASETS and not (name.startswith(("npz:", "tfds:")) and len(name.split(":", 1)[1])):
-        raise UsageError(f"dataset must be {', '.join(DATASETS)}, tfds:NAME or npz:PATH, got {name!r}")
+    """Raise UsageError unless ``name`` is one of DATASETS, ``tfds:NAME``, ``npz:PATH`` or ``idx:DIR`` (DIR an
+    existing folder; its files are checked when loaded)."""
+    source, _, rest = name.partition(":")
+    if name not in DATASETS and not (source in ("npz", "tfds", "idx") and rest):
+        raise UsageError(
+            f"dataset must be {', '.join(DATASETS)}, tfds:NAME, npz:PATH or idx:DIR, got {name!r}"
+        )
+    if source == "idx" and not os.path.isdir(rest):
+        raise UsageError(
+            f"dataset {name!r}: {rest} is not a folder (idx:DIR names the folder of the IDX files)"
+        )
 
 
 def load(name: str, *, test_fraction: float = 0.25, data_dir: str | None = None) -> Dataset:
     """Load a dataset by name (every process of a multi-process run loads all of it: each draws the same
-    global batches and uses its own rows of them)."""
+    global batches and uses its own rows of them); ``test_fraction`` splits digits and npz data only."""
     check_dataset_name(name)
     if name == "digits":
         return _digits(test_fraction)
     if name.startswith("npz:"):
         return _npz(name[4:], test_fraction)
+    if name.startswith("idx:"):
+        return _idx(name[4:])
     source = name.removeprefix("tfds:")
     tr_x, tr_y = _tfds_split(source, "train", data_dir)
     te_x, te_y = _tfds_split(source, "test", data_dir)
@@ -438,33 +453,114 @@ def views(key: jax.Array, images: jax.Array, positions: jax.Array, *, n_views: i
 
 
 # --------------------------------------------------------------------------------------------------------
-# IDX files (the format of the official MNIST / Fashion-MNIST downloads) → the npz that ``npz:PATH`` reads.
+# IDX files (the format of the official MNIST / Fashion-MNIST / KMNIST downloads): ``idx:DIR`` reads a folder
+# of them; ``python -m train.data`` converts a pair into the npz that ``npz:PATH`` reads.
 # --------------------------------------------------------------------------------------------------------
 
 _IDX_TYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+IDX_FILES = {  # split → (images, labels), each plain or with .gz
+    "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
+    "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
+}
 
 
-def read_idx(path: str) -> np.ndarray:
-    """An IDX file (optionally gzipped, as LeCun et al. distribute MNIST) as an array of its shape."""
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rb") as f:
-        raw = f.read()
-    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_TYPES:
-        raise ValueError(f"{path} is not an IDX file (bad magic number {raw[:4].hex()})")
-    ndim = raw[3]
-    shape = tuple(int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
-    dtype = np.dtype(_IDX_TYPES[raw[2]])
-    body = raw[4 + 4 * ndim :]
-    if len(body) != dtype.itemsize * int(np.prod(shape)):
-        raise ValueError(f"{path}: header says {shape} of {dtype}, but {len(body)} data bytes follow")
-    return np.frombuffer(body, dtype).reshape(shape).astype(dtype.newbyteorder("="))
+def _file_bytes(path: str) -> bytes:
+    """The bytes of ``path``, gunzipped when it ends in .gz; ValueError naming it when it cannot be read."""
+    if not os.path.isfile(path):
+        raise UsageError(f"{path}: no such file")
+    try:
+        with (gzip.open if path.endswith(".gz") else open)(path, "rb") as f:
+            return f.read()
+    except (OSError, EOFError, zlib.error) as err:  # gzip: bad header, truncated stream, CRC or data error
+        kind = "a gzip file" if path.endswith(".gz") else "the file"
+        raise UsageError(f"{path}: cannot read {kind} ({err})") from None
+
+
+def read_idx(path: str, *, ndim: int | None = None, dtype: type | None = None) -> np.ndarray:
+    """An IDX file (LeCun et al.'s MNIST format; gzipped when the name ends in .gz) as an array of its
+    shape: magic 0 0 TYPE NDIM, NDIM big-endian uint32 sizes, then the data, big-endian. ``ndim`` and
+    ``dtype``, when given, are what the file must hold; a file that breaks the format or them raises a
+    ValueError naming it."""
+    raw = _file_bytes(path)
+    if len(raw) < 4 or raw[:2] != b"\0\0":
+        gz = " (gzip data: name it .gz)" if raw[:2] == b"\x1f\x8b" else ""
+        raise UsageError(f"{path} is not an IDX file (bad magic number {raw[:4].hex()}{gz})")
+    if raw[2] not in _IDX_TYPES:
+        raise UsageError(
+            f"{path}: unknown IDX type code 0x{raw[2]:02x} (known: {[hex(c) for c in _IDX_TYPES]})"
+        )
+    found = np.dtype(_IDX_TYPES[raw[2]])
+    native = found.newbyteorder("=")
+    if dtype is not None and native != np.dtype(dtype):
+        raise UsageError(f"{path}: IDX type code 0x{raw[2]:02x} ({native}), expected {np.dtype(dtype)}")
+    if ndim is not None and raw[3] != ndim:
+        raise UsageError(f"{path}: {raw[3]} dimensions, expected {ndim}")
+    body_start = 4 + 4 * raw[3]
+    if len(raw) < body_start:
+        raise UsageError(f"{path}: truncated header ({len(raw)} bytes; {raw[3]} sizes need {body_start})")
+    shape = tuple(int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(raw[3]))
+    body = raw[body_start:]
+    if len(body) != found.itemsize * int(np.prod(shape)):
+        raise UsageError(f"{path}: header says {shape} of {native}, but {len(body)} data bytes follow")
+    return np.frombuffer(body, found).reshape(shape).astype(native)
+
+
+def _idx_path(folder: str, stem: str) -> str:
+    """``folder/stem`` or ``folder/stem.gz``, whichever exists; both, or neither, is an error."""
+    found = [p for p in (os.path.join(folder, stem), os.path.join(folder, stem + ".gz")) if os.path.isfile(p)]
+    if len(found) == 2:
+        raise UsageError(f"{found[0]} and {found[1]} both exist (they may differ): keep one")
+    if not found:
+        raise UsageError(
+            f"{os.path.join(folder, stem)}[.gz]: no such file (idx:DIR needs its four IDX files)"
+        )
+    return found[0]
+
+
+def _idx_split(folder: str, split: str) -> tuple[np.ndarray, np.ndarray, str, str]:
+    """(images [N, H, W] uint8, labels [N] uint8, images' path, labels' path) of ``split`` in ``folder``."""
+    images_path, labels_path = (_idx_path(folder, stem) for stem in IDX_FILES[split])
+    images = read_idx(images_path, ndim=3, dtype=np.uint8)
+    labels = read_idx(labels_path, ndim=1, dtype=np.uint8)
+    if 0 in images.shape:
+        raise UsageError(f"{images_path}: no images (shape {images.shape})")
+    if len(labels) != len(images):
+        raise UsageError(f"{labels_path}: {len(labels)} labels, but {images_path} holds {len(images)} images")
+    return images, labels, images_path, labels_path
+
+
+def _idx(folder: str) -> Dataset:
+    """The four IDX files of ``folder`` (MNIST's layout, see :data:`IDX_FILES`) with their own train/test
+    split; labels must be 0 … C − 1, each class present in the training labels."""
+    tr_x, tr_y, tr_images, tr_labels = _idx_split(folder, "train")
+    te_x, te_y, te_images, te_labels = _idx_split(folder, "test")
+    if te_x.shape[1:] != tr_x.shape[1:]:
+        raise UsageError(f"{te_images}: images of {te_x.shape[1:]}, but {tr_images} holds {tr_x.shape[1:]}")
+    classes = int(tr_y.max()) + 1
+    absent = np.setdiff1d(np.arange(classes), tr_y)
+    if len(absent):
+        raise UsageError(
+            f"{tr_labels}: labels must be 0 … C − 1 with every class present; of 0 … {classes - 1}, "
+            f"{len(absent)} have no image (the first is {int(absent[0])})"
+        )
+    if te_y.max() >= classes:
+        raise UsageError(
+            f"{te_labels}: label {int(te_y.max())} is out of the training labels' 0 … {classes - 1}"
+        )
+    return Dataset(
+        f"idx:{folder}",
+        _as_images(tr_x, tr_images),
+        tr_y.astype(np.int32),
+        _as_images(te_x, te_images),
+        te_y.astype(np.int32),
+    )
 
 
 def idx_to_npz(images_path: str, labels_path: str, out_path: str) -> tuple[int, ...]:
     """Write ``images`` and ``labels`` from two IDX files into ``out_path`` (.npz); the images' shape."""
     images, labels = read_idx(images_path), read_idx(labels_path)
     if labels.ndim != 1 or len(labels) != len(images):
-        raise ValueError(f"{labels_path}: {labels.shape} labels do not match the {images.shape} images")
+        raise UsageError(f"{labels_path}: {labels.shape} labels do not match the {images.shape} images")
     files.write_npz(out_path, images=images, labels=labels)
     return images.shape
 
