@@ -11,8 +11,8 @@ encoder of width 128, torusN head) trained with ``train.loop.train``, the QAT sw
 builds; a QAT model resumes the float model's checkpoint after the first 2/3 of the steps and trains the
 rest through the grid (:func:`train_setting`). P@1 (``geojax.metrics``) ranks the test split against the
 training split: cosine for float embeddings, the wraparound L1 of ``search`` for codes. Data: the digits
-set (its fixed 75/25 split) and, when the file is there, the MNIST test set (``npz:PATH``, a fixed
-8,000/2,000 split).
+set (its fixed 75/25 split) and, with ``--mnist PATH``, the MNIST test set (an npz of its ``images`` and
+``labels``, a fixed 8,000/2,000 split).
 
 Writes OUT/low_bit.json (every run), OUT/low_bit.md (the claim table, mean ± sd over seeds, and what the
 library offers for low-bit codes) and OUT/low_bit_p1_bits.png (P@1 against bits per vector with each
@@ -48,7 +48,6 @@ TRAININGS: tuple[tuple[str, int | None, bool], ...] = (
     ("qat2_noise", 2, True),
 )
 DIMS = (16, 64)  # torusN values per vector: 8 and 32 angles
-MNIST = "/work/shared/data/mnist_t10k.npz"
 
 
 @contextlib.contextmanager
@@ -331,13 +330,15 @@ def main(argv: Sequence[str] | None = None) -> dict:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--steps-digits", type=int, default=300)
     ap.add_argument("--steps-mnist", type=int, default=400)
-    ap.add_argument("--mnist", default=MNIST, help="MNIST npz (images, labels); skipped when absent")
+    ap.add_argument("--mnist", help="MNIST test-set npz (images, labels); without it, digits only")
     ap.add_argument("--dims", type=int, nargs="+", default=list(DIMS))
     ap.add_argument(
         "--qat-fraction", type=float, default=1 / 3, help="share of the steps trained through the grid"
     )
     ap.add_argument("--render", metavar="JSON", help="only re-render OUT's files from this low_bit.json")
     args = ap.parse_args(argv)
+    if args.mnist is not None and not os.path.isfile(args.mnist):
+        ap.error(f"--mnist {args.mnist}: no such file")
     if args.render:
         with open(args.render) as f:
             result = json.load(f)
@@ -350,12 +351,10 @@ def main(argv: Sequence[str] | None = None) -> dict:
 def run_all(args: argparse.Namespace, argv: Sequence[str] | None) -> dict:
     """Train and score every setting (module docstring); the JSON record."""
     datasets = [("digits", args.steps_digits, TRAININGS)]
-    if os.path.exists(args.mnist):  # noise and 8-bit QAT on digits only (time budget)
+    if args.mnist is not None:  # noise and 8-bit QAT on digits only (time budget)
         datasets.append(
             (f"npz:{args.mnist}", args.steps_mnist, [t for t in TRAININGS if not t[2] and t[1] != 8])
         )
-    else:
-        print(f"train.qat: {args.mnist} not found, MNIST skipped", file=sys.stderr)
     runs = []
     with tempfile.TemporaryDirectory(prefix="geojax-qat-") as root:
         for dataset, steps, trainings in datasets:
