@@ -99,7 +99,8 @@ def data_parallel(
     like the state; shard_map only. ``mode='shard_map'`` runs under ``jax.shard_map`` over ``mesh``
     (default: all devices); ``mode='pmap'`` under ``jax.pmap`` over the same devices. ``out`` must be
     reduced over ``axis_name`` inside ``step`` (it is returned once, not per device). ``donate_state``:
-    the state's buffers are reused for the output.
+    the state's buffers are reused for the output. Under shard_map, ``run.lower`` lowers the jitted program
+    (arguments already placed), as ``jax.jit``'s does.
     """
     _checks.check_choice(mode, "mode", MODES)
     mesh = make_mesh(axis_name=axis_name) if mesh is None else mesh
@@ -154,4 +155,5 @@ def data_parallel(
         _check_batch(batch, n_local, batch_axis)
         return mapped(place(state), *map(place, args[:-1]), jax.tree.map(put, batch))
 
+    run.lower = mapped.lower  # the jitted program, for inspection (cost analysis, HLO) of placed arguments
     return run
