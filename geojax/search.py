@@ -452,6 +452,11 @@ def _torus_codes(p: int, bits: int, codes: jax.Array) -> tuple[object, jax.Array
     return _TORUS_BYTES_KERNELS[bits, p], codes
 
 
+def _torus_bound(width: int, bits: int, p: int) -> int:
+    """Largest wraparound Lp^p distance between packed b-bit codes of ``width`` bytes."""
+    return width * (8 // bits) * (1 << (bits - 1)) ** p
+
+
 # --------------------------------------------------------------------------------------------------------
 # Public API.
 # --------------------------------------------------------------------------------------------------------
@@ -508,7 +513,7 @@ def torus_topk(
     _check_p(p)
     _checks.check_choice(bits, "bits", quantize.TORUS_BITS)
     _check_search(k, db.shape[0], chunk, query_block)
-    bound = db.shape[1] * (8 // bits) * (1 << (bits - 1)) ** p
+    bound = _torus_bound(db.shape[1], bits, p)
     kernel, q_op = _torus_codes(p, bits, jnp.asarray(queries))
     return _search(
         q_op,
