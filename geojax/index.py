@@ -169,6 +169,8 @@ class Index:
         self.db_axis, self.query_axis = db_axis, query_axis
         self._dtype = np.uint16 if pq is not None and pq.codebooks.shape[1] > 256 else np.uint8
         self._spec = _scan(kind, self.width, self.bits, self.p)
+        operand = jax.eval_shape(self._spec.operand, jax.ShapeDtypeStruct((1, self.width), self._dtype))
+        self._row_bytes = operand.shape[1] * operand.dtype.itemsize
         self._shard_of, self._owners = _shard_owners(self.mesh, db_axis)
         self.shards = len(self._owners)
         self._sizes = np.zeros(self.shards, np.int64)
@@ -275,7 +277,12 @@ class Index:
         )
         per = len(padded) // parts
         plan = search._plan(
-            self._capacity, k, self._spec.chunk, min(self._spec.query_block, per), search._SELECT
+            self._capacity,
+            k,
+            self._spec.chunk,
+            min(self._spec.query_block, per),
+            search._SELECT,
+            self._row_bytes,
         )
         rows, cols = self._fns.layout(self._codes, plan)
         sizes = self._put(lambda s: self._sizes[s : s + 1].astype(np.int32), (self.shards,))
