@@ -22,8 +22,8 @@ A second table puts each geojax time beside the physical floor of its scan on th
 (the database once per query block, plus the one layout copy per call) over the memory bandwidth measured
 here (an XLA reduction over 256 MiB), and its uint32 lane operations (per query-row pair, counted from the
 kernel: e.g. XOR, popcount and add per 32-bit word for Hamming, one group minimum per row) over the lane
-operations per second XLA reaches here on an element-wise integer chain held in cache (all threads). The
-larger of the two is the floor; "of floor" is floor / geojax time (1 would be at the limit).
+operations per second XLA reaches here on independent element-wise integer work held in cache (all
+threads). The larger of the two is the floor; "of floor" is floor / geojax time (1 would be at the limit).
 
 With --index-devices, ``geojax.index.Index`` (the codes sharded over 1, 2, 4 … of the devices, the exact
 merged top-k) is timed for each search kind: queries/s against the number of devices. On a CPU host give
@@ -184,9 +184,10 @@ def wrap_l1_row(rng, faiss, *, nq: int, n: int, k: int, tune: dict, repeat: int)
     ref_i = np.argsort(scan(q8[sub], db8, wrap_l1), axis=1, kind="stable")[:, :k]
     exact = bool((np.asarray(ours.result[1])[sub] == ref_i).all())
     note = f"equals numpy scan on {ref_i.shape[0]} queries: {exact}"
-    # per word: 12 SWAR operations for the lane distances, 4 to add byte pairs, 1 to accumulate; per row 3 to
-    # add the 16-bit halves and 1 group minimum
-    work = Work(16 * 17 + 4, 64, tune.get("query_block", 256))
+    # per word: 10 SWAR operations for the lane distances (the query's own terms hoisted, an AND of an XOR as
+    # x86's one three-input logic operation), 4 to add byte pairs, 1 to accumulate; per row 3 to add the
+    # 16-bit halves and 1 group minimum
+    work = Work(16 * 15 + 4, 64, tune.get("query_block", 256))
     return "uint8 wrap-L1 64-byte top-k", "IndexScalarQuantizer(QT_8bit) L2", ours, peer, note, work
 
 
@@ -246,53 +247,26 @@ def memory_bandwidth(mib: int = 256) -> float:
     return x.nbytes / measure(reduce, x, repeats=5).best
 
 
-def lane_ops_per_second(n: int = 1 << 18, chain: int = 32, loops: int = 64) -> float:
-    """uint32 lane operations per second XLA reaches here on an element-wise chain over ``n`` lanes held in
-    cache: ``loops`` × ``chain`` rounds of x ← (x XOR c) + (x >> 3), 3 operations each; best of 5."""
+def lane_ops_per_second(n: int = 1 << 18, terms: int = 32, loops: int = 64) -> float:
+    """uint32 lane operations per second XLA reaches here on independent element-wise work held in cache:
+    ``loops`` rounds of x ← Σ_i (x + c_i) >> s_i over ``terms`` terms (an add and a shift each, summed as a
+    tree: 3·terms − 1 operations, few of them waiting on each other), ``n`` lanes; best of 5."""
 
     def body(_, x):
-        for _ in range(chain):
-            x = (x ^ jnp.uint32(0x9E3779B9)) + (x >> 3)
-        return x
+        parts = [(x + jnp.uint32(0x9E3779B9 * (i + 1) % (1 << 32))) >> (1 + i % 7) for i in range(terms)]
+        while len(parts) > 1:
+            parts = [a + b for a, b in zip(parts[::2], parts[1::2], strict=True)]
+        return parts[0]
 
     run = jax.jit(lambda x: lax.fori_loop(0, loops, body, x))
-    return 3 * chain * loops * n / measure(run, jnp.arange(n, dtype=jnp.uint32), repeats=5).best
+    seconds = measure(run, jnp.arange(n, dtype=jnp.uint32), repeats=5).best
+    return (3 * terms - 1) * loops * n / seconds
 
 
-def floor_cells(rows: list[Row], *, nq: int, n: int, bandwidth: float, ops: float) -> list[list]:
-    """Per row: the bytes and lane operations of geojax's call, the two floors they give on this CPU and how
-    close geojax's median time comes to the larger."""
-    cells = []
-    for name, _, ours, _, _, work in rows:
-        passes = -(-nq // min(work.query_block, nq)) + 3  # a read per query block; the layout copy
-        nbytes = n * work.row_bytes * passes
-        lane_ops = nq * n * work.lane_ops
-        floor = max(nbytes / bandwidth, lane_ops / ops)
-        cells.append(
-            [
-                name,
-                f"{nbytes / 1e9:.2f}",
-                f"{nbytes / bandwidth:.3f}",
-                work.lane_ops,
-                f"{lane_ops / ops:.3f}",
-                f"{ours.median:.3f}",
-                f"{floor / ours.median:.2f}",
-            ]
-        )
-    return cells
-
-
-def print_floors(rows: list[Row], *, nq: int, n: int) -> None:
-    bandwidth, ops = memory_bandwidth(), lane_ops_per_second()
-    print()
-    print(
-        f"physical floors on this CPU: memory read {bandwidth / 1e9:.1f} GB/s, "
-        f"XLA uint32 lane operations {ops / 1e9:.1f} G/s (all threads)"
-    )
-    header = ["search", "GB read", "memory floor s", "lane ops / pair", "ops floor s", "geojax s", "of floor"]
-    print(
-        markdown_table(header, floor_cells(rows, nq=nq, n=n, bandwidth=bandwidth, ops=ops), align="lrrrrrr")
-    )
+def floors(work: Work, *, nq: int, n: int, bandwidth: float, ops: float) -> tuple[float, float]:
+    """(memory floor s, lane-operation floor s) of one geojax call on this CPU."""
+    passes = -(-nq // min(work.query_block, nq)) + 3  # a read per query block; the layout copy
+    return n * work.row_bytes * passes / bandwidth, nq * n * work.lane_ops / ops
 
 
 def index_devices_table(rng, *, nq: int, n: int, k: int, repeat: int) -> list[list]:
@@ -470,19 +444,25 @@ def main() -> None:
         return
     rows = [ROWS[name](rng, faiss, **sizes) for name in args.searches.split(",")]
 
-    cells = [
-        [
-            name,
-            peer_name,
-            f"{ours.median:.3f}",
-            None if peer is None else f"{peer.median:.3f}",
-            None if peer is None else f"**{peer.median / ours.median:.2f}×**",
-            f"{ours.cpu_median:.2f}",
-            None if peer is None else f"{peer.cpu_median:.2f}",
-            note,
-        ]
-        for name, peer_name, ours, peer, note, _ in rows
-    ]
+    bandwidth, ops = memory_bandwidth(), lane_ops_per_second()
+    cells = []
+    for name, peer_name, ours, peer, note, work in rows:
+        memory, lanes = floors(work, nq=nq, n=n, bandwidth=bandwidth, ops=ops)
+        cells.append(
+            [
+                name,
+                peer_name,
+                f"{ours.median:.3f}",
+                None if peer is None else f"{peer.median:.3f}",
+                None if peer is None else f"**{peer.median / ours.median:.2f}×**",
+                f"{ours.cpu_median:.2f}",
+                None if peer is None else f"{peer.cpu_median:.2f}",
+                f"{memory:.3f}",
+                f"{work.lane_ops} → {lanes:.3f}",
+                f"{max(memory, lanes) / ours.median:.2f}",
+                note,
+            ]
+        )
     header = [
         "search",
         "faiss peer",
@@ -491,11 +471,17 @@ def main() -> None:
         "ratio (faiss/geojax)",
         "geojax CPU-s",
         "faiss CPU-s",
+        "memory floor s",
+        "lane ops/pair → floor s",
+        "of floor",
         "check",
     ]
+    print(
+        f"floors on this CPU: memory read {bandwidth / 1e9:.1f} GB/s, "
+        f"XLA uint32 lane operations {ops / 1e9:.1f} G/s (all threads)"
+    )
     print()
-    print(markdown_table(header, cells, align="llrrrrrl"))
-    print_floors(rows, nq=nq, n=n)
+    print(markdown_table(header, cells, align="llrrrrrrrrl"))
 
 
 def print_bits_table(rng, faiss, sizes: dict) -> None:

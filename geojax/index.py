@@ -114,6 +114,7 @@ def _write_atomic(path: str, parts: list[bytes | np.ndarray]) -> None:
                 f.write(part if isinstance(part, bytes) else np.ascontiguousarray(part).tobytes())
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)

@@ -1,6 +1,6 @@
 """Two local processes × 2 CPU devices (jax.distributed, gloo collectives) form one geojax.index.Index, each
 adding its own file of codes: the results equal one process holding every row, before and after each process
-saves and reloads its part."""
+saves and reloads its part. And the benchmark's queries/s-against-devices table runs."""
 
 import os
 import signal
@@ -9,6 +9,8 @@ import sys
 import time
 
 import numpy as np
+import pytest
+from test_benchmarks import _run_script, _tables
 from test_multiprocess import _free_port
 from test_search_kernels import naive_topk, torus_numpy
 
@@ -78,3 +80,25 @@ def test_two_processes_equal_one(tmp_path):
         np.testing.assert_array_equal(d, ref_d)
         np.testing.assert_array_equal(i, ref_i)
     np.testing.assert_array_equal(np.asarray(search.torus_topk(queries, held, k)[1]), ref_i)
+
+
+@pytest.mark.slow
+def test_index_devices_benchmark_quick():
+    out = _run_script(
+        "search.py",
+        "--quick",
+        "--index-devices",
+        "--cpu-devices",
+        "2",
+        "--rows",
+        "3000",
+        "--queries",
+        "20",
+        "--repeat",
+        "1",
+    )
+    (rows,) = _tables(out)
+    assert [(r["codes"], r["devices"]) for r in rows] == [
+        (c, d) for c in ("hamming", "torus", "pq") for d in "12"
+    ]
+    assert all(r["= 1 device"] == "True" and float(r["seconds"]) > 0 for r in rows)
