@@ -17,7 +17,8 @@ A shard may span several devices only along ``query_axis``, all of one process.
 Memory per device is proportional to its shard: ``width + 4`` bytes per row (code and int32 id) in a buffer
 that grows by doubling (an add writes its rows in place; the buffer is copied only when it grows, so it
 holds at most twice the rows), and a search lays the buffer out once more for its scan (``2·width`` bytes
-per buffer row, for that call). Ids are int32: at most 2^31 − 1 rows in all.
+per buffer row for that call, the unpacked width for b-bit L2): at most 1e9 / (3·width + 4) rows per GB.
+Ids are int32: at most 2^31 − 1 rows in all.
 """
 
 from __future__ import annotations
