@@ -5,6 +5,7 @@
     python benchmarks/search.py --rows N   # fewer database rows (memory), stated in the output
     python benchmarks/search.py --cpu-devices 2   # opt in: search.use_cpu_cores(2) before JAX starts
     python benchmarks/search.py --torus-bits --rows 200000 --queries 200   # the b-bit torus table instead
+    python benchmarks/search.py --index-devices --cpu-devices 2   # geojax.index.Index: queries/s per devices
 
 By default JAX runs as a user's plain process gets it: its default CPU backend (one device; XLA splits the
 search's distance loops across the CPU's threads itself), no XLA flags; faiss uses all cores (OpenMP).
@@ -16,6 +17,17 @@ against exact float search for both, plus the recall of geojax's own pq_fit. Rat
 time (> 1 means geojax is faster). After one warm-up call each, geojax and faiss are timed in alternating
 rounds (--repeat of them), so that load from other processes falls on both alike; the table gives medians of
 wall-clock and of process CPU seconds (the --torus-bits table: best of --repeat runs).
+
+A second table puts each geojax time beside the physical floor of its scan on this CPU: the bytes it reads
+(the database once per query block, plus the one layout copy per call) over the memory bandwidth measured
+here (an XLA reduction over 256 MiB), and its uint32 lane operations (per query-row pair, counted from the
+kernel: e.g. XOR, popcount and add per 32-bit word for Hamming, one group minimum per row) over the lane
+operations per second XLA reaches here on independent element-wise integer work held in cache (all
+threads). The larger of the two is the floor; "of floor" is floor / geojax time (1 would be at the limit).
+
+With --index-devices, ``geojax.index.Index`` (the codes sharded over 1, 2, 4 … of the devices, the exact
+merged top-k) is timed for each search kind: queries/s against the number of devices. On a CPU host give
+the devices with --cpu-devices; on a GPU host the GPUs are the devices.
 
 With --torus-bits, a table instead times the packed b-bit torus scan (``search.torus_topk(bits=b)``,
 b = 8, 4, 2, 1 on 64 angles: 64·b/8 bytes per code) against the 8-bit scan, against faiss
@@ -29,13 +41,16 @@ import argparse
 import os
 import sys
 from functools import partial
+from typing import NamedTuple
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from geojax import quantize, search  # noqa: E402
+from geojax import index, quantize, search  # noqa: E402
 from train.csearch import clib  # noqa: E402
 from train.tables import markdown_table  # noqa: E402
 from train.timing import Timing, measure  # noqa: E402
@@ -44,7 +59,17 @@ from train.timing import Timing, measure  # noqa: E402
 _POPCOUNT = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1).sum(1).astype(np.uint8)
 
 
-Row = tuple[str, str, Timing, Timing | None, str]  # search, faiss peer, geojax, faiss (None: absent), check
+class Work(NamedTuple):
+    """What one geojax search call does: uint32 lane operations per query-row pair, bytes per database row
+    as scanned, queries per block (the scan reads the database once per block)."""
+
+    lane_ops: int
+    row_bytes: int
+    query_block: int
+
+
+# search, faiss peer, geojax, faiss (None: absent), check, the work of geojax's call
+Row = tuple[str, str, Timing, Timing | None, str, Work]
 
 
 def interleaved(fns: dict, *, repeat: int) -> dict[str, Timing]:
@@ -137,7 +162,8 @@ def hamming_row(rng, faiss, *, nq: int, n: int, k: int, tune: dict, repeat: int)
     else:
         fd, fi = peer.result
         note = f"distances identical: {bool((gd == fd).all())}; indices equal: {float((gi == fi).mean()):.4f}"
-    return "Hamming 256-bit top-k", "IndexBinaryFlat", ours, peer, note
+    work = Work(8 * 3 + 1, 32, tune.get("query_block", 1024))  # per word XOR, popcount, add; a group min
+    return "Hamming 256-bit top-k", "IndexBinaryFlat", ours, peer, note, work
 
 
 def wrap_l1_row(rng, faiss, *, nq: int, n: int, k: int, tune: dict, repeat: int) -> Row:
@@ -158,7 +184,11 @@ def wrap_l1_row(rng, faiss, *, nq: int, n: int, k: int, tune: dict, repeat: int)
     ref_i = np.argsort(scan(q8[sub], db8, wrap_l1), axis=1, kind="stable")[:, :k]
     exact = bool((np.asarray(ours.result[1])[sub] == ref_i).all())
     note = f"equals numpy scan on {ref_i.shape[0]} queries: {exact}"
-    return "uint8 wrap-L1 64-byte top-k", "IndexScalarQuantizer(QT_8bit) L2", ours, peer, note
+    # per word: 10 SWAR operations for the lane distances (the query's own terms hoisted, an AND of an XOR as
+    # x86's one three-input logic operation), 4 to add byte pairs, 1 to accumulate; per row 3 to add the
+    # 16-bit halves and 1 group minimum
+    work = Work(16 * 15 + 4, 64, tune.get("query_block", 256))
+    return "uint8 wrap-L1 64-byte top-k", "IndexScalarQuantizer(QT_8bit) L2", ours, peer, note, work
 
 
 def pq_row(rng, faiss, *, nq: int, n: int, k: int, tune: dict, repeat: int) -> Row:
@@ -178,7 +208,7 @@ def pq_row(rng, faiss, *, nq: int, n: int, k: int, tune: dict, repeat: int) -> R
         ours = interleaved({"ours": (topk, (qj, own, own_codes, k))}, repeat=repeat)["ours"]
         r_o = recall_at(np.asarray(ours.result[1]), truth)
         note = f"recall@{k}: geojax with its own pq_fit codebooks and codes {r_o:.4f}"
-        return "PQ(m=8, nbits=8) ADC top-k", "IndexPQ (same codebooks+codes)", ours, None, note
+        return "PQ(m=8, nbits=8) ADC top-k", "IndexPQ (same codebooks+codes)", ours, None, note, pq_work(tune)
     ipq = faiss.IndexPQ(d, m, nbits)
     ipq.train(xb[:n_train])
     ipq.add(xb)
@@ -201,7 +231,86 @@ def pq_row(rng, faiss, *, nq: int, n: int, k: int, tune: dict, repeat: int) -> R
         f"recall@{k}: geojax {r_g:.4f}, faiss {r_f:.4f} (Δ {r_g - r_f:+.4f}); "
         f"indices equal {float((gi == fi).mean()):.4f}; own pq_fit recall {r_o:.4f}"
     )
-    return "PQ(m=8, nbits=8) ADC top-k", "IndexPQ (same codebooks+codes)", ours, peer, note
+    return "PQ(m=8, nbits=8) ADC top-k", "IndexPQ (same codebooks+codes)", ours, peer, note, pq_work(tune)
+
+
+def pq_work(tune: dict) -> Work:
+    """8 table look-ups and 8 adds per pair, a group minimum; 8 code bytes per row."""
+    return Work(8 + 8 + 1, 8, tune.get("query_block", 32))
+
+
+def memory_bandwidth(mib: int = 256) -> float:
+    """Bytes per second XLA reads here: the best of 5 jitted maxima over ``mib`` MiB of uint32 (far above
+    the caches)."""
+    x = jnp.arange(mib << 18, dtype=jnp.uint32)
+    reduce = jax.jit(jnp.max)
+    return x.nbytes / measure(reduce, x, repeats=5).best
+
+
+def lane_ops_per_second(n: int = 1 << 18, terms: int = 32, loops: int = 64) -> float:
+    """uint32 lane operations per second XLA reaches here on independent element-wise work held in cache:
+    ``loops`` rounds of x ← Σ_i (x + c_i) >> s_i over ``terms`` terms (an add and a shift each, summed as a
+    tree: 3·terms − 1 operations, few of them waiting on each other), ``n`` lanes; best of 5."""
+
+    def body(_, x):
+        parts = [(x + jnp.uint32(0x9E3779B9 * (i + 1) % (1 << 32))) >> (1 + i % 7) for i in range(terms)]
+        while len(parts) > 1:
+            parts = [a + b for a, b in zip(parts[::2], parts[1::2], strict=True)]
+        return parts[0]
+
+    run = jax.jit(lambda x: lax.fori_loop(0, loops, body, x))
+    seconds = measure(run, jnp.arange(n, dtype=jnp.uint32), repeats=5).best
+    return (3 * terms - 1) * loops * n / seconds
+
+
+def floors(work: Work, *, nq: int, n: int, bandwidth: float, ops: float) -> tuple[float, float]:
+    """(memory floor s, lane-operation floor s) of one geojax call on this CPU."""
+    passes = -(-nq // min(work.query_block, nq)) + 3  # a read per query block; the layout copy
+    return n * work.row_bytes * passes / bandwidth, nq * n * work.lane_ops / ops
+
+
+def index_devices_table(rng, *, nq: int, n: int, k: int, repeat: int) -> list[list]:
+    """geojax.index.Index over the first 1, 2, 4 … devices (and all): seconds and queries/s per search
+    kind, the results checked equal to the one-device index's."""
+    counts = sorted({min(1 << i, jax.device_count()) for i in range(jax.device_count().bit_length())})
+    data = {
+        "hamming": (
+            rng.integers(0, 256, (nq, 32), dtype=np.uint8),
+            rng.integers(0, 256, (n, 32), dtype=np.uint8),
+            {},
+        ),
+        "torus": (
+            rng.integers(0, 256, (nq, 64), dtype=np.uint8),
+            rng.integers(0, 256, (n, 64), dtype=np.uint8),
+            {},
+        ),
+    }
+    books = rng.standard_normal((8, 256, 8)).astype(np.float32)
+    pq = quantize.PQ(codebooks=jnp.asarray(books), objective=jnp.zeros((8, 0)))
+    queries = rng.standard_normal((nq, 64)).astype(np.float32)
+    data["pq"] = (queries, rng.integers(0, 256, (n, 8), dtype=np.uint8), {"pq": pq})
+    cells = []
+    for kind, (q, codes, options) in data.items():
+        base = first = None
+        for count in counts:
+            mesh = jax.sharding.Mesh(np.array(jax.devices()[:count]), ("db",))
+            idx = index.Index.build(kind, codes, mesh=mesh, **options)
+            timing = measure(idx.search, q, k, repeats=repeat)
+            first = timing.result if first is None else first
+            base = timing.best if base is None else base
+            same = all((a == b).all() for a, b in zip(timing.result, first, strict=True))
+            cells.append(
+                [
+                    kind,
+                    count,
+                    f"{timing.best:.3f}",
+                    f"{nq / timing.best:,.0f}",
+                    f"{base / timing.best:.2f}×",
+                    same,
+                ]
+            )
+            del idx
+    return cells
 
 
 def torus_bits_table(rng, faiss, *, nq: int, n: int, k: int, tune: dict, repeat: int) -> list[list]:
@@ -284,6 +393,9 @@ def main() -> None:
         help=f"comma-separated subset of {', '.join(ROWS)} (default: all)",
     )
     ap.add_argument("--torus-bits", action="store_true", help="the packed b-bit torus table instead")
+    ap.add_argument(
+        "--index-devices", action="store_true", help="geojax.index.Index queries/s against the device count"
+    )
     args = ap.parse_args()
     if args.cpu_devices is not None:
         search.use_cpu_cores(args.cpu_devices)
@@ -324,21 +436,33 @@ def main() -> None:
     if args.torus_bits:
         print_bits_table(rng, faiss, sizes)
         return
+    if args.index_devices:
+        header = ["codes", "devices", "seconds", "queries/s", "speed-up", "= 1 device"]
+        cells = index_devices_table(rng, nq=nq, n=n, k=args.k, repeat=args.repeat)
+        print()
+        print(markdown_table(header, cells, align="lrrrrl"))
+        return
     rows = [ROWS[name](rng, faiss, **sizes) for name in args.searches.split(",")]
 
-    cells = [
-        [
-            name,
-            peer_name,
-            f"{ours.median:.3f}",
-            None if peer is None else f"{peer.median:.3f}",
-            None if peer is None else f"**{peer.median / ours.median:.2f}×**",
-            f"{ours.cpu_median:.2f}",
-            None if peer is None else f"{peer.cpu_median:.2f}",
-            note,
-        ]
-        for name, peer_name, ours, peer, note in rows
-    ]
+    bandwidth, ops = memory_bandwidth(), lane_ops_per_second()
+    cells = []
+    for name, peer_name, ours, peer, note, work in rows:
+        memory, lanes = floors(work, nq=nq, n=n, bandwidth=bandwidth, ops=ops)
+        cells.append(
+            [
+                name,
+                peer_name,
+                f"{ours.median:.3f}",
+                None if peer is None else f"{peer.median:.3f}",
+                None if peer is None else f"**{peer.median / ours.median:.2f}×**",
+                f"{ours.cpu_median:.2f}",
+                None if peer is None else f"{peer.cpu_median:.2f}",
+                f"{memory:.3f}",
+                f"{work.lane_ops} → {lanes:.3f}",
+                f"{max(memory, lanes) / ours.median:.2f}",
+                note,
+            ]
+        )
     header = [
         "search",
         "faiss peer",
@@ -347,10 +471,17 @@ def main() -> None:
         "ratio (faiss/geojax)",
         "geojax CPU-s",
         "faiss CPU-s",
+        "memory floor s",
+        "lane ops/pair → floor s",
+        "of floor",
         "check",
     ]
+    print(
+        f"floors on this CPU: memory read {bandwidth / 1e9:.1f} GB/s, "
+        f"XLA uint32 lane operations {ops / 1e9:.1f} G/s (all threads)"
+    )
     print()
-    print(markdown_table(header, cells, align="llrrrrrl"))
+    print(markdown_table(header, cells, align="llrrrrrrrrl"))
 
 
 def print_bits_table(rng, faiss, sizes: dict) -> None:

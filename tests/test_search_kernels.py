@@ -58,7 +58,7 @@ SELECTS = [None, 64, 200]
 def test_hamming_blocks_and_boundaries(monkeypatch, select, n):
     if select is not None:
         monkeypatch.setattr(search, "_SELECT", select)
-    c, s, group, blocks = search._plan(n, 3, 512, 5, search._SELECT)
+    c, s, group, blocks = search._plan(n, 3, 512, 5, search._SELECT, 8)
     assert group == search._GROUP and (select is None or blocks > 1)
     step = c * s  # rows per selection block: exact ties straddle its boundaries and those of sub-chunks
     pairs = [(a, b) for a, b in [(step - 1, step), (c - 1, c), (0, n - 1), (step + 1, 2 * step + 1)] if b < n]
@@ -74,7 +74,7 @@ def test_single_rows_when_k_is_large(monkeypatch, select):
     if select is not None:
         monkeypatch.setattr(search, "_SELECT", select)
     n, k = 3000, 40
-    assert search._plan(n, k, 1024, 4, search._SELECT)[2] == 1
+    assert search._plan(n, k, 1024, 4, search._SELECT, 8)[2] == 1
     rng = np.random.default_rng(1)
     q, db = tied(rng, 7, n, 5, [(1, 1500), (1024, 1025), (2047, 2048)], mask=0x0F)
     ref_d, ref_i = naive_topk(torus_numpy(q, db), k)
@@ -98,11 +98,27 @@ def test_pq_equals_numpy_adc(monkeypatch, select, n):
     queries[0] = np.asarray(quantize.pq_decode(pq, codes[5:6]))[0]
     ref = pq_numpy(queries, codebooks, codes)
     ref_d, ref_i = naive_topk(ref, 6)
-    assert search._plan(n, 6, 1024, 4, search._SELECT)[2] == search._GROUP
+    assert search._plan(n, 6, 1024, 4, search._SELECT, 8)[2] == search._GROUP
     found = search.pq_topk(queries, pq, codes, 6, chunk=1024, query_block=4)
     check(found, ref_d, ref_i, rtol=1e-5)
     assert list(np.asarray(found[1])[0, :2]) == [5, 1030]
     np.testing.assert_allclose(search.pq_distances(queries, pq, codes), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_selection_blocks_bounded_in_bytes(monkeypatch):
+    # A selection block's codes stay within _BLOCK_BYTES (cache-sized), whatever the minima allow.
+    for n, row_bytes in [(1_000_000, 64), (1_000_000, 32), (10_000_000, 8)]:
+        c, s, _, _ = search._plan(n, 10, 16384, 256, search._SELECT, row_bytes)
+        assert s * c * row_bytes <= search._BLOCK_BYTES
+    monkeypatch.setattr(search, "_BLOCK_BYTES", 4096)
+    n = 5000
+    c, s, _, blocks = search._plan(n, 3, 128, 5, search._SELECT, 8)
+    assert s * c * 8 <= 4096 and blocks > 1
+    rng = np.random.default_rng(11)
+    step = c * s
+    q, db = tied(rng, 5, n, 6, [(step - 1, step), (0, n - 1), (2 * step - 1, 2 * step)], mask=0x33)
+    ref_d, ref_i = naive_topk(hamming_numpy(q, db), 3)
+    check(search.hamming_topk(q, db, 3, chunk=128, query_block=5), ref_d, ref_i)
 
 
 def test_default_sizes_equal_numpy():
