@@ -27,7 +27,6 @@ import functools
 import json
 import os
 import struct
-import tempfile
 from typing import NamedTuple
 
 import jax
@@ -40,6 +39,7 @@ from jax.sharding import PartitionSpec as P
 from jax.typing import ArrayLike
 
 from geojax import _checks, quantize, search
+from geojax._files import atomic_write
 from geojax.quantize import PQ
 
 KINDS = ("hamming", "torus", "pq")
@@ -104,22 +104,15 @@ def _host(x: jax.Array) -> np.ndarray:
     return np.asarray(multihost_utils.process_allgather(x, tiled=True))
 
 
-def _write_atomic(path: str, parts: list[bytes | np.ndarray]) -> None:
-    """Write ``parts`` to ``path`` through a temporary file in the same folder and ``os.replace``, so that
-    ``path`` holds either its old content or all of the new."""
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-index-")
-    try:
-        with os.fdopen(fd, "wb") as f:
+def _write_parts(path: str, parts: list[bytes | np.ndarray]) -> None:
+    """Write ``parts`` to ``path`` atomically: it holds either its old content or all of the new."""
+
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as f:
             for part in parts:
                 f.write(part if isinstance(part, bytes) else np.ascontiguousarray(part).tobytes())
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+
+    atomic_write(path, write)
 
 
 def _read_header(path: str) -> tuple[dict, int]:
@@ -330,7 +323,7 @@ class Index:
         parts = [_HEADER.pack(MAGIC, VERSION, len(text)), text, ids.astype("<i4"), codes]
         if self._pq is not None:
             parts.append(np.asarray(self._pq.codebooks, "<f4"))
-        _write_atomic(path, parts)
+        _write_parts(path, parts)
 
     def _local_rows(self) -> tuple[np.ndarray, np.ndarray]:
         """(codes, ids) of the shards on this process's devices, ascending ids."""

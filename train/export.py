@@ -134,13 +134,7 @@ def export(rundir: str, outdir: str, *, bits: int | None = None, batch: int = 10
         dim=dim,
         extra={"geometry": run.config.geometry, "split": "train"},
     )
-    blob = bytes(exported.serialize())
-
-    def write_blob(tmp: str) -> None:
-        with open(tmp, "wb") as f:
-            f.write(blob)
-
-    files.atomic_write(os.path.join(outdir, ENCODER_FILE), write_blob)
+    files.write_bytes(os.path.join(outdir, ENCODER_FILE), bytes(exported.serialize()))
     manifest = {
         "bits": bits,
         "angles": dim,

@@ -1,36 +1,19 @@
 """Atomic file writers for everything the training application writes.
 
-Each writer renders into a temporary file in the destination folder and renames it over the destination
-(``os.replace`` is atomic on POSIX), so a reader — or a resumed run — never sees a half-written report,
-embedding file, table or plot. Folders are created as needed; files get ordinary 0644 permissions.
+Each writer renders through :func:`geojax._files.atomic_write` (a temporary file in the destination folder,
+renamed over the destination), so a reader — or a resumed run — never sees a half-written report, embedding
+file, table or plot. Folders are created as needed; files get ordinary 0644 permissions.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-
-def atomic_write(path: str, write: Callable[[str], None]) -> None:
-    """Call ``write(tmp)`` on a temporary path beside ``path`` (same extension), then rename to ``path``."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.splitext(path)[1])
-    os.close(fd)
-    try:
-        write(tmp)
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+from geojax._files import atomic_write
 
 
 def write_text(path: str, text: str) -> None:
