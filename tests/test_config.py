@@ -37,7 +37,6 @@ README = Path(__file__).resolve().parents[1] / "README.md"
         (["loss=contrastive", "margin=0.1"], "margin applies to loss=triplet"),
         (["pos_margin=0.5"], "pos_margin applies to loss=contrastive|lifted_structured"),
         (["simo_eps=0.1"], "simo_eps applies to loss=simo"),
-        (["loss=simo", "geometry=euclidean", "similarity=dot"], "similarity applies to loss=supcon"),
         (["optimizer=adam", "weight_decay=0.1"], "weight_decay applies to optimizer=adamw"),
         (["schedule=constant", "lr_min=0.1"], "lr_min applies to schedule=cosine"),
         (["projection_dim=32"], "projection_dim applies to projection=mlp|mixed"),

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from geojax.losses import LOSSES, LossName, Mining
+from geojax.losses import LossName, Mining
 from geojax.manifolds import GEOMETRIES, TORUS_GEOMETRIES, Geometry
 from geojax.models import ENCODERS, PROJECTIONS, EncoderName, ProjectionName
 from geojax.parallel import MODES
@@ -85,7 +85,6 @@ SOFTMAX = When("loss", ("supcon", "sincere", "info_nce"))
 TRIPLET = When("loss", ("triplet",))
 MARGINS = When("loss", ("contrastive", "lifted_structured"))
 SIMO = When("loss", ("simo",))
-SIMILARITY_LOSSES = When("loss", tuple(name for name in LOSSES if name != "simo"))
 VECTORS = When("geometry", tuple(g for g in GEOMETRIES if g != "atlas"))
 ATLAS = When("geometry", ("atlas",))
 TORUS = When("geometry", TORUS_GEOMETRIES)
@@ -166,8 +165,8 @@ class Config:
     loss: LossName = objective("supcon", "loss over the batch similarity matrix (simo: over the embeddings)")
     similarity: LossSimilarity = objective(
         "cosine",
-        "what the loss compares; torus: −flat-torus L1 of the angles; manifold: an atlas's −d_M",
-        when=SIMILARITY_LOSSES,
+        "what the loss compares and retrieval ranks by; torus: −flat-torus L1 of the angles; manifold: an "
+        "atlas's −d_M",
     )
     labels: Labels = objective("class", "positives: same class, or instance (each image its own: SimCLR)")
     temperature: float = objective(0.1, "softmax temperature τ", when=SOFTMAX, arg="temperature")
@@ -653,12 +652,12 @@ def validate(cfg: Config) -> None:
     if cfg.projection == "mixed" and cfg.geometry != "atlas":
         raise UsageError("projection='mixed' (MSimCLR) needs geometry='atlas'")
     vectors = cfg.geometry != "atlas" or cfg.projection != "none"  # does the loss see plain vectors?
-    if cfg.loss != "simo" and cfg.similarity == "manifold" and vectors:
+    if cfg.similarity == "manifold" and vectors:
         raise UsageError(
             "similarity='manifold' (atlas d_M) needs geometry='atlas' and projection='none'; "
             f"got geometry={cfg.geometry!r}, projection={cfg.projection!r}"
         )
-    if cfg.loss != "simo" and not vectors and cfg.similarity != "manifold":
+    if not vectors and cfg.similarity != "manifold":
         raise UsageError(
             f"geometry='atlas' without a projection head has no vector similarity: use "
             f"similarity='manifold' (Korman 2021 eq. 7) or projection=mixed, got {cfg.similarity!r}"

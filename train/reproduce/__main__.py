@@ -4,7 +4,7 @@
         [--test-fraction F] [--out DIR]
 
 Each paper's claims are tested with the library and the training app as they are (``train.app.run``,
-``train.evaluate.quantised_report``, ``train.binary_eval.evaluate``, ``geojax``); nothing is re-implemented.
+``train.evaluate.quantised_report``, ``train.binary_eval.itq_vs_tp``, ``geojax``); nothing is re-implemented.
 Every verdict ("holds" / "does not hold at this scale") is computed from the numbers by the rule printed
 beside it. Outputs in ``--out`` (default ``reproduction/``): ``reproduce_<selector>.json`` per paper
 (``reproduce_<selector>_<data>.json`` for data other than digits, e.g. ``reproduce_001_mnist_t10k.json``),
@@ -42,7 +42,7 @@ from train.reproduce import atlas, binary, render, similarities, simo, torus
 from train.reproduce.common import PAPERS, SCALES, Context, Findings, Scale, clean, data_tag
 
 RUNNERS: dict[str, Callable[[Context], Findings]] = {
-    m.PAPER.key: m.run for m in (torus, atlas, binary, similarities, simo)
+    m.PAPER.key: m.findings for m in (torus, atlas, binary, similarities, simo)
 }
 
 

@@ -3,6 +3,8 @@ parameter count at the paper's sizes and at ours."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import numpy as np
 
@@ -19,22 +21,17 @@ PAPER_TT = (
 )
 
 
-def run(ctx: Context) -> Findings:
-    """``train.binary_eval`` on the dataset's raw pixels (no training), and geojax.tt's paper-size counts."""
+def run(ctx: Context) -> dict[str, Any]:
+    """Fitting (no training): ``train.binary_eval.itq_vs_tp`` on the data set's raw pixels, and geojax.tt's
+    parameter counts at the paper's sizes."""
     s = ctx.scale
     ds = ctx.dataset
     x = np.concatenate([ds.train_x, ds.test_x]).reshape(len(ds.train_x) + len(ds.test_x), -1)
     if len(x) > s.binary_rows:
         x = x[np.random.default_rng(0).permutation(len(x))[: s.binary_rows]]
     factors = [f for f in s.binary_factors if f * x.shape[1] <= s.binary_max_bits]
-    skipped = [f for f in s.binary_factors if f not in factors]
-    rep = binary_eval.evaluate(x, factors=factors, itq_iters=s.itq_iters, tp_iters=s.tp_iters, seed=0)
+    rep = binary_eval.itq_vs_tp(x, factors=factors, itq_iters=s.itq_iters, tp_iters=s.tp_iters, seed=0)
     rep["data"] = ds.name
-    d = rep["d"]
-    by = {(r["bits"], r["method"]): r for r in rep["rows"]}
-    long_bits = sorted({b for b, _ in by if b >= d})
-    gaps = {b: by[(b, "TP")]["map"] - by[(b, "ITQ")]["map"] for b in long_bits}
-    ratios = {b: by[(b, "TP")]["params"] / by[(b, "ITQ")]["params"] for b in sorted({b for b, _ in by})}
     paper_counts = []
     for label, out_modes, paper_params in PAPER_TT:
         m = tt.init(jax.random.key(0), out_modes, (4,) * 6, 4)
@@ -42,12 +39,37 @@ def run(ctx: Context) -> Findings:
         paper_counts.append(
             {"shape": label, "tp_params": tt.num_params(m), "paper_tp_params": paper_params, "dense": dense}
         )
-    paper_ratio = max(c["tp_params"] / c["dense"] for c in paper_counts)
-    claims = [
+    skipped = [f for f in s.binary_factors if f not in factors]
+    return {"binary_eval": rep, "paper_counts": paper_counts, "skipped": skipped, "width": x.shape[1]}
+
+
+def analyse(fitted: dict[str, Any]) -> dict[str, Any]:
+    """mAP per (bits, method), TP − ITQ mAP at b ≥ d, TP / ITQ parameters at every b, and the largest TP /
+    dense ratio at the paper's sizes."""
+    rep = fitted["binary_eval"]
+    by = {(r["bits"], r["method"]): r for r in rep["rows"]}
+    d = rep["d"]
+    long_bits = sorted({b for b, _ in by if b >= d})
+    return {
+        "d": d,
+        "map": {b: {m: by[(b, m)]["map"] for m in ("TP", "ITQ")} for b in sorted({b for b, _ in by})},
+        "long_bits": long_bits,
+        "gaps": {b: by[(b, "TP")]["map"] - by[(b, "ITQ")]["map"] for b in long_bits},
+        "ratios": {b: by[(b, "TP")]["params"] / by[(b, "ITQ")]["params"] for b in sorted({b for b, _ in by})},
+        "paper_counts": fitted["paper_counts"],
+        "paper_ratio": max(c["tp_params"] / c["dense"] for c in fitted["paper_counts"]),
+    }
+
+
+def claims(n: dict[str, Any]) -> list[Claim]:
+    """The verdicts, from :func:`analyse`'s numbers alone."""
+    d, long_bits, gaps, ratios = n["d"], n["long_bits"], n["gaps"], n["ratios"]
+    paper_counts, paper_ratio, mean_ap = n["paper_counts"], n["paper_ratio"], n["map"]
+    return [
         Claim(
             claim="TP ≥ ITQ mAP at b ≥ d",
             ours=", ".join(
-                f"b={b}: TP {by[(b, 'TP')]['map']:.3f} vs ITQ {by[(b, 'ITQ')]['map']:.3f}" for b in long_bits
+                f"b={b}: TP {mean_ap[b]['TP']:.3f} vs ITQ {mean_ap[b]['ITQ']:.3f}" for b in long_bits
             )
             + f" (d={d})",
             paper="TP best at b ≥ d on DNN-4096 and GIST-960 (plots); Holidays+1M 4096 bits TP 47.6% mAP vs "
@@ -77,8 +99,15 @@ def run(ctx: Context) -> Findings:
             holds=all(r <= 1e-3 for r in ratios.values()),
         ),
     ]
+
+
+def findings(ctx: Context) -> Findings:
+    """Fit, analyse, judge; the claims with the ITQ / TP table, the paper-size counts and notes."""
+    s = ctx.scale
+    fitted = run(ctx)
+    rep, paper_counts, skipped = fitted["binary_eval"], fitted["paper_counts"], fitted["skipped"]
     return Findings(
-        claims=claims,
+        claims=claims(analyse(fitted)),
         tables=[
             ("ITQ vs TP (train.binary_eval)", binary_eval.to_markdown(rep)),
             ("Paper-size TT parameter counts", records_table(paper_counts)),
@@ -91,7 +120,8 @@ def run(ctx: Context) -> Findings:
             *(
                 [
                     f"Not run: b/d ∈ {{{', '.join(f'{f:g}' for f in skipped)}}} (over {s.binary_max_bits} "
-                    f"bits at d = {x.shape[1]}: ITQ's b × b rotation makes them too slow for this machine)."
+                    f"bits at d = {fitted['width']}: ITQ's b × b rotation makes them too slow for this "
+                    "machine)."
                 ]
                 if skipped
                 else []

@@ -283,25 +283,33 @@ def clean(v: Any) -> Any:
 # --------------------------------------------------------------------------------------------------------
 
 
-def train_run(ctx: Context, name: str, **overrides: Any) -> tuple[Run, dict[str, Any] | None]:
-    """Train one configuration with the app's own ``train.app.run``; returns (run, embeddings).
-
-    ``overrides`` are config keys (a preset plus changes). The embeddings are ``train.evaluate.load_run``'s
-    dict of the run's embeddings.npz (with the trained ``similarity``). A run whose training metrics become
-    non-finite (``FloatingPointError`` from the loop) is recorded as diverged and returns no embeddings.
-    """
-    base = {
+def run_keys(ctx: Context, overrides: dict[str, Any]) -> dict[str, Any]:
+    """The keys every run of ``ctx`` gets beside its ``overrides`` (a preset plus changes): the data set, the
+    scale's steps and width, quiet logging, its run directory; the held-out fraction and the probe's epochs
+    only when the run uses them (the config refuses keys a run does not use)."""
+    keys = {
         "dataset": ctx.data,
-        "test_fraction": ctx.test_fraction,
         "steps": ctx.scale.steps,
         "width": ctx.scale.width,
-        "probe_epochs": ctx.scale.probe_epochs,
         "progress": False,
         "checkpoint_every": ctx.scale.steps,
         "log_every": min(25, ctx.scale.steps),
-        "workdir": os.path.join(ctx.tmp, f"{len(ctx.runs):03d}-{name}"),
     }
-    cfg = config.make(**{**base, **overrides})
+    cfg = config.make(**{**keys, **overrides})
+    optional = {"test_fraction": ctx.test_fraction, "probe_epochs": ctx.scale.probe_epochs}
+    return keys | {k: v for k, v in optional.items() if config.applies(k, cfg)}
+
+
+def train_recipe(ctx: Context, name: str, **overrides: Any) -> tuple[Run, dict[str, Any] | None]:
+    """Train one configuration (a preset by name plus ``overrides``) with the app's own ``train.app.run``;
+    returns (run, embeddings).
+
+    The embeddings are ``train.evaluate.load_run``'s dict of the run's embeddings.npz (with the trained
+    ``similarity``). A run whose training metrics become non-finite (``FloatingPointError`` from the loop) is
+    recorded as diverged and returns no embeddings.
+    """
+    workdir = os.path.join(ctx.tmp, f"{len(ctx.runs):03d}-{name}")
+    cfg = config.make(**{**run_keys(ctx, overrides), **overrides, "workdir": workdir})
     t0 = time.time()
     run = Run(name=name, overrides=dict(overrides), seed=cfg.seed, steps=cfg.steps)
     emb: dict[str, Any] | None

@@ -15,10 +15,11 @@ from train.reproduce.common import (
     Claim,
     Context,
     Findings,
+    Run,
     bootstrap_diff,
     mean_sd,
     nearest_labels,
-    train_run,
+    train_recipe,
 )
 from train.reproduce.render import runs_table
 
@@ -28,23 +29,41 @@ VARIANTS: dict[str, dict[str, Any]] = {  # label → config keys
     "SINCERE, cosine": {"preset": "sincere"},
     "SINCERE, neg. arc length": {"preset": "sincere", "similarity": "neg_arc_length"},
 }
+COMPARED = (("SINCERE, cosine", "SupCon, cosine"), ("SINCERE, cosine", "SINCERE, neg. arc length"))
 HISTOGRAMS = ("SINCERE, cosine", "SINCERE, neg. arc length")  # the variants whose embeddings are drawn
 PLOT = "reproduce_003_similarities"
 
 
-def run(ctx: Context) -> Findings:
-    """Every variant at D = scale.dim: per-query 1NN outcomes, bootstrap CIs, target/noise histograms."""
+def run(ctx: Context) -> dict[str, list[tuple[Run, dict[str, Any] | None]]]:
+    """Training: every variant at D = scale.dim, scale.seeds seeds each; per variant the runs with their
+    embeddings."""
     s = ctx.scale
+    return {
+        label: [
+            train_recipe(
+                ctx,
+                f"{label.lower().replace(', ', '-').replace(' ', '').replace('.', '')}-seed{seed}",
+                dim=s.dim,
+                batch_size=s.batch,
+                seed=seed,
+                **over,
+            )
+            for seed in range(s.seeds)
+        ]
+        for label, over in VARIANTS.items()
+    }
+
+
+def analyse(trained: dict[str, list[tuple[Run, dict[str, Any] | None]]], bootstrap: int) -> dict[str, Any]:
+    """Per variant the per-query 1NN outcomes (pooled over seeds; their mean is checked against each run's
+    P@1, ``nn1_check``), 1NN and 5NN accuracies; the paired bootstrap of each compared pair's 1NN
+    difference (None where a run diverged)."""
     results: dict[str, dict[str, Any]] = {}
-    first: dict[str, dict[str, Any]] = {}  # embeddings of each variant's first seed, for the histograms
-    for label, over in VARIANTS.items():
+    for label, runs in trained.items():
         correct, nn1, nn5 = [], [], []
-        for seed in range(s.seeds):
-            name = label.lower().replace(", ", "-").replace(" ", "").replace(".", "")
-            run_, emb = train_run(ctx, f"{name}-seed{seed}", dim=s.dim, batch_size=s.batch, seed=seed, **over)
+        for run_, emb in runs:
             if emb is None:
                 continue
-            first.setdefault(label, emb)
             sim = similarity_lib.retrieval_similarity(str(emb["geometry"]), emb["similarity"])
             pred = nearest_labels(emb["query"], emb["reference"], emb["reference_labels"], sim)
             hits = (pred == emb["query_labels"]).astype(np.float64)
@@ -53,27 +72,38 @@ def run(ctx: Context) -> Findings:
             nn1.append(run_.metric("precision_at_1"))
             nn5.append(run_.metric("knn_accuracy"))
         results[label] = {"hits": np.concatenate(correct) if correct else None, "1nn": nn1, "5nn": nn5}
-
-    def compare(a: str, b: str) -> tuple[str, bool]:
+    pairs = {}
+    for a, b in COMPARED:
         ha, hb = results[a]["hits"], results[b]["hits"]
-        if ha is None or hb is None or len(ha) != len(hb):
-            return "a run diverged", False
-        diff, lo, hi = bootstrap_diff(ha, hb, n=s.bootstrap)
-        text = (
-            f"1NN {mean_sd(results[a]['1nn'])} vs {mean_sd(results[b]['1nn'])}, "
-            f"5NN {mean_sd(results[a]['5nn'])} vs {mean_sd(results[b]['5nn'])}; "
-            f"1NN Δ {100 * diff:+.1f} pts, 95% CI [{100 * lo:+.1f}, {100 * hi:+.1f}] "
-            f"({s.bootstrap} bootstraps)"
-        )
-        return text, lo <= 0.0 <= hi
+        ok = ha is not None and hb is not None and len(ha) == len(hb)
+        pairs[f"{a} vs {b}"] = bootstrap_diff(ha, hb, n=bootstrap) if ok else None
+    return {
+        "accuracy": {k: {"1nn": v["1nn"], "5nn": v["5nn"]} for k, v in results.items()},
+        "bootstrap": pairs,
+        "bootstraps": bootstrap,
+    }
 
-    histograms = {k: first[k] for k in HISTOGRAMS if k in first}
-    plot = ctx.file(PLOT, "png")
-    if histograms:
-        plots.plot_target_noise(histograms, os.path.join(ctx.out, plot))
-    ours_a, holds_a = compare("SINCERE, cosine", "SupCon, cosine")
-    ours_b, holds_b = compare("SINCERE, cosine", "SINCERE, neg. arc length")
-    claims = [
+
+def comparison(n: dict[str, Any], a: str, b: str) -> tuple[str, bool]:
+    """(our numbers, whether the 95% CI of the 1NN difference of variants ``a`` − ``b`` contains 0)."""
+    diff = n["bootstrap"][f"{a} vs {b}"]
+    if diff is None:
+        return "a run diverged", False
+    acc = n["accuracy"]
+    text = (
+        f"1NN {mean_sd(acc[a]['1nn'])} vs {mean_sd(acc[b]['1nn'])}, "
+        f"5NN {mean_sd(acc[a]['5nn'])} vs {mean_sd(acc[b]['5nn'])}; "
+        f"1NN Δ {100 * diff[0]:+.1f} pts, 95% CI [{100 * diff[1]:+.1f}, {100 * diff[2]:+.1f}] "
+        f"({n['bootstraps']} bootstraps)"
+    )
+    return text, diff[1] <= 0.0 <= diff[2]
+
+
+def claims(n: dict[str, Any]) -> list[Claim]:
+    """The verdicts, from :func:`analyse`'s numbers alone."""
+    ours_a, holds_a = comparison(n, *COMPARED[0])
+    ours_b, holds_b = comparison(n, *COMPARED[1])
+    return [
         Claim(
             claim="SINCERE ≈ SupCon (1NN / 5NN accuracy, %)",
             ours=ours_a,
@@ -93,10 +123,23 @@ def run(ctx: Context) -> Findings:
             holds=holds_b,
         ),
     ]
+
+
+def findings(ctx: Context) -> Findings:
+    """Train, analyse, judge; the claims with the runs, the target / noise histograms and notes."""
+    trained = run(ctx)
+    n = analyse(trained, ctx.scale.bootstrap)
+    first = {
+        label: next((emb for _, emb in runs if emb is not None), None) for label, runs in trained.items()
+    }
+    histograms = {k: first[k] for k in HISTOGRAMS if first.get(k) is not None}
+    plot = ctx.file(PLOT, "png")
+    if histograms:
+        plots.plot_target_noise(histograms, os.path.join(ctx.out, plot))
     return Findings(
-        claims=claims,
+        claims=claims(n),
         tables=[("Runs", runs_table(ctx.runs))],
-        details={k: {"1nn": v["1nn"], "5nn": v["5nn"]} for k, v in results.items()},
+        details=n["accuracy"],
         plots=[plot] if histograms else [],
         notes=[
             "1NN = P@1 of train.report (test queries vs the train split, cosine ranking on the sphere, which "

@@ -15,10 +15,11 @@ from train.reproduce.common import (
     Claim,
     Context,
     Findings,
+    Run,
     mean,
     mean_sd,
     nearest_labels,
-    train_run,
+    train_recipe,
 )
 from train.reproduce.render import runs_table
 
@@ -51,39 +52,55 @@ def class_structure(emb: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _ablation(ctx: Context, dim: int) -> dict[str, dict[str, Any]]:
-    """The 'simo' preset at D = dim with and without its orthogonality term, scale.simo_seeds seeds each: per
-    variant the distinguishable classes, 1NN, linear probe and mean |cos| of class means of every seed."""
-    out: dict[str, dict[str, Any]] = {}
-    for label, orthogonality in ((FULL, True), (ABLATION, False)):
-        structures = []
-        for seed in range(ctx.scale.simo_seeds):
-            name = "simo" if orthogonality else "simo-no-orthogonality"
-            run_, emb = train_run(
-                ctx,
-                f"{name}-D{dim}-seed{seed}",
-                preset="simo",
-                dim=dim,
-                similarity=SIMO_SIMILARITY,
-                seed=seed,
-                simo_orthogonality=orthogonality,
-            )
-            run_.extra["ablation"] = not orthogonality
-            if emb is None:
-                continue
-            structure = class_structure(emb)
-            structure["linear_probe_accuracy"] = run_.metric("linear_probe_accuracy")
-            structure["p_at_1"] = run_.metric("precision_at_1")
-            run_.extra["class_structure"] = structure
-            structures.append(structure)
-        out[label] = {
-            "distinguishable": [r["distinguishable"] for r in structures],
-            "classes": structures[0]["classes"] if structures else 0,
-            "p_at_1": [r["p_at_1"] for r in structures],
-            "probe": [r["linear_probe_accuracy"] for r in structures],
-            "abs_cos": [r["mean_abs_cos_class_means"] for r in structures],
+def run(ctx: Context) -> dict[int, dict[str, list[tuple[Run, dict[str, Any] | None]]]]:
+    """Training: the 'simo' preset at each D of scale.simo_dims (the paper's D = 16, and a smaller one where
+    classes have less room to stay apart), with and without its orthogonality term, scale.simo_seeds seeds
+    each; per D and variant the runs with their embeddings."""
+    return {
+        dim: {
+            label: [
+                train_recipe(
+                    ctx,
+                    f"{'simo' if orthogonality else 'simo-no-orthogonality'}-D{dim}-seed{seed}",
+                    preset="simo",
+                    dim=dim,
+                    similarity=SIMO_SIMILARITY,
+                    seed=seed,
+                    simo_orthogonality=orthogonality,
+                )
+                for seed in range(ctx.scale.simo_seeds)
+            ]
+            for label, orthogonality in ((FULL, True), (ABLATION, False))
         }
-    return out
+        for dim in ctx.scale.simo_dims
+    }
+
+
+def analyse(trained: dict[int, dict[str, list[tuple[Run, dict[str, Any] | None]]]]) -> dict[str, dict]:
+    """Per D and variant, over the seeds that finished: distinguishable classes, 1NN, linear probe and mean
+    |cos| of class means (each run's class structure is also kept in its record)."""
+    details: dict[str, dict[str, dict[str, Any]]] = {}
+    for dim, variants in trained.items():
+        details[f"D={dim}"] = {}
+        for label, runs in variants.items():
+            structures = []
+            for run_, emb in runs:
+                run_.extra["ablation"] = label == ABLATION
+                if emb is None:
+                    continue
+                structure = class_structure(emb)
+                structure["linear_probe_accuracy"] = run_.metric("linear_probe_accuracy")
+                structure["p_at_1"] = run_.metric("precision_at_1")
+                run_.extra["class_structure"] = structure
+                structures.append(structure)
+            details[f"D={dim}"][label] = {
+                "distinguishable": [r["distinguishable"] for r in structures],
+                "classes": structures[0]["classes"] if structures else 0,
+                "p_at_1": [r["p_at_1"] for r in structures],
+                "probe": [r["linear_probe_accuracy"] for r in structures],
+                "abs_cos": [r["mean_abs_cos_class_means"] for r in structures],
+            }
+    return details
 
 
 def _describe(v: dict[str, Any]) -> str:
@@ -94,15 +111,13 @@ def _describe(v: dict[str, Any]) -> str:
     )
 
 
-def run(ctx: Context) -> Findings:
-    """The SimO ablation at each embedding dimension of scale.simo_dims (the paper's D = 16, and a smaller
-    one where classes have less room to stay apart)."""
-    details: dict[str, dict[str, dict[str, Any]]] = {}
-    claims = []
-    for dim in ctx.scale.simo_dims:
-        found = details[f"D={dim}"] = _ablation(ctx, dim)
+def claims(details: dict[str, dict]) -> list[Claim]:
+    """The verdicts, from :func:`analyse`'s numbers alone (two per embedding dimension)."""
+    out = []
+    for key, found in details.items():
+        dim = key.removeprefix("D=")
         full, abl = found[FULL], found[ABLATION]
-        claims += [
+        out += [
             Claim(
                 claim=f"SimO separates the classes (D={dim})",
                 ours=_describe(full),
@@ -123,8 +138,14 @@ def run(ctx: Context) -> Findings:
                 and mean(abl["distinguishable"]) < mean(full["distinguishable"]),
             ),
         ]
+    return out
+
+
+def findings(ctx: Context) -> Findings:
+    """Train, analyse, judge; the claims with the runs and notes."""
+    details = analyse(run(ctx))
     return Findings(
-        claims=claims,
+        claims=claims(details),
         tables=[("Runs", runs_table(ctx.runs))],
         details=details,
         notes=[

@@ -18,22 +18,24 @@ from train.reproduce.common import (
     mean,
     mean_sd,
     t_interval,
-    train_run,
+    train_recipe,
 )
 from train.reproduce.render import records_table, runs_table
 
 PAPER = PAPERS["000"]
-# Stowell 2026's recipe as the app's CIFAR presets run it (D = 16, batch 200, SGD 0.1 → 0.01, SupCon τ = 0.1
-# with the τ/0.07 factor, KoLeo weight 1 per view, gradients clamped at 100, EMA of the weights), with what
-# belongs to the data set (encoder, augmentation, epochs, precision, evaluation batch) left to ours.
-RECIPE = {
-    k: v
-    for k, v in config.preset_values("supcon_sphere_cifar100").items()
-    if k not in ("preset", "geometry", "dataset", "encoder", "augment", "epochs", "precision", "eval_batch")
-}
+# Stowell 2026's recipe is the app's CIFAR preset of each geometry (config.STOWELL_2026); on this scale's data
+# it changes only what belongs to the data set and the machine: an MLP encoder (of the scale's width), ±1 px
+# shifts, fp32, and the number of steps.
+SCALE_KEYS = {"encoder": "mlp", "augment": "shift", "precision": "fp32"}
+RECIPE = config.STOWELL_2026
 NO_CLIP = 1e30  # a clamp at 1e30 = no clipping
 EQUIVALENT = 0.02  # torusN ≈ sphere: P@1 within 2 points
 PLOT = "reproduce_000_quantised"
+
+
+def preset(geometry: str) -> str:
+    """The app's preset of Stowell 2026's CIFAR-100 recipe for ``geometry``."""
+    return f"supcon_{geometry}_cifar100"
 
 
 def _low_bit(row: dict[str, Any]) -> bool:
@@ -52,53 +54,55 @@ def matches(diff: float, lo: float, hi: float, margin: float = EQUIVALENT) -> bo
     return (-margin <= lo and hi <= margin) or (lo <= 0.0 <= hi and abs(diff) <= margin)
 
 
-def run(ctx: Context) -> Findings:
-    """Sphere and torusN with the paper's recipe (scale.torus_seeds seeds each, scale.torus_epochs epochs up
-    to scale.torus_max_steps steps),
-    torusC at each of scale.unstable_dims with and without clipping, then quantise the first seed's runs."""
+def run(ctx: Context) -> dict[str, Any]:
+    """Training: sphere and torusN with the paper's recipe (scale.torus_seeds seeds each, scale.torus_epochs
+    epochs up to scale.torus_max_steps steps), and torusC at each of scale.unstable_dims with and without
+    clipping. Returns the runs (with the embeddings of the sphere / torusN runs) and the length trained."""
     s = ctx.scale
     per_epoch = len(ctx.dataset.train_y) / RECIPE["batch_size"]
     steps = min(max(1, round(s.torus_epochs * per_epoch)), s.torus_max_steps)
-    epochs = steps / per_epoch
-    main_runs: dict[str, list[tuple[Run, dict[str, Any] | None]]] = {}
-    for geometry in ("sphere", "torus_n"):
-        main_runs[geometry] = [
-            train_run(
+    main: dict[str, list[tuple[Run, dict[str, Any] | None]]] = {
+        geometry: [
+            train_recipe(
                 ctx,
                 f"{geometry}-D{RECIPE['dim']}-seed{seed}",
-                **RECIPE,
-                preset=f"supcon_{geometry}",
+                preset=preset(geometry),
+                **SCALE_KEYS,
                 steps=steps,
                 seed=seed,
             )
             for seed in range(s.torus_seeds)
         ]
-    p1 = {g: [r.metric("precision_at_1") for r, _ in runs] for g, runs in main_runs.items()}
-    # Paired by training seed: Δ_seed = P@1(torusN) − P@1(sphere); a Student-t 95% CI over the seeds.
-    deltas = [t - sp for t, sp in zip(p1["torus_n"], p1["sphere"], strict=True)]
-    gap, gap_lo, gap_hi = t_interval(deltas)
-
+        for geometry in ("sphere", "torus_n")
+    }
     unstable: dict[tuple[int, str], list[Run]] = {}
     for dim in s.unstable_dims:
         for label, clip in (("clip 100", RECIPE["clip"]), ("no clip", NO_CLIP)):
             unstable[(dim, label)] = [
-                train_run(
+                train_recipe(
                     ctx,
                     f"torus_c-D{dim}-{label.replace(' ', '')}-seed{seed}",
-                    **{**RECIPE, "dim": dim, "clip": clip},
-                    preset="supcon_torus_c",
+                    preset=preset("torus_c"),
+                    **SCALE_KEYS,
+                    dim=dim,
+                    clip=clip,
                     steps=s.unstable_steps,
                     log_every=1,
                     seed=seed,
                 )[0]
                 for seed in range(s.unstable_seeds)
             ]
-    chance = 1.0 / ctx.dataset.num_classes
+    return {"main": main, "unstable": unstable, "steps": steps, "epochs": steps / per_epoch}
 
-    def failures(runs: list[Run]) -> int:  # diverged, or P@1 below twice chance ("failed to learn")
+
+def stability(unstable: dict[tuple[int, str], list[Run]], chance: float) -> dict[tuple[int, str], dict]:
+    """Per (D, clipping): runs, diverged, failed (diverged, or P@1 below twice ``chance``), P@1, and the
+    logged gradient norms."""
+
+    def failures(runs: list[Run]) -> int:
         return sum(r.diverged or r.metric("precision_at_1") < 2 * chance for r in runs)
 
-    stab = {
+    return {
         (dim, label): {
             "D": dim,
             "clipping": label,
@@ -112,7 +116,11 @@ def run(ctx: Context) -> Findings:
         }
         for (dim, label), runs in unstable.items()
     }
-    totals = {
+
+
+def stability_totals(stab: dict[tuple[int, str], dict]) -> dict[str, dict[str, float]]:
+    """:func:`stability`'s rows summed over the dimensions, per clipping setting."""
+    return {
         label: {
             "runs": sum(v["runs"] for (_, lab), v in stab.items() if lab == label),
             "diverged": sum(v["diverged"] for (_, lab), v in stab.items() if lab == label),
@@ -121,20 +129,11 @@ def run(ctx: Context) -> Findings:
         }
         for label in ("clip 100", "no clip")
     }
-    clip_helps = totals["no clip"]["failed"] > totals["clip 100"]["failed"] or (
-        totals["no clip"]["p_at_1"] < totals["clip 100"]["p_at_1"] - EQUIVALENT
-    )
-    dims = "/".join(map(str, s.unstable_dims))
 
-    key = jax.random.key(0)
-    quant = []
-    for i, geometry in enumerate(("sphere", "torus_n")):
-        first, emb = main_runs[geometry][0]
-        if emb is None:
-            continue
-        rep = evaluate.quantised_report(**emb, key=jax.random.fold_in(key, i), pq_iters=s.pq_iters)
-        rep["run"] = first.name
-        quant.append(rep)
+
+def quantisation_drops(quant: list[dict[str, Any]]) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """From ``train.evaluate.quantised_report``s: each geometry's P@1 drop at 8 bits, and at 1 bit and the
+    low-bit PQ codes (:func:`_low_bit`)."""
     drops = {}
     for rep in quant:
         rows = {row["method"]: row for row in rep["rows"]}
@@ -151,11 +150,54 @@ def run(ctx: Context) -> Findings:
         }
         for rep in quant
     }
-    plot = ctx.file(PLOT, "png")
-    if quant:
-        plots.plot_quantised(quant, os.path.join(ctx.out, plot))
+    return eight, low
 
-    claims = [
+
+def analyse(ctx: Context, trained: dict[str, Any]) -> dict[str, Any]:
+    """The numbers behind the claims: P@1 per geometry and seed, the paired torusN − sphere difference with
+    its t interval, torusC's stability per D and clipping, and the quantised reports of each geometry's first
+    seed (drawn to the plot)."""
+    main = trained["main"]
+    p1 = {g: [r.metric("precision_at_1") for r, _ in runs] for g, runs in main.items()}
+    # Paired by training seed: Δ_seed = P@1(torusN) − P@1(sphere); a Student-t 95% CI over the seeds.
+    deltas = [t - sp for t, sp in zip(p1["torus_n"], p1["sphere"], strict=True)]
+    stab = stability(trained["unstable"], 1.0 / ctx.dataset.num_classes)
+    key = jax.random.key(0)
+    quant = []
+    for i, geometry in enumerate(("sphere", "torus_n")):
+        first, emb = main[geometry][0]
+        if emb is None:
+            continue
+        rep = evaluate.quantised_report(**emb, key=jax.random.fold_in(key, i), pq_iters=ctx.scale.pq_iters)
+        rep["run"] = first.name
+        quant.append(rep)
+    eight, low = quantisation_drops(quant)
+    return {
+        "p_at_1": p1,
+        "deltas": deltas,
+        "gap": t_interval(deltas),
+        "stability": stab,
+        "totals": stability_totals(stab),
+        "quantised": quant,
+        "eight_bit_drop": eight,
+        "low_bit_drop": low,
+        "dims": list(ctx.scale.unstable_dims),
+        "steps": trained["steps"],
+        "epochs": trained["epochs"],
+    }
+
+
+def claims(n: dict[str, Any]) -> list[Claim]:
+    """The verdicts, from :func:`analyse`'s numbers alone."""
+    p1, deltas, totals = n["p_at_1"], n["deltas"], n["totals"]
+    gap, gap_lo, gap_hi = n["gap"]
+    eight, low = n["eight_bit_drop"], n["low_bit_drop"]
+    dims = "/".join(map(str, n["dims"]))
+    steps, epochs = n["steps"], n["epochs"]
+    clip_helps = totals["no clip"]["failed"] > totals["clip 100"]["failed"] or (
+        totals["no clip"]["p_at_1"] < totals["clip 100"]["p_at_1"] - EQUIVALENT
+    )
+    return [
         Claim(
             claim="torusN ≈ sphere (P@1)",
             ours=f"sphere {mean_sd(p1['sphere'])}, torusN {mean_sd(p1['torus_n'])}; Δ {100 * gap:+.1f} pts, "
@@ -219,8 +261,20 @@ def run(ctx: Context) -> Findings:
             holds=bool(low) and all(rows and all(d > 0.01 for d in rows.values()) for rows in low.values()),
         ),
     ]
+
+
+def findings(ctx: Context) -> Findings:
+    """Train, analyse, judge; the claims with their tables, details, plot and notes."""
+    s = ctx.scale
+    n = analyse(ctx, run(ctx))
+    stab, quant = n["stability"], n["quantised"]
+    plot = ctx.file(PLOT, "png")
+    if quant:
+        plots.plot_quantised(quant, os.path.join(ctx.out, plot))
+    gap, gap_lo, gap_hi = n["gap"]
+    steps, epochs = n["steps"], n["epochs"]
     return Findings(
-        claims=claims,
+        claims=claims(n),
         tables=[
             (
                 "torusC with and without clipping, per dimension",
@@ -248,18 +302,25 @@ def run(ctx: Context) -> Findings:
         ],
         details={
             "stability": list(stab.values()),
-            "stability_totals": totals,
+            "stability_totals": n["totals"],
             "quantised": quant,
-            "p_at_1": p1,
-            "torus_n_minus_sphere": {"per_seed": deltas, "mean": gap, "ci95": [gap_lo, gap_hi]},
-            "recipe": {**RECIPE, "steps": steps, "epochs": epochs},
+            "p_at_1": n["p_at_1"],
+            "torus_n_minus_sphere": {"per_seed": n["deltas"], "mean": gap, "ci95": [gap_lo, gap_hi]},
+            "recipe": {
+                "presets": [preset(g) for g in ("sphere", "torus_n", "torus_c")],
+                **SCALE_KEYS,
+                "steps": steps,
+                "epochs": epochs,
+            },
         },
         plots=[plot] if quant else [],
         notes=[
-            f"Recipe ({PAPER.citation}'s public code, as the app's supcon_*_cifar100 presets): "
-            + ", ".join(f"{k}={v}" for k, v in RECIPE.items())
-            + f"; our MLP encoder (width {s.width}), {steps} steps = {epochs:.3g} epochs of our training "
-            f"split (the paper: 100 epochs; here at most {s.torus_max_steps} steps, for the machine's time). "
+            f"Recipe: the app's {preset('sphere')} / {preset('torus_n')} / {preset('torus_c')} presets "
+            f"({PAPER.citation}'s public code: "
+            + ", ".join(f"{k}={v}" for k, v in RECIPE.items() if k not in SCALE_KEYS and k != "epochs")
+            + f") with {', '.join(f'{k}={v}' for k, v in SCALE_KEYS.items())}: our MLP encoder (width "
+            f"{s.width}), {steps} steps = {epochs:.3g} epochs of our training split (the paper: 100 "
+            f"epochs; here at most {s.torus_max_steps} steps, for the machine's time). "
             f"torusC runs: the same recipe at D ∈ {{{', '.join(map(str, s.unstable_dims))}}}, "
             f"{s.unstable_steps} steps (the paper places the instabilities at the start of training, §3.1), "
             "every step's gradient norm logged; 'no clip' clamps at 1e30.",
