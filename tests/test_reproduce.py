@@ -176,8 +176,9 @@ def test_data_tag_and_file_names():
     assert common.data_tag("npz:../shared/data/mnist_t10k.npz") == "mnist_t10k"
     assert common.data_tag("npz:my data.v2.npz") == "my_data_v2"
     assert common.data_tag("tfds:fashion_mnist") == common.data_tag("fashion_mnist") == "fashion_mnist"
+    assert common.data_tag("idx:/usr/share/datasets/fashion-mnist/") == "fashion_mnist"
     ctx = dataclasses.replace(
-        common.Context(scale=common.SCALES["tiny"], data="digits", dataset=None, tmp="", out=""), tag="m"
+        common.Context(scale=common.SCALES["tiny"], data="digits", dataset=None, runs_dir="", out=""), tag="m"
     )
     assert ctx.file("reproduce_000", "json") == "reproduce_000_m.json"
     assert dataclasses.replace(ctx, tag="").file("reproduce_000", "json") == "reproduce_000.json"
@@ -293,3 +294,38 @@ def test_target_noise_against_a_loop_and_plots(tmp_path):
     assert len(fig.axes) == 4  # 3 charts on a 2 × 2 grid, the fourth panel blank
     assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".tmp-")]
+
+
+def test_a_sweep_rerun_reads_back_finished_runs_and_resumes_the_interrupted_one(tmp_path, monkeypatch):
+    from train import app
+
+    real_run = app.run
+    reference = main(["004", "--tiny", "--out", str(tmp_path / "whole")])[0]
+    out = str(tmp_path / "split")
+    interrupted = "simo-no-orthogonality-D8-seed0"
+
+    def killed_midway(cfg, **kwargs):  # the second run is lost after its first step's checkpoint
+        if cfg.workdir.endswith(interrupted):
+            real_run(dataclasses.replace(cfg, checkpoint_every=1), stop_at=1)
+            raise RuntimeError("machine lost")
+        return real_run(cfg, **kwargs)
+
+    monkeypatch.setattr(app, "run", killed_midway)
+    with pytest.raises(RuntimeError, match="machine lost"):
+        main(["004", "--tiny", "--out", out])
+    runs = os.path.join(out, "runs", "digits", "tiny", "004")
+    assert os.path.exists(os.path.join(runs, "simo-D8-seed0", "report.json"))
+    assert not os.path.exists(os.path.join(runs, interrupted, "report.json"))
+    trained = []
+
+    def recorded(cfg, **kwargs):
+        trained.append(os.path.basename(cfg.workdir))
+        return real_run(cfg, **kwargs)
+
+    monkeypatch.setattr(app, "run", recorded)
+    again = main(["004", "--tiny", "--out", out])[0]
+    assert trained == [interrupted]  # the finished run is read back, only the interrupted one trains
+    with open(os.path.join(runs, interrupted, "metrics.jsonl")) as f:
+        assert [json.loads(line)["step"] for line in f][0] == 1  # resumed after its first step
+    assert [r.get("reused", False) for r in again["runs"]] == [True, False]
+    assert again["claims"] == reference["claims"] and again["details"] == reference["details"]

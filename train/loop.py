@@ -86,7 +86,7 @@ def _recipe(values: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in config.used(values).items() if k not in config.RUN_KEYS + config.LENGTH_KEYS}
 
 
-def _check_workdir(cfg: Config) -> dict[str, Any] | None:
+def check_workdir(cfg: Config) -> dict[str, Any] | None:
     """Check, before any work, that ``cfg.workdir`` can hold this run; return its saved config (if any)."""
     if cfg.workdir is None:
         return None
@@ -259,7 +259,7 @@ def train(cfg: Config, *, stop_at: int | None = None) -> TrainResult:
         raise UsageError(f"batch_size must be divisible by the {n_dev} devices, got {cfg.batch_size}")
     images = data.compact(ds.train_x)
     feed = feed_kind(cfg, images)
-    saved = _check_workdir(cfg)
+    saved = check_workdir(cfg)
     tx = step.make_optimizer(cfg)
     graphdef, state = step.init_state(cfg, ds.image_shape)
     state = step.replicate(state, mesh)

@@ -1,6 +1,6 @@
 """Reproduction tables for five papers at reduced scale, the papers' numbers beside ours.
 
-    python -m train.reproduce <000|001|002|003|004|all> [--quick] [--data digits|npz:PATH|NAME]
+    python -m train.reproduce <000|001|002|003|004|all> [--quick] [--data digits|npz:PATH|idx:DIR|NAME]
         [--test-fraction F] [--out DIR]
 
 Each paper's claims are tested with the library and the training app as they are (``train.app.run``,
@@ -9,11 +9,16 @@ Every verdict ("holds" / "does not hold at this scale") is computed from the num
 beside it. Outputs in ``--out`` (default ``reproduction/``): ``reproduce_<selector>.json`` per paper
 (``reproduce_<selector>_<data>.json`` for data other than digits, e.g. ``reproduce_001_mnist_t10k.json``),
 ``reproduction.md`` (rendered from every such JSON present, one part per data set, so papers and data sets
-can be run one at a time into the same folder) and plots; all written atomically.
+can be run one at a time into the same folder) and plots; all written atomically. Every training run has
+its own run directory, ``--out/runs/<data>/<scale>/<paper>/<run>/``: running the same command again reads back
+the runs that finished and resumes the ones that were interrupted, so a sweep can be spread over several
+invocations (and machines sharing the folder).
 
 Data: ``digits`` (scikit-learn's bundled 8×8 digits, offline; the default), ``npz:PATH`` (``images`` and
 ``labels``, as ``train.data``; ``python -m train.data IMAGES_IDX LABELS_IDX OUT.npz`` makes one from the
-official MNIST IDX files) or a tfds name (mnist, fashion_mnist, cifar10, cifar100; prepared offline).
+official MNIST IDX files), ``idx:DIR`` (a folder of the four MNIST-layout IDX files, with their official
+split: MNIST, Fashion-MNIST, KMNIST) or a tfds name (mnist, fashion_mnist, cifar10, cifar100; prepared
+offline).
 Digits and npz data are split by ``train.data``'s seeded, stratified split with ``--test-fraction`` held out
 (default 0.25; 0.2 turns the 10,000 MNIST test images into 8,000 train / 2,000 test).
 
@@ -62,17 +67,17 @@ def run_paper(
     print(f"{key}: {paper.title} [{scale.name}, data {data_spec}]", flush=True)
     t0 = time.time()
     ds = data.load(data_spec, test_fraction=test_fraction)
-    with tempfile.TemporaryDirectory(prefix=f"reproduce-{key}-") as tmp:
-        ctx = Context(
-            scale=scale,
-            data=data_spec,
-            dataset=ds,
-            tmp=tmp,
-            out=out,
-            test_fraction=test_fraction,
-            tag=data_tag(data_spec),
-        )
-        found = RUNNERS[key](ctx)
+    tag = data_tag(data_spec)
+    ctx = Context(
+        scale=scale,
+        data=data_spec,
+        dataset=ds,
+        runs_dir=os.path.join(out, "runs", tag or "digits", scale.name, key),
+        out=out,
+        test_fraction=test_fraction,
+        tag=tag,
+    )
+    found = RUNNERS[key](ctx)
     result = {
         "claims": [c.to_json() for c in found.claims],
         "tables": [list(t) for t in found.tables],
@@ -116,13 +121,15 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     ap.add_argument("--quick", action="store_true", help="reduced sizes: every paper in minutes on 2 cores")
     ap.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # tests only: a few steps
     ap.add_argument(
-        "--data", default="digits", help="digits | npz:PATH | mnist | fashion_mnist | cifar10 | cifar100"
+        "--data",
+        default="digits",
+        help="digits | npz:PATH | idx:DIR | mnist | fashion_mnist | cifar10 | cifar100",
     )
     ap.add_argument(
         "--test-fraction",
         type=float,
-        default=0.25,
-        help="held-out fraction of digits / npz data (default 0.25; 0.2 for MNIST's 8,000 / 2,000)",
+        help="held-out fraction of digits / npz data (default 0.25; 0.2 for MNIST's 8,000 / 2,000); data "
+        "with a test split of its own (idx:DIR, tfds) uses that",
     )
     ap.add_argument("--out", default="reproduction", help="output folder (default reproduction/)")
     args = ap.parse_args(argv)
@@ -130,7 +137,12 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     if any(k not in PAPERS for k in keys):
         ap.error(f"paper must be one of {', '.join(PAPERS)} or all, got {args.paper!r}")
     scale = SCALES["tiny" if args.tiny else "quick" if args.quick else "full"]
-    config.make(dataset=args.data, test_fraction=args.test_fraction)  # validate before any work
+    given = {} if args.test_fraction is None else {"test_fraction": args.test_fraction}
+    try:  # validate before any work
+        config.make(dataset=args.data, **given)
+    except ValueError as err:
+        ap.error(str(err))
+    test_fraction = config.DEFAULTS["test_fraction"] if args.test_fraction is None else args.test_fraction
     command = "python -m train.reproduce " + " ".join(shlex.quote(a) for a in argv)
     os.makedirs(args.out, exist_ok=True)
     t0 = time.time()
@@ -144,7 +156,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
                     data_spec=args.data,
                     out=args.out,
                     command=command,
-                    test_fraction=args.test_fraction,
+                    test_fraction=test_fraction,
                 )
             )
             render.render(args.out)

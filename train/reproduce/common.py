@@ -15,7 +15,7 @@ import numpy as np
 from scipy import stats
 
 from geojax import metrics
-from train import app, config, data, evaluate
+from train import app, config, data, evaluate, loop
 
 HOLDS, FAILS = "holds", "does not hold at this scale"
 
@@ -236,13 +236,14 @@ class Findings:
 
 @dataclasses.dataclass
 class Context:
-    """What every paper's reproduction needs: scale, data spec and its train/test split, a scratch folder for
-    run directories, the output folder, the data set's file-name tag, and the runs made so far."""
+    """What every paper's reproduction needs: scale, data spec and its train/test split, the sweep folder that
+    holds one run directory per run, the output folder, the data set's file-name tag, and the runs made so
+    far."""
 
     scale: Scale
     data: str
     dataset: data.Dataset
-    tmp: str
+    runs_dir: str
     out: str
     test_fraction: float = 0.25  # held-out fraction of digits / npz data (train.data's seeded split)
     tag: str = ""  # output file-name suffix of this data set ("" for digits, see data_tag)
@@ -254,14 +255,20 @@ class Context:
 
 
 def data_tag(spec: str) -> str:
-    """The file-name tag of a data spec: '' for digits, the npz file's stem, or the tfds name.
+    """The file-name tag of a data spec: '' for digits, the npz file's stem, the IDX folder's name, or the
+    tfds name.
 
     >>> data_tag("digits"), data_tag("npz:../data/mnist_t10k.npz"), data_tag("tfds:fashion_mnist")
     ('', 'mnist_t10k', 'fashion_mnist')
+    >>> data_tag("idx:/usr/share/datasets/fashion-mnist/")
+    'fashion_mnist'
     """
     if spec == "digits":
         return ""
-    name = os.path.splitext(os.path.basename(spec[4:]))[0] if spec.startswith("npz:") else spec
+    if spec.startswith("idx:"):
+        name = os.path.basename(os.path.normpath(spec[4:]))
+    else:
+        name = os.path.splitext(os.path.basename(spec[4:]))[0] if spec.startswith("npz:") else spec
     return "".join(c if c.isalnum() else "_" for c in name.removeprefix("tfds:"))
 
 
@@ -301,20 +308,31 @@ def run_keys(ctx: Context, overrides: dict[str, Any]) -> dict[str, Any]:
 
 
 def train_recipe(ctx: Context, name: str, **overrides: Any) -> tuple[Run, dict[str, Any] | None]:
-    """Train one configuration (a preset by name plus ``overrides``) with the app's own ``train.app.run``;
-    returns (run, embeddings).
+    """Train one configuration (a preset by name plus ``overrides``) with the app's own ``train.app.run``
+    in its run directory ``ctx.runs_dir/name``; returns (run, embeddings). A run that an earlier invocation
+    finished (its report.json is there, for the same config) is read back, not trained again; one that was
+    interrupted resumes from its newest checkpoint.
 
     The embeddings are ``train.evaluate.load_run``'s dict of the run's embeddings.npz (with the trained
     ``similarity``). A run whose training metrics become non-finite (``FloatingPointError`` from the loop) is
     recorded as diverged and returns no embeddings.
     """
-    workdir = os.path.join(ctx.tmp, f"{len(ctx.runs):03d}-{name}")
+    if any(r.name == name for r in ctx.runs):
+        raise ValueError(f"run name {name!r} is used twice in one reproduction")
+    workdir = os.path.join(ctx.runs_dir, name)
     cfg = config.make(**{**run_keys(ctx, overrides), **overrides, "workdir": workdir})
     t0 = time.time()
     run = Run(name=name, overrides=dict(overrides), seed=cfg.seed, steps=cfg.steps)
     emb: dict[str, Any] | None
+    finished = os.path.join(workdir, "report.json")
     try:
-        rep = app.run(cfg)
+        saved = loop.check_workdir(cfg) if os.path.exists(finished) else None
+        if saved is not None and saved.get("steps") == cfg.steps:  # finished by an earlier invocation
+            with open(finished) as f:
+                rep = json.load(f)
+            run.extra["reused"] = True
+        else:  # new, or interrupted: train.app.run resumes from the run directory's newest checkpoint
+            rep = app.run(cfg)
         emb = evaluate.load_run(cfg.workdir)
         run.report = {k: v for k, v in rep.items() if k not in ("workdir", "device")}
     except FloatingPointError as err:
@@ -323,7 +341,8 @@ def train_recipe(ctx: Context, name: str, **overrides: Any) -> tuple[Run, dict[s
     run.wall_s = round(time.time() - t0, 2)
     _read_training_log(run, os.path.join(cfg.workdir, "metrics.jsonl"))
     ctx.runs.append(run)
-    print(f"  run {name}: {'DIVERGED' if run.diverged else 'done'} in {run.wall_s} s", flush=True)
+    state = "DIVERGED" if run.diverged else "finished earlier" if run.extra.get("reused") else "done"
+    print(f"  run {name}: {state} in {run.wall_s} s", flush=True)
     return run, emb
 
 
