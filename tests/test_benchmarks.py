@@ -282,3 +282,12 @@ def test_step_profile_quick():
         assert float(row["unprofiled ms"]) > 0
     assert len(table) == (2 if _installed("torch") else 1)
     assert "4 steps (geojax 2 per call)" in out
+
+
+@pytest.mark.slow
+def test_seeds_quick():
+    out = _run_script("seeds.py", "--quick")
+    (rows,) = _tables(out)
+    assert [r["S"] for r in rows] == ["1", "2"]
+    assert rows[0]["ratio"] == "1.000"  # S = 1 is the single run itself
+    assert all(float(r["one program MiB"]) > 0 for r in rows)

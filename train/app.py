@@ -1,17 +1,21 @@
 """Train, evaluate, write a run directory: what ``python -m train``, reproduction, tests and notebooks call.
 
 The run directory gets config.json, metrics.jsonl, checkpoints/, curve.png, embeddings.npz and report.json.
-Rerunning with the same ``workdir`` resumes from its latest checkpoint.
+Rerunning with the same ``workdir`` resumes from its latest checkpoint. A several-seeds run (``seeds=S``)
+reports the mean over its replicas, ``<key>_std`` beside each number and ``per_seed``, the S single-seed
+reports in seed order; its embeddings.npz holds the first seed's embeddings.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
 import time
 
 import jax
+import numpy as np
 
 from train import config, loop, plots, report, step
 from train.errors import UsageError
@@ -21,12 +25,19 @@ def run(cfg: config.Config, *, stop_at: int | None = None) -> dict | None:
     """Train ``cfg`` and write its outputs; returns the report (None when stopped early by ``stop_at``)."""
     t0 = time.time()
     workdir, cfg, graphdef, state, ds, timing = loop.train(cfg, stop_at=stop_at)
-    if int(state["step"]) < cfg.steps:
+    if int(np.max(state["step"])) < cfg.steps:
         return None
     t_eval = time.time()
-    query = step.embed(graphdef, state, ds.test_x, batch=cfg.eval_batch, precision=cfg.precision)
-    reference = step.embed(graphdef, state, ds.train_x, batch=cfg.eval_batch, precision=cfg.precision)
-    results = report.retrieval_report(cfg, query, reference, ds)
+    per_seed = []
+    for index in range(cfg.seeds):  # a several-seeds run: each replica evaluated as its single run would be
+        own = state if cfg.seeds == 1 else step.replica(state, index)
+        query = step.embed(graphdef, own, ds.test_x, batch=cfg.eval_batch, precision=cfg.precision)
+        reference = step.embed(graphdef, own, ds.train_x, batch=cfg.eval_batch, precision=cfg.precision)
+        seed_cfg = dataclasses.replace(cfg, seed=cfg.seed + index, seeds=1)
+        per_seed.append(report.retrieval_report(seed_cfg, query, reference, ds))
+        if index == 0:
+            first = query, reference
+    results = per_seed[0] if cfg.seeds == 1 else {**report.over_seeds(per_seed), "per_seed": per_seed}
     timing["eval_s"] = round(time.time() - t_eval, 2)
     timing["total_s"] = round(time.time() - t0, 2)
     previous = os.path.join(workdir, "report.json")
@@ -46,7 +57,7 @@ def run(cfg: config.Config, *, stop_at: int | None = None) -> dict | None:
         "workdir": workdir,
     }
     if jax.process_index() == 0:
-        report.write_embeddings(os.path.join(workdir, "embeddings.npz"), cfg, query, reference, ds)
+        report.write_embeddings(os.path.join(workdir, "embeddings.npz"), cfg, *first, ds)  # the first seed's
         plots.plot_curve(os.path.join(workdir, "metrics.jsonl"), os.path.join(workdir, "curve.png"))
         report.write(workdir, out)
     return out

@@ -223,6 +223,9 @@ class Config:
     class_fraction: float = batches(0.4, "fraction of classes per batch (< 0.5)", when=CLASS_SUBSAMPLED)
     augment: Augmentation = batches("shift", "view augmentation: shift (±1 px + contrast), simclr, or none")
     seed: int = batches(0, "seed of the initialisation, the batches and the augmentations")
+    seeds: int = batches(
+        1, "train seeds seed … seed+seeds−1 as replicas in one program (stacked, vmapped); report: their mean"
+    )
     # evaluation
     knn_k: int = evaluation(5, "k of the reported kNN accuracy")
     probe: Probe | None = evaluation(None, "linear (frozen-feature classifier) or piecewise (one per chart)")
@@ -599,6 +602,7 @@ def _check_types(cfg: Config) -> None:
 
 
 _POSITIVE_INTS = (
+    "seeds",
     "dim",
     "charts",
     "projection_dim",
@@ -674,6 +678,11 @@ def validate(cfg: Config) -> None:
     if cfg.sampler == "m_per_class" and cfg.batch_size % cfg.m_per_class:
         raise UsageError(
             f"batch_size must be a multiple of m_per_class={cfg.m_per_class}, got {cfg.batch_size}"
+        )
+    if cfg.seeds > 1 and (cfg.feed == "host" or cfg.parallel != "shard_map"):
+        raise UsageError(
+            "seeds > 1 draws each replica's batches on the devices: it needs feed=device (or none) and "
+            f"parallel=shard_map, got feed={cfg.feed!r}, parallel={cfg.parallel!r}"
         )
     if cfg.feed == "device" and cfg.parallel != "shard_map":
         raise UsageError("feed='device' (images held on the devices) needs parallel='shard_map'")

@@ -37,6 +37,7 @@ from geojax import manifolds, quantize
 from geojax.manifolds import TORUS_GEOMETRIES
 from train import config, files, loop
 from train.csearch import reader
+from train.errors import UsageError
 
 ENCODER_FILE = "encoder.jaxexport"
 CODES_FILE = "codes.gjt"
@@ -71,6 +72,8 @@ def load_run(rundir: str) -> loop.TrainResult:
     with open(path) as f:
         saved = json.load(f)
     cfg = config.from_saved({**saved, "workdir": rundir, "progress": False})
+    if cfg.seeds > 1:
+        raise UsageError(f"{rundir} holds {cfg.seeds} seeds in one run; export takes a single-seed run")
     return loop.train(cfg)
 
 

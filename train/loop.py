@@ -158,9 +158,10 @@ def join_processes(cfg: Config) -> None:
 
 
 def feed_kind(cfg: Config, images: np.ndarray) -> str:
-    """``cfg.feed``, or by default ``device`` when ``images`` fit in DEVICE_FEED_BYTES under shard_map."""
-    if cfg.feed is not None:
-        return cfg.feed
+    """``cfg.feed``, or by default ``device`` when ``images`` fit in DEVICE_FEED_BYTES under shard_map (and
+    always for several seeds, whose replicas draw their own batches on the devices)."""
+    if cfg.feed is not None or cfg.seeds > 1:
+        return cfg.feed or "device"
     return "device" if cfg.parallel == "shard_map" and images.nbytes <= DEVICE_FEED_BYTES else "host"
 
 
@@ -206,8 +207,9 @@ class _Window:
         self.sums = weighted if self.sums is None else jax.tree.map(jnp.add, self.sums, weighted)
         self.count += steps
 
-    def mean(self) -> dict[str, float]:
-        means = {k: float(v) / self.count for k, v in self.sums.items()}
+    def mean(self) -> dict[str, np.ndarray]:
+        """Each metric's mean over the window: a scalar, or one value per replica of a several-seeds run."""
+        means = {k: np.asarray(v, np.float64) / self.count for k, v in self.sums.items()}
         self.sums, self.count = None, 0
         return means
 
@@ -261,14 +263,15 @@ def train(cfg: Config, *, stop_at: int | None = None) -> TrainResult:
     feed = feed_kind(cfg, images)
     saved = check_workdir(cfg)
     tx = step.make_optimizer(cfg)
-    graphdef, state = step.init_state(cfg, ds.image_shape)
+    init = step.init_replicas if cfg.seeds > 1 else step.init_state
+    graphdef, state = init(cfg, ds.image_shape)
     state = step.replicate(state, mesh)
     start = 0
     if saved is not None:
         ckpt = checkpoint.Checkpointer(os.path.join(cfg.workdir, "checkpoints"))
         restored = ckpt.restore(state)
         if restored is not None:
-            state, start = restored, int(restored["step"])
+            state, start = restored, int(np.max(restored["step"]))
             if start > cfg.steps:
                 raise UsageError(
                     f"workdir {cfg.workdir!r} holds a run at step {start}; steps must be ≥ {start}"
@@ -291,7 +294,12 @@ def train(cfg: Config, *, stop_at: int | None = None) -> TrainResult:
 
     def run(length: int):  # one compiled call per number of steps (steps_per_call, and a shorter last one)
         if length not in compiled:
-            call = step.make_call(per_device, length=length, batches=batches if feed == "device" else None)
+            call = step.make_call(
+                per_device,
+                length=length,
+                batches=batches if feed == "device" else None,
+                replicas=cfg.seeds > 1,
+            )
             compiled[length] = step.distribute(call, mesh=mesh, mode=cfg.parallel)
         return compiled[length]
 
@@ -316,7 +324,8 @@ def train(cfg: Config, *, stop_at: int | None = None) -> TrainResult:
                 first_step_s = time.time() - t_train
             done = first + length
             if done // cfg.log_every > first // cfg.log_every or done == end:
-                means = window.mean()
+                per_replica = window.mean()
+                means = {k: float(np.mean(v)) for k, v in per_replica.items()}  # over replicas, if any
                 record = {
                     "step": done,
                     **means,
@@ -324,7 +333,15 @@ def train(cfg: Config, *, stop_at: int | None = None) -> TrainResult:
                     "time": round(time.time() - t_start, 3),
                 }
                 if not all(math.isfinite(v) for v in means.values()):
-                    raise FloatingPointError(f"non-finite training metrics at step {done}: {record}")
+                    bad = np.any(~np.isfinite(np.stack([np.atleast_1d(v) for v in per_replica.values()])), 0)
+                    which = (
+                        ""
+                        if cfg.seeds == 1
+                        else f" (seeds {[cfg.seed + int(i) for i in np.flatnonzero(bad)]})"
+                    )
+                    raise FloatingPointError(f"non-finite training metrics at step {done}{which}: {record}")
+                if cfg.seeds > 1:
+                    record["loss_per_seed"] = [float(v) for v in per_replica["loss"]]
                 bar.set_postfix(loss=f"{means['loss']:.4f}", refresh=False)
                 log.write(json.dumps(record) + "\n")
                 log.flush()

@@ -112,6 +112,38 @@ def retrieval_report(cfg: Config, query: Outputs, reference: Outputs, ds: Datase
     return out
 
 
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _mean_tree(values: list[Any]) -> Any:
+    """The mean over replicas of each number of the reports (None where any is None); others as the first."""
+    first = values[0]
+    if isinstance(first, dict):
+        return {k: _mean_tree([v[k] for v in values]) for k in first}
+    if _number(first):
+        return float(np.mean(values)) if all(_number(v) for v in values) else None
+    return first
+
+
+def _std_tree(values: list[Any]) -> Any:
+    """The sample standard deviation (ddof 1) over replicas of each number; None for non-numbers."""
+    first = values[0]
+    if isinstance(first, dict):
+        return {k: _std_tree([v[k] for v in values]) for k in first}
+    return float(np.std(values, ddof=1)) if all(_number(v) for v in values) else None
+
+
+def over_seeds(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """A several-seeds run's report: every key as the mean over the single-seed ``reports`` (at least two),
+    and ``<key>_std`` beside each numeric key (for a dict of numbers, a dict of their deviations)."""
+    out = _mean_tree(reports)
+    for key, value in list(out.items()):
+        if _number(value) or isinstance(value, dict):
+            out[f"{key}_std"] = _std_tree([r[key] for r in reports])
+    return out
+
+
 def write(workdir: str, report: dict[str, Any]) -> str:
     path = os.path.join(workdir, "report.json")
     files.write_json(path, report)

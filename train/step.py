@@ -123,6 +123,20 @@ def init_state(
     return graphdef, state
 
 
+def init_replicas(cfg: Config, image_shape: tuple[int, int, int]) -> tuple[nnx.GraphDef, State]:
+    """(graphdef, state) of ``cfg.seeds`` fresh runs with seeds ``cfg.seed …``, each exactly the state of the
+    single run with its seed, stacked on a leading replica axis; ``state['seed']`` [S] holds the seeds."""
+    seeds = range(cfg.seed, cfg.seed + cfg.seeds)
+    inits = [init_state(dataclasses.replace(cfg, seed=s, seeds=1), image_shape) for s in seeds]
+    state = jax.tree.map(lambda *leaves: jnp.stack(leaves), *(st for _, st in inits))
+    return inits[0][0], {**state, "seed": jnp.asarray(list(seeds), jnp.int32)}
+
+
+def replica(state: State, index: int) -> State:
+    """Replica ``index`` of a stacked several-seeds state, as the single run's state (no ``seed`` entry)."""
+    return jax.tree.map(lambda x: x[index], {k: v for k, v in state.items() if k != "seed"})
+
+
 def ema_decay(cfg: Config, n_train: int) -> float | None:
     """Per-step decay of the weights' EMA: ``cfg.ema`` per epoch, i.e. ema^(1/steps per epoch)."""
     return None if cfg.ema is None else cfg.ema ** (1.0 / steps_per_epoch(cfg, n_train))
@@ -253,10 +267,10 @@ def make_step(
         raise ValueError(f"ema must be the per-step decay when cfg.ema is set (cfg.ema={cfg.ema}), got {ema}")
     objective_fn = Objective.from_config(cfg)
     views = Views(cfg.views, cfg.augment, compute_dtype(cfg))
-    base_key = jax.random.key(cfg.seed)
 
     def step(state, batch):
-        key = jax.random.fold_in(base_key, state["step"])
+        # a replica of a several-seeds run carries its own seed (init_replicas); a single run uses cfg.seed
+        key = jax.random.fold_in(jax.random.key(state.get("seed", cfg.seed)), state["step"])
         k_aug, k_prior = jax.random.split(key)
         x = views(k_aug, batch["x"], batch["pos"])
         labels = jnp.tile(batch["y"], views.n)
@@ -277,6 +291,8 @@ def make_step(
         }
         if ema is not None:
             new["ema"] = ema_update(state["ema"], new["params"], ema, new["step"])
+        if "seed" in state:
+            new["seed"] = state["seed"]
         metrics = {"loss": total, **terms, "grad_norm": optax.tree.norm(grads)}
         return new, parallel.pmean(metrics, axis_name)
 
@@ -307,6 +323,7 @@ def make_call(
     length: int,
     batches: data.Batches | None = None,
     axis_name: str | None = parallel.AXIS,
+    replicas: bool = False,
 ) -> Callable[[State, Any, Any], tuple[State, dict[str, jax.Array]]]:
     """Per-device ``call(state, tables, feed) -> (state, metrics)``: ``length`` steps of ``one_step`` in one
     ``lax.scan`` (straight-line on CPU), the metrics averaged over them (a log window's mean stays a mean).
@@ -315,16 +332,32 @@ def make_call(
     the :func:`data.label_tables`; each step draws its global batch from its own step counter and takes this
     device's rows of it (no host work, no transfer); ``feed`` is unused. Host feed: ``feed`` leaves
     [length, n, ...] hold this device's rows of each step's batch; ``tables`` is unused.
+
+    ``replicas``: the state is :func:`init_replicas`'s, several seeds stacked on a leading axis; the step is
+    ``jax.vmap``-ped over it, each replica drawing its own batches and augmentations (device feed only), and
+    the metrics come per replica ([S]).
     """
+
+    if replicas and batches is None:
+        raise ValueError(
+            "replicas (several seeds in one program) draw their batches on the devices: pass batches"
+        )
+
+    def drawn_step(state, tables):
+        """One step on this device's rows of the step's global batch, drawn with the state's own seed (each
+        replica's batches) or the run's."""
+        own = dataclasses.replace(batches, seed=state["seed"]) if "seed" in state else batches
+        count = own.batch // (1 if axis_name is None else lax.axis_size(axis_name))
+        start = 0 if axis_name is None else lax.axis_index(axis_name) * count
+        rows = own.rows(tables, state["step"], start, count)
+        return one_step(state, {"x": tables["images"][rows["idx"]], "y": rows["y"], "pos": rows["pos"]})
+
+    if replicas:  # the state's leaves are stacked on a leading replica axis; the tables are shared
+        drawn_step = jax.vmap(drawn_step, in_axes=(0, None))
 
     def call(state, tables, feed):
         def body(state, batch):
-            if batches is not None:
-                count = batches.batch // (1 if axis_name is None else lax.axis_size(axis_name))
-                start = 0 if axis_name is None else lax.axis_index(axis_name) * count
-                rows = batches.rows(tables, state["step"], start, count)
-                batch = {"x": tables["images"][rows["idx"]], "y": rows["y"], "pos": rows["pos"]}
-            return one_step(state, batch)
+            return drawn_step(state, tables) if batches is not None else one_step(state, batch)
 
         if not _unrolled(length):
             state, metrics = lax.scan(body, state, None if batches is not None else feed, length=length)
