@@ -296,3 +296,30 @@ def test_every_preset_runs_on_digits_and_writes_its_outputs(preset, tmp_path):
         assert 0 <= saved["piecewise_linear_accuracy"] <= 1
     if preset == "simo":
         assert 0 <= saved["linear_probe_accuracy"] <= 1
+
+
+def test_raw_baseline_is_computed_once_per_data_set(monkeypatch):
+    """The raw-pixel baseline equals geojax.metrics on the pixels; a second data set object with the same arrays
+    reuses it, one with other labels does not."""
+    from geojax import metrics
+
+    from train import report
+
+    ds = data.load("digits")
+    q, r = ds.test_x.reshape(len(ds.test_x), -1), ds.train_x.reshape(len(ds.train_x), -1)
+    want = {
+        "precision_at_1": metrics.precision_at_1(q, ds.test_y, r, ds.train_y, similarity="neg_euclidean"),
+        "knn_accuracy": metrics.knn_accuracy(q, ds.test_y, r, ds.train_y, k=3, similarity="neg_euclidean"),
+    }
+    calls = []
+    counted = metrics.precision_at_1
+    monkeypatch.setattr(metrics, "precision_at_1", lambda *a, **k: calls.append(1) or counted(*a, **k))
+    monkeypatch.setattr(report, "_RAW_BASELINES", {})
+    assert report.raw_baseline(ds, 3) == want and len(calls) == 1
+    copy = dataclasses.replace(ds, train_x=ds.train_x.copy())
+    assert report.raw_baseline(copy, 3) == want and len(calls) == 1  # same arrays: reused
+    relabelled = dataclasses.replace(ds, test_y=(ds.test_y + 1) % ds.num_classes)
+    assert report.raw_baseline(relabelled, 3)["precision_at_1"] != want["precision_at_1"] and len(calls) == 2
+    assert report.raw_baseline(ds, 5)["knn_accuracy"] == pytest.approx(
+        metrics.knn_accuracy(q, ds.test_y, r, ds.train_y, k=5, similarity="neg_euclidean")
+    )
