@@ -299,10 +299,9 @@ def test_every_preset_runs_on_digits_and_writes_its_outputs(preset, tmp_path):
 
 
 def test_raw_baseline_is_computed_once_per_data_set(monkeypatch):
-    """The raw-pixel baseline equals geojax.metrics on the pixels; a second data set object with the same arrays
-    reuses it, one with other labels does not."""
+    """The raw-pixel baseline equals geojax.metrics on the pixels; a second data set object with the same
+    arrays reuses it, one with other labels does not."""
     from geojax import metrics
-
     from train import report
 
     ds = data.load("digits")
