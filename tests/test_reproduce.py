@@ -12,7 +12,8 @@ import jax
 import numpy as np
 import pytest
 
-from train import plots
+from train import config, plots
+from train import data as data_lib
 from train.reproduce import common, render, simo, torus
 from train.reproduce.__main__ import _compilation_cache, main
 
@@ -22,8 +23,8 @@ CLAIM_KEYS = {"claim", "ours", "paper", "source", "rule", "verdict"}
 @pytest.fixture(scope="module")
 def outputs(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("reproduce") / "new" / "folder")  # created by the command
-    results = main(["002", "--tiny", "--out", out])
-    results += main(["004", "--tiny", "--out", out])
+    results = main(["002", "--scale", "tiny", "--out", out])
+    results += main(["004", "--scale", "tiny", "--out", out])
     return out, {r["seed"]: r for r in results}
 
 
@@ -34,7 +35,7 @@ def _finite(x) -> bool:
 def test_json_files_match_results_and_have_claim_tables(outputs):
     out, results = outputs
     for seed, res in results.items():
-        with open(os.path.join(out, f"reproduce_{seed}.json"), encoding="utf-8") as f:
+        with open(os.path.join(out, f"reproduce_{seed}_tiny.json"), encoding="utf-8") as f:
             on_disk = json.load(f)
         assert on_disk == res
         assert res["claims"], seed
@@ -45,7 +46,7 @@ def test_json_files_match_results_and_have_claim_tables(outputs):
         assert _finite(res["wall_s"]) and res["wall_s"] > 0
         assert res["scale"]["name"] == "tiny"
         assert res["data"]["name"] == "digits" and res["data"]["train"] + res["data"]["test"] == 1797
-        assert res["command"].startswith(f"python -m train.reproduce {seed} --tiny")
+        assert res["command"].startswith(f"python -m train.reproduce {seed} --scale tiny")
     assert not [p for p in os.listdir(out) if p.startswith(".tmp-")]  # no temporary files left
 
 
@@ -74,7 +75,7 @@ def test_seed_004_runs_and_verdicts(outputs):
     # The ablation really trained with its own loss (simo_orthogonality=false is part of the recipe).
     assert res["runs"][0]["loss_trace"] != res["runs"][1]["loss_trace"]
     for r in res["runs"]:
-        assert not r["diverged"] and r["steps"] == common.SCALES["tiny"].steps
+        assert not r["diverged"] and r["steps"] == common.SCALES["tiny"].images // 128  # simo_cifar10's batch
         assert _finite(r["wall_s"]) and _finite(r["max_grad_norm"])
         rep = r["report"]
         for key in ("precision_at_1", "knn_accuracy", "linear_probe_accuracy"):
@@ -112,7 +113,7 @@ def test_markdown_holds_every_seed_and_claim(outputs):
 
 def test_scale_is_built_with_keywords():
     tiny = common.SCALES["tiny"]
-    assert dataclasses.replace(tiny, steps=7).steps == 7
+    assert dataclasses.replace(tiny, images=7).images == 7
     with pytest.raises(TypeError):
         common.Scale(*dataclasses.astuple(tiny))  # positionals are refused
 
@@ -122,14 +123,16 @@ def test_claim_and_run_records():
     assert common.Claim(**kw, holds=True).to_json() == {**kw, "verdict": common.HOLDS}
     assert common.Claim(**kw, holds=False).to_json()["verdict"] == common.FAILS
     trained = common.Run(
-        name="a", overrides={"preset": "simo"}, seed=0, steps=3, report={"precision_at_1": 0.5}
+        name="a", overrides={"preset": "simo"}, seed=0, steps=3, epochs=0.5, report={"precision_at_1": 0.5}
     )
     trained.report["recall_at_k"] = {"1": 0.25}
     trained.extra["ablation"] = True
     row = trained.to_json()
     assert "error" not in row and row["report"]["precision_at_1"] == 0.5 and row["ablation"] is True
     assert trained.metric("precision_at_1") == 0.5 and trained.metric("recall_at_1") == 0.25
-    diverged = common.Run(name="b", overrides={}, seed=1, steps=3, diverged=True, error="nan loss")
+    diverged = common.Run(
+        name="b", overrides={}, seed=1, steps=3, epochs=0.5, diverged=True, error="nan loss"
+    )
     row = diverged.to_json()
     assert "report" not in row and row["error"] == "nan loss" and row["diverged"] is True
     assert math.isnan(diverged.metric("precision_at_1"))
@@ -218,7 +221,10 @@ def test_render_cites_papers_and_escapes_cells(tmp_path):
     (tmp_path / "reproduce_000.json").write_text(json.dumps(res), encoding="utf-8")
     text = render.render(str(tmp_path))
     assert text.rstrip("\n") + "\n" == (tmp_path / "reproduction.md").read_text(encoding="utf-8")
-    assert f"| paper | claim | {res['data']['name']} |" in text and f"## {res['title']}" in text
+    assert (
+        f"| paper | claim | {res['data']['name']}, {res['scale']['name']} |" in text
+        and f"## {res['title']}" in text
+    )
     for c in res["claims"]:
         assert f"| Stowell 2026 | {c['claim']} | {c['verdict']} |" in text
     assert "\\|P@1(torusN) − P@1(sphere)\\| ≤ 2 pts" in text  # a '|' inside a cell is escaped
@@ -248,11 +254,11 @@ def test_render_puts_data_sets_side_by_side(tmp_path):
     for name, res in files.items():
         (tmp_path / name).write_text(json.dumps(res), encoding="utf-8")
     text = render.render(str(tmp_path))
-    assert "| paper | claim | digits | npz:m.npz |" in text
+    assert "| paper | claim | digits, full | npz:m.npz, full |" in text
     assert f"| Korman 2021 | c0 | {common.HOLDS} | {common.FAILS} |" in text
     assert f"| Korman 2021 | c1 | {common.FAILS} | – |" in text
     assert f"| Bouhsine et al. 2024 | c0 | – | {common.HOLDS} |" in text
-    digits, npz = text.index("## Data: digits"), text.index("## Data: npz:m.npz")
+    digits, npz = text.index("## Data: digits, full"), text.index("## Data: npz:m.npz, full")
     assert digits < npz and "wall time 90 s (1.5 min) summed over the papers, 1.5 min from" in text[:npz]
     assert "wall time 180 s (3.0 min) summed over the papers, 4.0 min from" in text[npz:]  # 00:00:30-00:04:30
     assert "`cmd `" in text[digits:npz] and "`cmd m`" in text[npz:]
@@ -260,13 +266,21 @@ def test_render_puts_data_sets_side_by_side(tmp_path):
 
 def test_runs_table_marks_divergence():
     runs = [
-        common.Run(name="ok", overrides={}, seed=0, steps=5, report={"precision_at_1": 0.875}, wall_s=1.25),
-        common.Run(name="bad", overrides={}, seed=1, steps=5, diverged=True, error="nan"),
+        common.Run(
+            name="ok",
+            overrides={},
+            seed=0,
+            steps=5,
+            epochs=1.0,
+            report={"precision_at_1": 0.875},
+            wall_s=1.25,
+        ),
+        common.Run(name="bad", overrides={}, seed=1, steps=5, epochs=1.0, diverged=True, error="nan"),
     ]
     lines = render.runs_table(runs).splitlines()
-    assert lines[0].startswith("| run | seed | steps | P@1 |") and lines[1].startswith("|:---|---:|")
-    assert lines[2] == "| ok | 0 | 5 | 0.8750 | – | – | – | – | – | 1.2 |"
-    assert lines[3].startswith("| bad (DIVERGED) | 1 | 5 | – |")
+    assert lines[0].startswith("| run | seed | steps | epochs | P@1 |") and lines[1].startswith("|:---|---:|")
+    assert lines[2] == "| ok | 0 | 5 | 1 | 0.8750 | – | – | – | – | – | 1.2 |"
+    assert lines[3].startswith("| bad (DIVERGED) | 1 | 5 | 1 | – |")
 
 
 def test_target_noise_against_a_loop_and_plots(tmp_path):
@@ -300,7 +314,7 @@ def test_a_sweep_rerun_reads_back_finished_runs_and_resumes_the_interrupted_one(
     from train import app
 
     real_run = app.run
-    reference = main(["004", "--tiny", "--out", str(tmp_path / "whole")])[0]
+    reference = main(["004", "--scale", "tiny", "--out", str(tmp_path / "whole")])[0]
     out = str(tmp_path / "split")
     interrupted = "simo-no-orthogonality-D8-seed0"
 
@@ -312,7 +326,7 @@ def test_a_sweep_rerun_reads_back_finished_runs_and_resumes_the_interrupted_one(
 
     monkeypatch.setattr(app, "run", killed_midway)
     with pytest.raises(RuntimeError, match="machine lost"):
-        main(["004", "--tiny", "--out", out])
+        main(["004", "--scale", "tiny", "--out", out])
     runs = os.path.join(out, "runs", "digits", "tiny", "004")
     assert os.path.exists(os.path.join(runs, "simo-D8-seed0", "report.json"))
     assert not os.path.exists(os.path.join(runs, interrupted, "report.json"))
@@ -323,9 +337,35 @@ def test_a_sweep_rerun_reads_back_finished_runs_and_resumes_the_interrupted_one(
         return real_run(cfg, **kwargs)
 
     monkeypatch.setattr(app, "run", recorded)
-    again = main(["004", "--tiny", "--out", out])[0]
+    again = main(["004", "--scale", "tiny", "--out", out])[0]
     assert trained == [interrupted]  # the finished run is read back, only the interrupted one trains
     with open(os.path.join(runs, interrupted, "metrics.jsonl")) as f:
         assert [json.loads(line)["step"] for line in f][0] == 1  # resumed after its first step
     assert [r.get("reused", False) for r in again["runs"]] == [True, False]
     assert again["claims"] == reference["claims"] and again["details"] == reference["details"]
+
+
+def test_run_length_is_the_recipes_epochs_or_the_scales_share():
+    cfg = config.make(preset="msimclr_mnist", dataset="digits")  # 100 epochs of batch 128
+    assert common.run_steps(cfg, 60_000, None) == 100 * (60_000 // 128)
+    assert common.run_steps(cfg, 60_000, 480_000) == 480_000 // 128  # 8 of the 100 epochs
+    assert common.run_steps(cfg, 1_347, 480_000) == 100 * (1_347 // 128)  # the recipe's epochs come first
+    assert common.run_steps(cfg, 60_000, 10) == 1  # at least one step
+    steps_only = config.make(preset="supcon")  # a recipe given in steps
+    assert common.run_steps(steps_only, 60_000, None) == steps_only.steps
+
+
+def test_run_keys_set_the_scales_encoder_and_length():
+    ds = data_lib.load("digits")
+
+    def keys(scale, **overrides):
+        ctx = common.Context(scale=common.SCALES[scale], data="digits", dataset=ds, runs_dir="", out="")
+        return common.run_keys(ctx, overrides)
+
+    cpu = keys("cpu", preset="simo_cifar10")
+    assert (cpu["encoder"], cpu["width"], cpu["precision"]) == ("mlp", 256, "fp32")
+    assert cpu["steps"] == 100 * (len(ds.train_y) // 128) and cpu["probe_epochs"] == 10
+    paper = keys("paper", preset="simo_cifar10")
+    assert paper["encoder"] == "resnet18" and "width" not in paper and "precision" not in paper
+    assert "probe_epochs" not in paper  # the recipe's one epoch
+    assert "probe_epochs" not in keys("cpu", preset="supcon_cifar10")  # no probe: the key is not used

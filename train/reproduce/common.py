@@ -15,9 +15,14 @@ import numpy as np
 from scipy import stats
 
 from geojax import metrics
-from train import app, config, data, evaluate, loop
+from train import app, config, data, evaluate, loop, step
 
 HOLDS, FAILS = "holds", "does not hold at this scale"
+# The cpu scale's share of the papers' epochs: 480,000 training images per run (8 epochs of Fashion-MNIST's
+# 60,000; a digits run reaches its recipe's 100 epochs first), so that all five papers fit about two hours
+# on two CPU cores.
+CPU_IMAGES = 480_000
+CHECKPOINT_EVERY = 2000  # steps between a run's checkpoints (an interrupted run loses at most these)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -59,24 +64,28 @@ PAPERS: dict[str, Paper] = {
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Scale:
-    """Sizes of one reproduction scale (``full``, ``quick`` or the test-only ``tiny``)."""
+    """Sizes of one reproduction scale: ``paper`` (the papers' encoder and length), ``cpu`` (the same recipes
+    with a small encoder, at the papers' epochs or the share of them that fits this machine), ``quick`` or the
+    test-only ``tiny``.
+
+    Every run is a paper's recipe (an app preset) on the chosen data with this scale's encoder; it trains the
+    recipe's epochs, or ``images`` training images (steps × batch) where those are fewer.
+    """
 
     name: str
-    steps: int  # training steps per run (Korman 2021, Feeney & Hughes 2024, Bouhsine et al. 2024)
+    encoder: str  # every run's encoder: "mlp" (of ``width``, in fp32) or the papers' "resnet18"
     width: int  # MLP encoder width
-    batch: int  # images per step (SimCLR / SupCon runs; MTriplet keeps 8 classes × 4)
-    dim: int  # D of Feeney & Hughes 2024's runs
-    seeds: int  # training seeds per configuration (MTriplet, Feeney & Hughes 2024, Bouhsine et al. 2024)
-    atlas_seeds: int  # Korman 2021's MSimCLR: training seeds per chart count (the paper: three)
-    torus_epochs: float  # Stowell 2026's recipe (batch 200, D = 16): epochs per sphere / torusN run …
-    torus_max_steps: int  # … but at most this many steps
-    torus_seeds: int  # training seeds per geometry in the sphere vs torusN comparison
+    images: int | None  # at most this many training images per run (None: the recipe's epochs)
+    probe_epochs: int | None  # linear / piecewise-linear probe epochs (None: the recipe's)
+    seeds: int  # training seeds per configuration (MTriplet, Feeney & Hughes 2024)
+    charts: tuple[int, ...]  # Korman 2021's MSimCLR chart counts at d = 2 (the claim compares the first two)
+    atlas_seeds: int  # … and its training seeds per chart count (the paper: three)
+    torus_seeds: int  # Stowell 2026: training seeds per geometry in the sphere vs torusN comparison
     unstable_dims: tuple[int, ...]  # Stowell 2026's torusC stability test: the low dimensions D
     unstable_steps: int  # … steps per run (the instabilities arise early in training, Stowell 2026 §3.1)
     unstable_seeds: int  # … seeds per dimension and clipping setting
     simo_dims: tuple[int, ...]  # Bouhsine et al. 2024: embedding dimensions of the SimO ablation …
     simo_seeds: int  # … and its training seeds per dimension and variant
-    probe_epochs: int  # linear / piecewise-linear probe epochs
     binary_factors: tuple[float, ...]  # Hong, Meng & Yuan 2018: code bits b / input width d
     binary_rows: int  # Hong, Meng & Yuan 2018: at most this many feature rows
     binary_max_bits: int  # … and codes of at most this many bits (ITQ's b × b rotation grows as b³)
@@ -87,23 +96,44 @@ class Scale:
 
 
 SCALES: dict[str, Scale] = {
-    "full": Scale(
-        name="full",
-        steps=500,
-        width=256,
-        batch=256,
-        dim=32,
-        seeds=1,
+    "paper": Scale(
+        name="paper",
+        encoder="resnet18",
+        width=0,
+        images=None,
+        probe_epochs=None,
+        seeds=3,
+        charts=(1, 16, 4, 32),
         atlas_seeds=3,
-        torus_epochs=100,
-        torus_max_steps=700,
+        torus_seeds=3,
+        unstable_dims=(2, 4, 8),
+        unstable_steps=1000,
+        unstable_seeds=3,
+        simo_dims=(16, 4),
+        simo_seeds=3,
+        binary_factors=(0.25, 0.5, 1.0, 2.0, 4.0),
+        binary_rows=70000,
+        binary_max_bits=4096,
+        itq_iters=50,
+        tp_iters=5,
+        bootstrap=1000,
+        pq_iters=25,
+    ),
+    "cpu": Scale(
+        name="cpu",
+        encoder="mlp",
+        width=256,
+        images=CPU_IMAGES,
+        probe_epochs=10,
+        seeds=1,
+        charts=(1, 16),
+        atlas_seeds=3,
         torus_seeds=3,
         unstable_dims=(2, 4, 8),
         unstable_steps=300,
         unstable_seeds=2,
         simo_dims=(16, 4),
         simo_seeds=1,
-        probe_epochs=10,
         binary_factors=(0.25, 0.5, 1.0, 2.0, 4.0),
         binary_rows=4000,
         binary_max_bits=1024,
@@ -114,21 +144,19 @@ SCALES: dict[str, Scale] = {
     ),
     "quick": Scale(
         name="quick",
-        steps=150,
+        encoder="mlp",
         width=128,
-        batch=128,
-        dim=32,
+        images=20_000,
+        probe_epochs=10,
         seeds=1,
+        charts=(1, 16),
         atlas_seeds=1,
-        torus_epochs=10,
-        torus_max_steps=150,
         torus_seeds=2,
         unstable_dims=(2,),
         unstable_steps=150,
         unstable_seeds=2,
         simo_dims=(16,),
         simo_seeds=1,
-        probe_epochs=10,
         binary_factors=(0.5, 1.0, 2.0),
         binary_rows=5000,
         binary_max_bits=1024,
@@ -139,21 +167,19 @@ SCALES: dict[str, Scale] = {
     ),
     "tiny": Scale(
         name="tiny",
-        steps=3,
+        encoder="mlp",
         width=16,
-        batch=32,
-        dim=8,
+        images=384,
+        probe_epochs=1,
         seeds=1,
+        charts=(1, 16),
         atlas_seeds=1,
-        torus_epochs=0.1,
-        torus_max_steps=3,
         torus_seeds=1,
         unstable_dims=(2,),
         unstable_steps=3,
         unstable_seeds=1,
         simo_dims=(8,),
         simo_seeds=1,
-        probe_epochs=1,
         binary_factors=(1.0,),
         binary_rows=600,
         binary_max_bits=1024,
@@ -194,6 +220,7 @@ class Run:
     overrides: dict[str, Any]  # config keys given on top of the scale's defaults
     seed: int
     steps: int
+    epochs: float  # passes over the training split (steps × batch / training images)
     diverged: bool = False
     report: dict[str, Any] | None = None  # the app's report without workdir / device; None when diverged
     error: str | None = None  # the divergence message
@@ -292,19 +319,42 @@ def clean(v: Any) -> Any:
 
 def run_keys(ctx: Context, overrides: dict[str, Any]) -> dict[str, Any]:
     """The keys every run of ``ctx`` gets beside its ``overrides`` (a preset plus changes): the data set, the
-    scale's steps and width, quiet logging, its run directory; the held-out fraction and the probe's epochs
-    only when the run uses them (the config refuses keys a run does not use)."""
-    keys = {
-        "dataset": ctx.data,
-        "steps": ctx.scale.steps,
-        "width": ctx.scale.width,
-        "progress": False,
-        "checkpoint_every": ctx.scale.steps,
-        "log_every": min(25, ctx.scale.steps),
-    }
+    scale's encoder (an MLP of the scale's width in fp32, or the recipe's precision), its length (the recipe's
+    epochs, or the scale's share of them), quiet logging; the held-out fraction and the probe's epochs only
+    when the run uses them (the config refuses keys a run does not use)."""
+    s = ctx.scale
+    keys: dict[str, Any] = {"dataset": ctx.data, "encoder": s.encoder, "progress": False}
+    if s.encoder == "mlp":
+        keys |= {"width": s.width, "precision": "fp32"}
     cfg = config.make(**{**keys, **overrides})
-    optional = {"test_fraction": ctx.test_fraction, "probe_epochs": ctx.scale.probe_epochs}
-    return keys | {k: v for k, v in optional.items() if config.applies(k, cfg)}
+    steps = run_steps(cfg, len(ctx.dataset.train_y), s.images)
+    keys |= {"steps": steps, "log_every": min(25, steps), "checkpoint_every": min(steps, CHECKPOINT_EVERY)}
+    optional = {"test_fraction": ctx.test_fraction, "probe_epochs": s.probe_epochs}
+    return keys | {k: v for k, v in optional.items() if v is not None and config.applies(k, cfg)}
+
+
+def run_steps(cfg: config.Config, n_train: int, images: int | None) -> int:
+    """Steps of a run: the recipe's (its epochs over ``n_train`` images, or its steps), at most ``images``
+    training images (steps × batch, at least one step) when given."""
+    steps = step.resolve(cfg, n_train).steps
+    return steps if images is None else max(1, min(steps, images // cfg.batch_size))
+
+
+def scale_note(ctx: Context) -> str:
+    """What the scale does to every recipe, in one sentence for a paper's notes."""
+    s = ctx.scale
+    if s.encoder == "mlp":
+        what = f"the recipes with an MLP encoder (width {s.width}, fp32) in place of the papers' ResNet-18"
+    else:
+        what = f"the recipes with the papers' encoder ({s.encoder})"
+    if s.images is None:
+        return f"Scale {s.name}: {what}, each for its recipe's epochs."
+    share = s.images / len(ctx.dataset.train_y)
+    return (
+        f"Scale {s.name}: {what}, each for its recipe's epochs or {s.images:,} training images "
+        f"(steps × batch; {share:.3g} epochs of this training split), whichever is less; a schedule (cosine) "
+        "spans the steps run."
+    )
 
 
 def train_recipe(ctx: Context, name: str, **overrides: Any) -> tuple[Run, dict[str, Any] | None]:
@@ -322,7 +372,8 @@ def train_recipe(ctx: Context, name: str, **overrides: Any) -> tuple[Run, dict[s
     workdir = os.path.join(ctx.runs_dir, name)
     cfg = config.make(**{**run_keys(ctx, overrides), **overrides, "workdir": workdir})
     t0 = time.time()
-    run = Run(name=name, overrides=dict(overrides), seed=cfg.seed, steps=cfg.steps)
+    epochs = round(cfg.steps * cfg.batch_size / len(ctx.dataset.train_y), 3)
+    run = Run(name=name, overrides=dict(overrides), seed=cfg.seed, steps=cfg.steps, epochs=epochs)
     emb: dict[str, Any] | None
     finished = os.path.join(workdir, "report.json")
     try:

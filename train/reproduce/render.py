@@ -22,8 +22,21 @@ def _cell(text: str) -> str:
 
 
 def runs_table(runs: Sequence[Run]) -> str:
-    """The training runs: name, seed, steps, the report's retrieval / probe metrics, max ‖g‖, wall time."""
-    header = ["run", "seed", "steps", "P@1", "kNN@5", "R@1", "probe", "circ. var.", "max ‖g‖", "wall s"]
+    """The training runs: name, seed, steps, epochs, the report's retrieval / probe metrics, max ‖g‖, wall
+    time."""
+    header = [
+        "run",
+        "seed",
+        "steps",
+        "epochs",
+        "P@1",
+        "kNN@5",
+        "R@1",
+        "probe",
+        "circ. var.",
+        "max ‖g‖",
+        "wall s",
+    ]
     rows = []
     for r in runs:
         rep = r.report or {}
@@ -32,6 +45,7 @@ def runs_table(runs: Sequence[Run]) -> str:
                 r.name + (" (DIVERGED)" if r.diverged else ""),
                 r.seed,
                 r.steps,
+                f"{r.epochs:.3g}",
                 rep.get("precision_at_1"),
                 rep.get("knn_accuracy"),
                 (rep.get("recall_at_k") or {}).get("1"),
@@ -64,11 +78,10 @@ def paper_section(res: Mapping[str, Any]) -> str:
     lines = [
         f"### {res['title']}",
         "",
-        f"`{res['command']}` · scale **{sc['name']}** ({sc['steps']} steps/run, MLP width {sc['width']}, "
-        f"batch {sc['batch']}) · data {d['name']} ({d['train']} train / {d['test']} test, "
-        f"{d['classes']} classes, images {'×'.join(map(str, d['image_shape']))}) · training seeds "
-        f"{res['training_seeds'] or '–'} · {len(res['runs'])} training runs · wall time {res['wall_s']} s "
-        f"on {res['device']} · {res['finished']}",
+        f"`{res['command']}` · scale **{sc['name']}** · data {d['name']} ({d['train']} train / "
+        f"{d['test']} test, {d['classes']} classes, images {'×'.join(map(str, d['image_shape']))}) · "
+        f"training seeds {res['training_seeds'] or '–'} · {len(res['runs'])} training runs · wall time "
+        f"{res['wall_s']} s on {res['device']} · {res['finished']}",
         "",
         claims,
         "",
@@ -85,7 +98,8 @@ def paper_section(res: Mapping[str, Any]) -> str:
 
 
 def _data_name(res: Mapping[str, Any]) -> str:
-    return res["data"]["name"]
+    """A part of the page: the data set and the scale."""
+    return f"{res['data']['name']}, {res['scale']['name']}"
 
 
 def render(out: str) -> str:
@@ -96,7 +110,7 @@ def render(out: str) -> str:
     for path in sorted(glob.glob(os.path.join(out, "reproduce_[0-9][0-9][0-9]*.json"))):
         with open(path, encoding="utf-8") as f:
             results.append(json.load(f))
-    results.sort(key=lambda r: (r["data"].get("tag", ""), r["seed"]))
+    results.sort(key=lambda r: (r["data"].get("tag", ""), r["scale"]["name"], r["seed"]))
     names = list(dict.fromkeys(_data_name(r) for r in results))
     verdicts: dict[tuple[str, str], dict[str, str]] = {}  # (paper, claim) → data set → verdict
     for r in results:
@@ -133,7 +147,7 @@ def render(out: str) -> str:
         ]
     text = "\n".join(
         [
-            "# Reproduction of the papers' claims (reduced scale)",
+            "# Reproduction of the papers' claims",
             "",
             "Made by: " + ", ".join(f"`{c}`" for c in dict.fromkeys(r["command"] for r in results)),
             "",
@@ -142,14 +156,17 @@ def render(out: str) -> str:
             "measured at this size, not a judgement of the paper. Papers and their command-line selectors: "
             f"{selectors}.",
             "",
-            "Data: `digits` is scikit-learn's bundled 8×8 digits (the default; no download). The MNIST part "
-            "uses the official MNIST test set (10,000 images of 28×28) split by train.data's seeded, "
-            "stratified split into 8,000 train / 2,000 test (`--test-fraction 0.2`). To rerun it, make "
-            "`mnist_t10k.npz` from the official IDX files with `python -m train.data "
-            "t10k-images-idx3-ubyte.gz t10k-labels-idx1-ubyte.gz mnist_t10k.npz` and pass "
-            "`--data npz:mnist_t10k.npz --test-fraction 0.2`. The full scale is sized to finish each data "
-            "set in about an hour on 2 shared CPU cores: fewer steps, seeds and bits than the papers, where "
-            "the sections below say so.",
+            "Scales (`--scale`): `paper` runs each paper's recipe as the paper does (ResNet-18, the "
+            "recipe's epochs; a GPU's work). `cpu` runs the same recipes with an MLP encoder in fp32 for the "
+            "recipe's epochs or 480,000 training images per run, whichever is less. `full` is the `cpu` "
+            "scale's predecessor (fixed step counts, digits-era presets; see the note above).",
+            "",
+            "Data: `digits` is scikit-learn's bundled 8×8 digits (the default; no download). Fashion-MNIST "
+            "(Xiao et al. 2017) is the four official IDX files with their own 60,000 / 10,000 split "
+            "(`--data idx:DIR`). The MNIST part uses the official MNIST test set (10,000 images of 28×28) "
+            "split by train.data's seeded, stratified split into 8,000 train / 2,000 test "
+            "(`--test-fraction 0.2`); to rerun it, make `mnist_t10k.npz` from the official IDX files with "
+            "`python -m train.data t10k-images-idx3-ubyte.gz t10k-labels-idx1-ubyte.gz mnist_t10k.npz`.",
             "",
             summary,
             "",

@@ -17,16 +17,15 @@ from train.reproduce.common import (
     Run,
     mean,
     mean_sd,
+    scale_note,
     t_interval,
     train_recipe,
 )
 from train.reproduce.render import records_table, runs_table
 
 PAPER = PAPERS["000"]
-# Stowell 2026's recipe is the app's CIFAR preset of each geometry (config.STOWELL_2026); on this scale's data
-# it changes only what belongs to the data set and the machine: an MLP encoder (of the scale's width), ±1 px
-# shifts, fp32, and the number of steps.
-SCALE_KEYS = {"encoder": "mlp", "augment": "shift", "precision": "fp32"}
+# Stowell 2026's recipe is the app's CIFAR preset of each geometry (config.STOWELL_2026), run on the chosen
+# data with the scale's encoder and length (common.run_keys).
 RECIPE = config.STOWELL_2026
 NO_CLIP = 1e30  # a clamp at 1e30 = no clipping
 EQUIVALENT = 0.02  # torusN ≈ sphere: P@1 within 2 points
@@ -55,22 +54,13 @@ def matches(diff: float, lo: float, hi: float, margin: float = EQUIVALENT) -> bo
 
 
 def run(ctx: Context) -> dict[str, Any]:
-    """Training: sphere and torusN with the paper's recipe (scale.torus_seeds seeds each, scale.torus_epochs
-    epochs up to scale.torus_max_steps steps), and torusC at each of scale.unstable_dims with and without
-    clipping. Returns the runs (with the embeddings of the sphere / torusN runs) and the length trained."""
+    """Training: sphere and torusN with the paper's recipe (scale.torus_seeds seeds each), and torusC at each
+    of scale.unstable_dims with and without clipping. Returns the runs (with the embeddings of the sphere /
+    torusN runs)."""
     s = ctx.scale
-    per_epoch = len(ctx.dataset.train_y) / RECIPE["batch_size"]
-    steps = min(max(1, round(s.torus_epochs * per_epoch)), s.torus_max_steps)
     main: dict[str, list[tuple[Run, dict[str, Any] | None]]] = {
         geometry: [
-            train_recipe(
-                ctx,
-                f"{geometry}-D{RECIPE['dim']}-seed{seed}",
-                preset=preset(geometry),
-                **SCALE_KEYS,
-                steps=steps,
-                seed=seed,
-            )
+            train_recipe(ctx, f"{geometry}-D{RECIPE['dim']}-seed{seed}", preset=preset(geometry), seed=seed)
             for seed in range(s.torus_seeds)
         ]
         for geometry in ("sphere", "torus_n")
@@ -83,7 +73,6 @@ def run(ctx: Context) -> dict[str, Any]:
                     ctx,
                     f"torus_c-D{dim}-{label.replace(' ', '')}-seed{seed}",
                     preset=preset("torus_c"),
-                    **SCALE_KEYS,
                     dim=dim,
                     clip=clip,
                     steps=s.unstable_steps,
@@ -92,7 +81,7 @@ def run(ctx: Context) -> dict[str, Any]:
                 )[0]
                 for seed in range(s.unstable_seeds)
             ]
-    return {"main": main, "unstable": unstable, "steps": steps, "epochs": steps / per_epoch}
+    return {"main": main, "unstable": unstable}
 
 
 def stability(unstable: dict[tuple[int, str], list[Run]], chance: float) -> dict[tuple[int, str], dict]:
@@ -182,8 +171,8 @@ def analyse(ctx: Context, trained: dict[str, Any]) -> dict[str, Any]:
         "eight_bit_drop": eight,
         "low_bit_drop": low,
         "dims": list(ctx.scale.unstable_dims),
-        "steps": trained["steps"],
-        "epochs": trained["epochs"],
+        "steps": main["sphere"][0][0].steps,
+        "epochs": main["sphere"][0][0].epochs,
     }
 
 
@@ -308,7 +297,6 @@ def findings(ctx: Context) -> Findings:
             "torus_n_minus_sphere": {"per_seed": n["deltas"], "mean": gap, "ci95": [gap_lo, gap_hi]},
             "recipe": {
                 "presets": [preset(g) for g in ("sphere", "torus_n", "torus_c")],
-                **SCALE_KEYS,
                 "steps": steps,
                 "epochs": epochs,
             },
@@ -317,11 +305,10 @@ def findings(ctx: Context) -> Findings:
         notes=[
             f"Recipe: the app's {preset('sphere')} / {preset('torus_n')} / {preset('torus_c')} presets "
             f"({PAPER.citation}'s public code: "
-            + ", ".join(f"{k}={v}" for k, v in RECIPE.items() if k not in SCALE_KEYS and k != "epochs")
-            + f") with {', '.join(f'{k}={v}' for k, v in SCALE_KEYS.items())}: our MLP encoder (width "
-            f"{s.width}), {steps} steps = {epochs:.3g} epochs of our training split (the paper: 100 "
-            f"epochs; here at most {s.torus_max_steps} steps, for the machine's time). "
-            f"torusC runs: the same recipe at D ∈ {{{', '.join(map(str, s.unstable_dims))}}}, "
+            + ", ".join(f"{k}={v}" for k, v in RECIPE.items())
+            + f"), on {ctx.dataset.name}: {steps} steps = {epochs:.3g} epochs (the paper: 100). "
+            + scale_note(ctx)
+            + f" torusC runs: the same recipe at D ∈ {{{', '.join(map(str, s.unstable_dims))}}}, "
             f"{s.unstable_steps} steps (the paper places the instabilities at the start of training, §3.1), "
             "every step's gradient norm logged; 'no clip' clamps at 1e30.",
             "A run 'failed' when it diverged (non-finite loss) or its P@1 stayed below twice chance.",
