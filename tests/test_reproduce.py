@@ -369,3 +369,30 @@ def test_run_keys_set_the_scales_encoder_and_length():
     assert paper["encoder"] == "resnet18" and "width" not in paper and "precision" not in paper
     assert "probe_epochs" not in paper  # the recipe's one epoch
     assert "probe_epochs" not in keys("cpu", preset="supcon_cifar10")  # no probe: the key is not used
+
+
+def test_paper_scale_runs_each_papers_recipe_with_resnet18(tmp_path, monkeypatch):
+    """Every run of the paper scale is a valid config: ResNet-18, the recipe's length, 10 steps per call (the
+    runs are recorded, not trained: each is reported as diverged, which the analyses must also survive)."""
+    from train import app
+    from train.reproduce.__main__ import run_paper
+
+    asked = []
+
+    def record(cfg, **kwargs):
+        asked.append(cfg)
+        raise FloatingPointError("recorded, not trained")
+
+    monkeypatch.setattr(app, "run", record)
+    scale = common.SCALES["paper"]
+    for key in ("000", "001", "003", "004"):
+        res = run_paper(key, scale=scale, data_spec="digits", out=str(tmp_path), command="c")
+        assert res["claims"] and all(r["diverged"] for r in res["runs"])
+    assert {c.encoder for c in asked} == {"resnet18"} and {c.steps_per_call for c in asked} == {10}
+    by_preset = {c.preset: c for c in asked}
+    assert set(by_preset) >= {"supcon_sphere_cifar100", "msimclr_mnist", "mtriplet", "sincere_cifar10"}
+    n_train = len(data_lib.load("digits").train_y)
+    msimclr = by_preset["msimclr_mnist"]  # Korman 2021 A.1: 100 epochs of batch 128
+    assert msimclr.steps == 100 * (n_train // 128) and msimclr.probe_epochs == 20
+    assert sorted({c.charts for c in asked if c.preset == "msimclr_mnist"}) == [1, 4, 16, 32]
+    assert by_preset["simo_cifar10"].probe_epochs == 1  # Bouhsine et al. 2024: one probe epoch

@@ -77,6 +77,7 @@ class Scale:
     width: int  # MLP encoder width
     images: int | None  # at most this many training images per run (None: the recipe's epochs)
     probe_epochs: int | None  # linear / piecewise-linear probe epochs (None: the recipe's)
+    steps_per_call: int  # training steps per dispatch (an accelerator idles between short steps)
     seeds: int  # training seeds per configuration (MTriplet, Feeney & Hughes 2024)
     charts: tuple[int, ...]  # Korman 2021's MSimCLR chart counts at d = 2 (the claim compares the first two)
     atlas_seeds: int  # … and its training seeds per chart count (the paper: three)
@@ -102,6 +103,7 @@ SCALES: dict[str, Scale] = {
         width=0,
         images=None,
         probe_epochs=None,
+        steps_per_call=10,
         seeds=3,
         charts=(1, 16, 4, 32),
         atlas_seeds=3,
@@ -125,6 +127,7 @@ SCALES: dict[str, Scale] = {
         width=256,
         images=CPU_IMAGES,
         probe_epochs=10,
+        steps_per_call=1,
         seeds=1,
         charts=(1, 16),
         atlas_seeds=3,
@@ -148,6 +151,7 @@ SCALES: dict[str, Scale] = {
         width=128,
         images=20_000,
         probe_epochs=10,
+        steps_per_call=1,
         seeds=1,
         charts=(1, 16),
         atlas_seeds=1,
@@ -171,6 +175,7 @@ SCALES: dict[str, Scale] = {
         width=16,
         images=384,
         probe_epochs=1,
+        steps_per_call=1,
         seeds=1,
         charts=(1, 16),
         atlas_seeds=1,
@@ -323,7 +328,12 @@ def run_keys(ctx: Context, overrides: dict[str, Any]) -> dict[str, Any]:
     epochs, or the scale's share of them), quiet logging; the held-out fraction and the probe's epochs only
     when the run uses them (the config refuses keys a run does not use)."""
     s = ctx.scale
-    keys: dict[str, Any] = {"dataset": ctx.data, "encoder": s.encoder, "progress": False}
+    keys: dict[str, Any] = {
+        "dataset": ctx.data,
+        "encoder": s.encoder,
+        "steps_per_call": s.steps_per_call,
+        "progress": False,
+    }
     if s.encoder == "mlp":
         keys |= {"width": s.width, "precision": "fp32"}
     cfg = config.make(**{**keys, **overrides})
