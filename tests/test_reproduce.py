@@ -396,3 +396,26 @@ def test_paper_scale_runs_each_papers_recipe_with_resnet18(tmp_path, monkeypatch
     assert msimclr.steps == 100 * (n_train // 128) and msimclr.probe_epochs == 20
     assert sorted({c.charts for c in asked if c.preset == "msimclr_mnist"}) == [1, 4, 16, 32]
     assert by_preset["simo_cifar10"].probe_epochs == 1  # Bouhsine et al. 2024: one probe epoch
+
+
+def test_seeds_as_one_program_equal_seeds_one_by_one(tmp_path):
+    """A scale that trains replicas gives each seed the record its own run directory would give (the same
+    metrics; seed 0's embeddings), from one several-seeds program."""
+    ds = data_lib.load("digits")
+
+    def trained(replicas):
+        scale = dataclasses.replace(common.SCALES["tiny"], replicas=replicas)
+        runs_dir = str(tmp_path / str(replicas))
+        ctx = common.Context(scale=scale, data="digits", dataset=ds, runs_dir=runs_dir, out=str(tmp_path))
+        return ctx, common.train_seeds(ctx, "simo", 2, preset="simo_cifar10")
+
+    ctx_apart, apart = trained(False)
+    ctx_one, one = trained(True)
+    assert os.listdir(tmp_path / "True") == ["simo-seeds2"] and len(os.listdir(tmp_path / "False")) == 2
+    assert [r.name for r in ctx_one.runs] == [r.name for r in ctx_apart.runs] == ["simo-seed0", "simo-seed1"]
+    for (a, _), (b, _) in zip(apart, one, strict=True):
+        assert a.seed == b.seed and b.extra["program"] == "simo-seeds2"
+        for key in ("precision_at_1", "knn_accuracy", "linear_probe_accuracy"):
+            assert b.metric(key) == pytest.approx(a.metric(key), abs=2 / len(ds.test_y)), key
+    assert one[1][1] is None
+    np.testing.assert_allclose(one[0][1]["query"], apart[0][1]["query"], atol=1e-4)

@@ -17,6 +17,7 @@ from train.reproduce.common import (
     mean_sd,
     scale_note,
     train_recipe,
+    train_seeds,
 )
 from train.reproduce.render import records_table, runs_table
 
@@ -41,17 +42,8 @@ def run(ctx: Context) -> dict[str, Any]:
     simclr: dict[int, list[Run]] = {}
     picture: tuple[Run, dict[str, Any]] | None = None
     for n in s.charts:
-        runs = [
-            train_recipe(
-                ctx,
-                f"msimclr-d{ATLAS_DIM}-n{n}-seed{seed}",
-                preset="msimclr_mnist",
-                dim=ATLAS_DIM,
-                charts=n,
-                seed=seed,
-            )
-            for seed in range(s.atlas_seeds)
-        ]
+        name = f"msimclr-d{ATLAS_DIM}-n{n}"
+        runs = train_seeds(ctx, name, s.atlas_seeds, preset="msimclr_mnist", dim=ATLAS_DIM, charts=n)
         simclr[n] = [r for r, _ in runs]
         if n == max(CLAIM_CHARTS) and runs[0][1] is not None:
             picture = runs[0]

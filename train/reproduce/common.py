@@ -78,6 +78,8 @@ class Scale:
     images: int | None  # at most this many training images per run (None: the recipe's epochs)
     probe_epochs: int | None  # linear / piecewise-linear probe epochs (None: the recipe's)
     steps_per_call: int  # training steps per dispatch (an accelerator idles between short steps)
+    replicas: bool  # train a configuration's seeds as one program (seeds=S), where only seed 0's embeddings
+    # are needed (Stowell 2026's sphere / torusN runs, Korman 2021's MSimCLR runs)
     seeds: int  # training seeds per configuration (MTriplet, Feeney & Hughes 2024)
     charts: tuple[int, ...]  # Korman 2021's MSimCLR chart counts at d = 2 (the claim compares the first two)
     atlas_seeds: int  # … and its training seeds per chart count (the paper: three)
@@ -104,6 +106,7 @@ SCALES: dict[str, Scale] = {
         images=None,
         probe_epochs=None,
         steps_per_call=10,
+        replicas=True,
         seeds=3,
         charts=(1, 16, 4, 32),
         atlas_seeds=3,
@@ -128,6 +131,7 @@ SCALES: dict[str, Scale] = {
         images=CPU_IMAGES,
         probe_epochs=10,
         steps_per_call=1,
+        replicas=False,
         seeds=1,
         charts=(1, 16),
         atlas_seeds=3,
@@ -152,6 +156,7 @@ SCALES: dict[str, Scale] = {
         images=20_000,
         probe_epochs=10,
         steps_per_call=1,
+        replicas=False,
         seeds=1,
         charts=(1, 16),
         atlas_seeds=1,
@@ -176,6 +181,7 @@ SCALES: dict[str, Scale] = {
         images=384,
         probe_epochs=1,
         steps_per_call=1,
+        replicas=False,
         seeds=1,
         charts=(1, 16),
         atlas_seeds=1,
@@ -405,6 +411,35 @@ def train_recipe(ctx: Context, name: str, **overrides: Any) -> tuple[Run, dict[s
     state = "DIVERGED" if run.diverged else "finished earlier" if run.extra.get("reused") else "done"
     print(f"  run {name}: {state} in {run.wall_s} s", flush=True)
     return run, emb
+
+
+def train_seeds(
+    ctx: Context, name: str, seeds: int, **overrides: Any
+) -> list[tuple[Run, dict[str, Any] | None]]:
+    """Train seeds 0 … seeds − 1 of one configuration; returns (run ``<name>-seed<s>``, embeddings) per seed.
+
+    Each seed has its own run directory (:func:`train_recipe`), or, where the scale trains replicas, the
+    seeds are one program of ``seeds=S`` replicas in ``<name>-seeds<S>`` (train.app's several-seeds run, each
+    replica exactly its single-seed run), split into one record per seed that holds the program's wall time
+    and training log; only seed 0 has embeddings then (the app writes the first replica's).
+    """
+    if not ctx.scale.replicas or seeds == 1:
+        return [train_recipe(ctx, f"{name}-seed{s}", **overrides, seed=s) for s in range(seeds)]
+    program, emb = train_recipe(ctx, f"{name}-seeds{seeds}", **overrides, seeds=seeds)
+    ctx.runs.remove(program)
+    per_seed = [None] * seeds if program.report is None else program.report["per_seed"]
+    out = []
+    for s, report in enumerate(per_seed):
+        run = dataclasses.replace(
+            program,
+            name=f"{name}-seed{s}",
+            seed=s,
+            report=report,
+            extra={**program.extra, "program": program.name},
+        )
+        out.append((run, emb if s == 0 else None))
+    ctx.runs.extend(run for run, _ in out)
+    return out
 
 
 def _read_training_log(run: Run, path: str) -> None:

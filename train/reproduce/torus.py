@@ -20,6 +20,7 @@ from train.reproduce.common import (
     scale_note,
     t_interval,
     train_recipe,
+    train_seeds,
 )
 from train.reproduce.render import records_table, runs_table
 
@@ -59,10 +60,7 @@ def run(ctx: Context) -> dict[str, Any]:
     torusN runs)."""
     s = ctx.scale
     main: dict[str, list[tuple[Run, dict[str, Any] | None]]] = {
-        geometry: [
-            train_recipe(ctx, f"{geometry}-D{RECIPE['dim']}-seed{seed}", preset=preset(geometry), seed=seed)
-            for seed in range(s.torus_seeds)
-        ]
+        geometry: train_seeds(ctx, f"{geometry}-D{RECIPE['dim']}", s.torus_seeds, preset=preset(geometry))
         for geometry in ("sphere", "torus_n")
     }
     unstable: dict[tuple[int, str], list[Run]] = {}
