@@ -97,6 +97,14 @@ def paper_section(res: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+LEGACY = (
+    "Parts of scale `full` were made by an earlier version of this command: fixed step counts per run and "
+    "the digits presets (Korman 2021's MSimCLR with Adam 1e-3 and ±1 px shifts, MTriplet at lr 1e-3; the "
+    "presets now hold appendix A.1's Adam 1e-4 with SimCLR augmentations and §3.2.1's RMSProp 1e-5). "
+    "Rerunning their commands with `--scale cpu` redoes them with the papers' recipes."
+)
+
+
 def _data_name(res: Mapping[str, Any]) -> str:
     """A part of the page: the data set and the scale."""
     return f"{res['data']['name']}, {res['scale']['name']}"
@@ -157,9 +165,10 @@ def render(out: str) -> str:
             f"{selectors}.",
             "",
             "Scales (`--scale`): `paper` runs each paper's recipe as the paper does (ResNet-18, the "
-            "recipe's epochs; a GPU's work). `cpu` runs the same recipes with an MLP encoder in fp32 for the "
-            "recipe's epochs or 480,000 training images per run, whichever is less. `full` is the `cpu` "
-            "scale's predecessor (fixed step counts, digits-era presets; see the note above).",
+            "recipe's epochs; a GPU's work: [paper_scale.md](paper_scale.md)). `cpu` runs the same recipes "
+            "with an MLP encoder in fp32 for the recipe's epochs or 480,000 training images per run, "
+            "whichever is less.",
+            *(["", LEGACY] if any(r["scale"]["name"] == "full" for r in results) else []),
             "",
             "Data: `digits` is scikit-learn's bundled 8×8 digits (the default; no download). Fashion-MNIST "
             "(Xiao et al. 2017) is the four official IDX files with their own 60,000 / 10,000 split "
