@@ -394,7 +394,9 @@ def test_paper_scale_runs_each_papers_recipe_with_resnet18(tmp_path, monkeypatch
     n_train = len(data_lib.load("digits").train_y)
     msimclr = by_preset["msimclr_mnist"]  # Korman 2021 A.1: 100 epochs of batch 128
     assert msimclr.steps == 100 * (n_train // 128) and msimclr.probe_epochs == 20
-    assert sorted({c.charts for c in asked if c.preset == "msimclr_mnist"}) == [1, 4, 16, 32]
+    msimclr_charts = {c.charts for c in asked if c.preset == "msimclr_mnist" and c.geometry == "atlas"}
+    assert sorted(msimclr_charts) == [1, 4, 16, 32]
+    assert [c.seeds for c in asked if c.preset == "msimclr_mnist" and c.geometry == "euclidean"] == [3]
     assert by_preset["simo_cifar10"].probe_epochs == 1  # Bouhsine et al. 2024: one probe epoch
 
 
