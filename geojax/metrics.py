@@ -93,6 +93,13 @@ def _score_knn(nbr, labels, r, params):
     return (jnp.take_along_axis(nbr, winner[:, None], axis=1)[:, 0] == labels).astype(_F32)
 
 
+def _score_retrieval(nbr, labels, r, params):
+    knn_k, ks = params
+    top1 = _score_top1(nbr, labels, r, None)[:, None]
+    knn = _score_knn(nbr[:, :knn_k], labels, r, None)[:, None]
+    return jnp.concatenate([top1, knn, _score_recall(nbr, labels, r, ks)], axis=1)
+
+
 def _score_indices(nbr, params):
     return nbr
 
@@ -376,6 +383,44 @@ def knn_accuracy(
     p = _Problem(query, query_labels, reference, reference_labels, similarity, chunk_size)
     p.check_k(k, "k")
     return float(np.mean(p.scores(k, _score_knn)))
+
+
+def retrieval_metrics(
+    query: Embeddings,
+    query_labels: ArrayLike,
+    reference: Embeddings | None = None,
+    reference_labels: ArrayLike | None = None,
+    *,
+    knn_k: int = 5,
+    ks: Sequence[int] = (),
+    similarity: Similarity = "cosine",
+    chunk_size: int = 1024,
+) -> dict[str, float | dict[int, float]]:
+    """:func:`precision_at_1`, :func:`knn_accuracy` (``k=knn_k``) and :func:`recall_at_k` (each k in ``ks``,
+    when given) from one top-k search (k = max(knn_k, ks)): each value equals its function's, at about the
+    cost of one of them (a costly similarity, such as the atlas d_M of Korman 2021 eq. 7, is computed once).
+
+    Shapes as :func:`precision_at_1`; returns {"precision_at_1", "knn_accuracy", "recall_at_k": {k: R@k}}
+    (``recall_at_k`` only when ``ks`` is given).
+    """
+    if isinstance(ks, int | str) or not isinstance(ks, Sequence):
+        raise ValueError(f"ks must be a sequence of positive integers, got {ks!r}")
+    _checks.check_positive_int(knn_k, "knn_k")
+    for k in ks:
+        _checks.check_positive_int(k, "ks")
+    p = _Problem(query, query_labels, reference, reference_labels, similarity, chunk_size)
+    ks = tuple(int(k) for k in ks)
+    k = max((int(knn_k), *ks))
+    p.check_k(k, "knn_k and ks")
+    found = p.scores(k, _score_retrieval, (int(knn_k), ks or (1,)))
+    keep = p.relevant > 0
+    out: dict[str, float | dict[int, float]] = {
+        "precision_at_1": _mean_over(found[:, 0], keep),
+        "knn_accuracy": float(np.mean(found[:, 1])),
+    }
+    if ks:
+        out["recall_at_k"] = {k: _mean_over(found[:, 2 + j], keep) for j, k in enumerate(ks)}
+    return out
 
 
 def nearest_neighbors(

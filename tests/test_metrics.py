@@ -414,3 +414,46 @@ Y = np.array([0, 0, 1, 1, 2, 2])
 def test_bad_inputs_raise_naming_the_argument(call, name):
     with pytest.raises(ValueError, match=f"^{name}"):
         call()
+
+
+@pytest.mark.parametrize("same", [False, True])
+def test_retrieval_metrics_equal_the_separate_functions(same):
+    """One search gives what precision_at_1, knn_accuracy and recall_at_k give (ties included: integer
+    embeddings; a relevant-free query; an atlas d_M callable on tuples)."""
+    rng = np.random.default_rng(7)
+    q = rng.integers(0, 3, size=(37, 4)).astype(np.float32)
+    r = None if same else rng.integers(0, 3, size=(53, 4)).astype(np.float32)
+    ql = rng.integers(0, 4, size=37)
+    ql[0] = 9  # relevant-free
+    rl = None if same else rng.integers(0, 4, size=53)
+    args = (q, ql, r, rl)
+    kw = dict(similarity="neg_euclidean", chunk_size=8)  # one block shape: the same similarity roundings
+    for knn_k, ks in ((5, (1, 2, 4, 8)), (3, ()), (1, (2,))):
+        got = metrics.retrieval_metrics(*args, knn_k=knn_k, ks=ks, **kw)
+        assert got["precision_at_1"] == metrics.precision_at_1(*args, **kw)
+        assert got["knn_accuracy"] == metrics.knn_accuracy(*args, k=knn_k, **kw)
+        if ks:
+            assert got["recall_at_k"] == metrics.recall_at_k(*args, ks=ks, **kw)
+        else:
+            assert "recall_at_k" not in got
+    coords, memberships = rng.normal(size=(37, 4, 2)), rng.random((37, 4))
+    atlas = (coords.astype(np.float32), memberships.astype(np.float32))
+
+    def neg_d_m(a, b):
+        return -similarity.manifold_distance(a[0], a[1], b[0], b[1])
+
+    got = metrics.retrieval_metrics(atlas, ql, knn_k=5, ks=(1, 8), similarity=neg_d_m)
+    assert got["recall_at_k"] == metrics.recall_at_k(atlas, ql, ks=(1, 8), similarity=neg_d_m)
+    assert got["knn_accuracy"] == metrics.knn_accuracy(atlas, ql, k=5, similarity=neg_d_m)
+
+
+def test_retrieval_metrics_refuses_bad_k():
+    x, y = np.eye(4, dtype=np.float32), np.arange(4)
+    with pytest.raises(ValueError, match="knn_k"):
+        metrics.retrieval_metrics(x, y, knn_k=0)
+    with pytest.raises(ValueError, match="ks"):
+        metrics.retrieval_metrics(x, y, ks=(1, -2))
+    with pytest.raises(ValueError, match="ks must be a sequence"):
+        metrics.retrieval_metrics(x, y, ks=4)
+    with pytest.raises(ValueError):
+        metrics.retrieval_metrics(x, y, knn_k=4)  # only 3 other rows to rank

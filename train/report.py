@@ -88,14 +88,12 @@ def retrieval_report(cfg: Config, query: Outputs, reference: Outputs, ds: Datase
     q, sim = _retrieval_inputs(cfg, query)
     r, _ = _retrieval_inputs(cfg, reference)
     args = (q, ds.test_y, r, ds.train_y)
-    out: dict[str, Any] = {
-        "precision_at_1": metrics.precision_at_1(*args, similarity=sim),
-        "knn_accuracy": metrics.knn_accuracy(*args, k=cfg.knn_k, similarity=sim),
-        "knn_k": cfg.knn_k,
-    }
-    if cfg.geometry == "atlas":  # Korman 2021 §3.2 reports R@1, 2, 4, 8 (the rest: python -m train.evaluate)
-        recall = metrics.recall_at_k(*args, ks=(1, 2, 4, 8), similarity=sim)
-        out["recall_at_k"] = {str(k): v for k, v in recall.items()}
+    # Korman 2021 §3.2 reports R@1, 2, 4, 8 for an atlas (the rest: python -m train.evaluate).
+    ks = (1, 2, 4, 8) if cfg.geometry == "atlas" else ()
+    out: dict[str, Any] = metrics.retrieval_metrics(*args, knn_k=cfg.knn_k, ks=ks, similarity=sim)
+    out["knn_k"] = cfg.knn_k
+    if ks:
+        out["recall_at_k"] = {str(k): v for k, v in out["recall_at_k"].items()}
     if cfg.geometry != "atlas":
         both = np.concatenate([query.embedding, reference.embedding])
         unit = np.asarray(manifolds.sphere(both)) if cfg.geometry == "euclidean" else both
