@@ -80,8 +80,9 @@ def paper_section(res: Mapping[str, Any]) -> str:
         "",
         f"`{res['command']}` · scale **{sc['name']}** · data {d['name']} ({d['train']} train / "
         f"{d['test']} test, {d['classes']} classes, images {'×'.join(map(str, d['image_shape']))}) · "
-        f"training seeds {res['training_seeds'] or '–'} · {len(res['runs'])} training runs · wall time "
-        f"{res['wall_s']} s on {res['device']} · {res['finished']}",
+        f"training seeds {res['training_seeds'] or '–'} · {len(res['runs'])} training runs "
+        f"({sum(r['wall_s'] for r in res['runs']):.0f} s on {res['device']}, summed over the runs; this "
+        f"command {res['wall_s']} s, runs finished earlier read back) · {res['finished']}",
         "",
         claims,
         "",
