@@ -363,13 +363,14 @@ def scale_note(ctx: Context) -> str:
         what = f"the recipes with an MLP encoder (width {s.width}, fp32) in place of the papers' ResNet-18"
     else:
         what = f"the recipes with the papers' encoder ({s.encoder})"
+    probe = "" if s.probe_epochs is None else f"; probes trained for {s.probe_epochs} epochs"
     if s.images is None:
-        return f"Scale {s.name}: {what}, each for its recipe's epochs."
+        return f"Scale {s.name}: {what}, each for its recipe's epochs{probe}."
     share = s.images / len(ctx.dataset.train_y)
     return (
         f"Scale {s.name}: {what}, each for its recipe's epochs or {s.images:,} training images "
         f"(steps × batch; {share:.3g} epochs of this training split), whichever is less; a schedule (cosine) "
-        "spans the steps run."
+        f"spans the steps run{probe}."
     )
 
 
