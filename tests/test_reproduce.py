@@ -233,7 +233,7 @@ def test_render_cites_papers_and_escapes_cells(tmp_path):
 
 
 def test_render_puts_data_sets_side_by_side(tmp_path):
-    def result(seed, tag, name, verdicts, finished):
+    def result(seed, tag, name, verdicts, finished, walls):
         claims = [
             {"claim": f"c{i}", "ours": "o", "paper": "p", "source": "s", "rule": "r", "verdict": v}
             for i, v in enumerate(verdicts)
@@ -242,14 +242,15 @@ def test_render_puts_data_sets_side_by_side(tmp_path):
         scale = {"name": "full", "steps": 5, "width": 4, "batch": 2}
         return {
             "seed": seed, "title": f"T{seed}", "command": f"cmd {tag}", "claims": claims, "tables": [],
-            "data": data, "scale": scale, "training_seeds": [0], "runs": [], "wall_s": 90.0,
+            "data": data, "scale": scale, "training_seeds": [0], "runs": [{"wall_s": w} for w in walls],
+            "wall_s": 90.0,
             "device": "cpu", "finished": f"2026-01-01 {finished} UTC",
         }  # fmt: skip
 
     files = {
-        "reproduce_001.json": result("001", "", "digits", [common.HOLDS, common.FAILS], "00:01:30"),
-        "reproduce_001_m.json": result("001", "m", "npz:m.npz", [common.FAILS], "00:02:00"),
-        "reproduce_004_m.json": result("004", "m", "npz:m.npz", [common.HOLDS], "00:04:30"),
+        "reproduce_001.json": result("001", "", "digits", [common.HOLDS, common.FAILS], "00:01:30", [1, 2]),
+        "reproduce_001_m.json": result("001", "m", "npz:m.npz", [common.FAILS], "00:02:00", [4]),
+        "reproduce_004_m.json": result("004", "m", "npz:m.npz", [common.HOLDS], "00:04:30", [6]),
     }
     for name, res in files.items():
         (tmp_path / name).write_text(json.dumps(res), encoding="utf-8")
@@ -259,9 +260,21 @@ def test_render_puts_data_sets_side_by_side(tmp_path):
     assert f"| Korman 2021 | c1 | {common.FAILS} | – |" in text
     assert f"| Bouhsine et al. 2024 | c0 | – | {common.HOLDS} |" in text
     digits, npz = text.index("## Data: digits, full"), text.index("## Data: npz:m.npz, full")
-    assert digits < npz and "wall time 90 s (1.5 min) summed over the papers, 1.5 min from" in text[:npz]
-    assert "wall time 180 s (3.0 min) summed over the papers, 4.0 min from" in text[npz:]  # 00:00:30-00:04:30
+    assert digits < npz and "2 training runs, 3 s (0.1 min) summed over the runs" in text[:npz]
+    assert "2 training runs, 10 s (0.2 min) summed over the runs" in text[npz:]
     assert "`cmd `" in text[digits:npz] and "`cmd m`" in text[npz:]
+    assert text.count("Sizes (scale full") == 2  # one line per data set: its papers share their sizes
+    files["reproduce_004_m.json"]["scale"] = {"name": "full", "steps": 7}
+    (tmp_path / "reproduce_004_m.json").write_text(
+        json.dumps(files["reproduce_004_m.json"]), encoding="utf-8"
+    )
+    text = render.render(str(tmp_path))
+    npz = text.index("## Data: npz:m.npz, full")
+    assert (
+        "each paper's section gives its own" in text[npz:]
+        and "Sizes (scale full" not in text[npz : npz + 400]
+    )
+    assert "steps 5, width 4" in text[npz:] and "steps 7." in text[npz:]
 
 
 def test_runs_table_marks_divergence():

@@ -8,7 +8,6 @@ from __future__ import annotations
 import glob
 import json
 import os
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -64,8 +63,15 @@ def records_table(records: Sequence[Mapping[str, Any]]) -> str:
     return tables.markdown_table(keys, [[r[k] for k in keys] for r in records]) + "\n"
 
 
-def paper_section(res: Mapping[str, Any]) -> str:
-    """One paper's section: what ran, the claim table (ours | paper | verdict), then the detail tables."""
+def _sizes(scale: Mapping[str, Any]) -> str:
+    return f"Sizes (scale {scale['name']}, train/reproduce/common.py SCALES): " + ", ".join(
+        f"{k} {v}" for k, v in scale.items() if k != "name"
+    )
+
+
+def paper_section(res: Mapping[str, Any], *, sizes: bool = False) -> str:
+    """One paper's section: what ran (and the scale's sizes, when ``sizes``), the claim table (ours | paper |
+    verdict), then the detail tables."""
     d, sc = res["data"], res["scale"]
     claims = tables.markdown_table(
         ["claim", "ours", "paper", "paper source", "rule", "verdict"],
@@ -84,6 +90,7 @@ def paper_section(res: Mapping[str, Any]) -> str:
         f"({sum(r['wall_s'] for r in res['runs']):.0f} s on {res['device']}, summed over the runs; this "
         f"command {res['wall_s']} s, runs finished earlier read back) · {res['finished']}",
         "",
+        *([f"{_sizes(sc)}.", ""] if sizes else []),
         claims,
         "",
     ]
@@ -138,21 +145,21 @@ def render(out: str) -> str:
     parts = []
     for name in names:
         group = [r for r in results if _data_name(r) == name]
-        wall = sum(r["wall_s"] for r in group)
-        finished = [time.mktime(time.strptime(r["finished"], "%Y-%m-%d %H:%M:%S UTC")) for r in group]
-        elapsed = max(finished) - min(f - r["wall_s"] for f, r in zip(finished, group, strict=True))
+        runs_wall = sum(run["wall_s"] for r in group for run in r["runs"])
         commands = ", ".join(f"`{c}`" for c in dict.fromkeys(r["command"] for r in group))
-        sizes = ", ".join(f"{k} {v}" for k, v in group[0]["scale"].items() if k != "name")
+        shared = all(r["scale"] == group[0]["scale"] for r in group)
         parts += [
             f"## Data: {name}",
             "",
             f"Made by {commands}: {len(group)} papers, {sum(len(r['runs']) for r in group)} training runs, "
-            f"wall time {wall:.0f} s ({wall / 60:.1f} min) summed over the papers, {elapsed / 60:.1f} min "
-            "from the first start to the last finish (papers run side by side overlap).",
+            f"{runs_wall:.0f} s ({runs_wall / 60:.1f} min) summed over the runs (each run's training and "
+            "evaluation, when it was trained; the analyses after the runs are not counted).",
             "",
-            f"Sizes (scale {group[0]['scale']['name']}, train/reproduce/common.py SCALES): {sizes}.",
+            f"{_sizes(group[0]['scale'])}."
+            if shared
+            else "The scale's sizes changed between these commands: each paper's section gives its own.",
             "",
-            *[paper_section(r) for r in group],
+            *[paper_section(r, sizes=not shared) for r in group],
         ]
     text = "\n".join(
         [
