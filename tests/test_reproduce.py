@@ -7,6 +7,7 @@ import dataclasses
 import json
 import math
 import os
+import time
 
 import jax
 import numpy as np
@@ -425,12 +426,16 @@ def test_seeds_as_one_program_equal_seeds_one_by_one(tmp_path):
         return ctx, common.train_seeds(ctx, "simo", 2, preset="simo_cifar10")
 
     ctx_apart, apart = trained(False)
+    t0 = time.time()
     ctx_one, one = trained(True)
+    elapsed = time.time() - t0
     assert os.listdir(tmp_path / "True") == ["simo-seeds2"] and len(os.listdir(tmp_path / "False")) == 2
     assert [r.name for r in ctx_one.runs] == [r.name for r in ctx_apart.runs] == ["simo-seed0", "simo-seed1"]
     for (a, _), (b, _) in zip(apart, one, strict=True):
         assert a.seed == b.seed and b.extra["program"] == "simo-seeds2"
+        assert b.wall_s == one[0][0].wall_s  # equal shares of the program's wall time …
         for key in ("precision_at_1", "knn_accuracy", "linear_probe_accuracy"):
             assert b.metric(key) == pytest.approx(a.metric(key), abs=2 / len(ds.test_y)), key
+    assert sum(r.wall_s for r, _ in one) <= elapsed + 0.05  # … which sum to it, not to twice it
     assert one[1][1] is None
     np.testing.assert_allclose(one[0][1]["query"], apart[0][1]["query"], atol=1e-4)

@@ -19,8 +19,8 @@ from train import app, config, data, evaluate, loop, step
 
 HOLDS, FAILS = "holds", "does not hold at this scale"
 # The cpu scale's share of the papers' epochs: 480,000 training images per run (8 epochs of Fashion-MNIST's
-# 60,000; a digits run reaches its recipe's 100 epochs first), so that all five papers fit about two hours
-# on two CPU cores.
+# 60,000; a digits run reaches its recipe's 100 epochs first): all five papers' 60 Fashion-MNIST runs took
+# 83 min on two CPU cores.
 CPU_IMAGES = 480_000
 CHECKPOINT_EVERY = 2000  # steps between a run's checkpoints (an interrupted run loses at most these)
 
@@ -74,7 +74,7 @@ class Scale:
 
     name: str
     encoder: str  # every run's encoder: "mlp" (of ``width``, in fp32) or the papers' "resnet18"
-    width: int  # MLP encoder width
+    width: int | None  # MLP encoder width (None: no MLP at this scale)
     images: int | None  # at most this many training images per run (None: the recipe's epochs)
     probe_epochs: int | None  # linear / piecewise-linear probe epochs (None: the recipe's)
     steps_per_call: int  # training steps per dispatch (an accelerator idles between short steps)
@@ -102,7 +102,7 @@ SCALES: dict[str, Scale] = {
     "paper": Scale(
         name="paper",
         encoder="resnet18",
-        width=0,
+        width=None,
         images=None,
         probe_epochs=None,
         steps_per_call=10,
@@ -423,8 +423,9 @@ def train_seeds(
 
     Each seed has its own run directory (:func:`train_recipe`), or, where the scale trains replicas, the
     seeds are one program of ``seeds=S`` replicas in ``<name>-seeds<S>`` (train.app's several-seeds run, each
-    replica exactly its single-seed run), split into one record per seed that holds the program's wall time
-    and training log; only seed 0 has embeddings then (the app writes the first replica's).
+    replica exactly its single-seed run), split into one record per seed that holds the program's training
+    log and an equal share of its wall time (so that sums over records count the program once); only seed 0
+    has embeddings then (the app writes the first replica's).
     """
     if not ctx.scale.replicas or seeds == 1:
         return [train_recipe(ctx, f"{name}-seed{s}", **overrides, seed=s) for s in range(seeds)]
@@ -438,6 +439,7 @@ def train_seeds(
             name=f"{name}-seed{s}",
             seed=s,
             report=report,
+            wall_s=round(program.wall_s / seeds, 2),
             extra={**program.extra, "program": program.name},
         )
         out.append((run, emb if s == 0 else None))
