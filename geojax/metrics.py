@@ -97,7 +97,8 @@ def _score_retrieval(nbr, labels, r, params):
     knn_k, ks = params
     top1 = _score_top1(nbr, labels, r, None)[:, None]
     knn = _score_knn(nbr[:, :knn_k], labels, r, None)[:, None]
-    return jnp.concatenate([top1, knn, _score_recall(nbr, labels, r, ks)], axis=1)
+    recall = [_score_recall(nbr, labels, r, ks)] if ks else []
+    return jnp.concatenate([top1, knn, *recall], axis=1)
 
 
 def _score_indices(nbr, params):
@@ -412,7 +413,7 @@ def retrieval_metrics(
     ks = tuple(int(k) for k in ks)
     k = max((int(knn_k), *ks))
     p.check_k(k, "knn_k and ks")
-    found = p.scores(k, _score_retrieval, (int(knn_k), ks or (1,)))
+    found = p.scores(k, _score_retrieval, (int(knn_k), ks))
     keep = p.relevant > 0
     out: dict[str, float | dict[int, float]] = {
         "precision_at_1": _mean_over(found[:, 0], keep),
