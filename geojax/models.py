@@ -268,9 +268,9 @@ class _BasicBlock(nnx.Module):
     def __init__(self, cin: int, width: int, stride: int, *, norm: str, axis_name, compute_dtype, rngs):
         kw = dict(use_bias=False, dtype=compute_dtype, rngs=rngs)
         nk = dict(axis_name=axis_name, compute_dtype=compute_dtype, rngs=rngs)
-        self.conv1 = nnx.Conv(cin, width, (3, 3), strides=stride, **kw)
+        self.conv1 = nnx.Conv(cin, width, (3, 3), strides=stride, padding=1, **kw)
         self.norm1 = _norm(norm, width, **nk)
-        self.conv2 = nnx.Conv(width, width, (3, 3), **kw)
+        self.conv2 = nnx.Conv(width, width, (3, 3), padding=1, **kw)
         self.norm2 = _norm(norm, width, **nk)
         self.shortcut = (
             nnx.Sequential(nnx.Conv(cin, width, (1, 1), strides=stride, **kw), _norm(norm, width, **nk))
@@ -295,7 +295,7 @@ class _Bottleneck(nnx.Module):
         cout = 4 * width
         self.conv1 = nnx.Conv(cin, width, (1, 1), **kw)
         self.norm1 = _norm(norm, width, **nk)
-        self.conv2 = nnx.Conv(width, width, (3, 3), strides=stride, **kw)
+        self.conv2 = nnx.Conv(width, width, (3, 3), strides=stride, padding=1, **kw)
         self.norm2 = _norm(norm, width, **nk)
         self.conv3 = nnx.Conv(width, cout, (1, 1), **kw)
         self.norm3 = _norm(norm, cout, **nk)
@@ -316,6 +316,8 @@ class ResNet(nnx.Module):
     """ResNet with the CIFAR stem (3×3 conv, stride 1, no max-pool). x: [N, H, W, C] → [N, 512·expansion].
 
     ``depth`` 18 uses basic blocks (2, 2, 2, 2); 50 uses bottleneck blocks (3, 4, 6, 3) (He et al. 2016).
+    Every 3×3 conv pads one pixel on each side, as torchvision's ResNet and the papers' PyTorch code (XLA's
+    'SAME' would pad a stride-2 conv 0 before and 1 after, shifting each output by a pixel).
     """
 
     def __init__(
@@ -334,7 +336,9 @@ class ResNet(nnx.Module):
         _checks.check_choice(norm, "norm", ("batch", "group", "none"))
         block, counts = (_BasicBlock, (2, 2, 2, 2)) if depth == 18 else (_Bottleneck, (3, 4, 6, 3))
         nk = dict(norm=norm, axis_name=axis_name, compute_dtype=compute_dtype, rngs=rngs)
-        self.stem = nnx.Conv(in_channels, width, (3, 3), use_bias=False, dtype=compute_dtype, rngs=rngs)
+        self.stem = nnx.Conv(
+            in_channels, width, (3, 3), padding=1, use_bias=False, dtype=compute_dtype, rngs=rngs
+        )
         self.stem_norm = _norm(norm, width, axis_name=axis_name, compute_dtype=compute_dtype, rngs=rngs)
         blocks, cin = [], width
         for stage, count in enumerate(counts):
