@@ -251,6 +251,27 @@ class Views:
         return x if self.dtype is None else x.astype(self.dtype)
 
 
+def make_loss(
+    cfg: Config, graphdef: nnx.GraphDef, axis_name: str | None = parallel.AXIS
+) -> Callable[[Any, Any, dict[str, jax.Array], jax.Array], tuple[jax.Array, tuple[dict, Any]]]:
+    """``loss(params, rest, batch, key) -> (total, (terms, rest))``: the training objective of one device's
+    batch (see :func:`make_step` for ``batch``), its views drawn and augmented with ``key``'s first half and
+    the objective's own randomness (an atlas's prior sample) from its second; ``rest`` comes back updated
+    (batch statistics). Differentiate it with respect to ``params``."""
+    objective_fn = Objective.from_config(cfg)
+    views = Views(cfg.views, cfg.augment, compute_dtype(cfg))
+
+    def loss(params, rest, batch, key):
+        k_aug, k_prior = jax.random.split(key)
+        x = views(k_aug, batch["x"], batch["pos"])
+        labels = jnp.tile(batch["y"], views.n)
+        model = nnx.merge(graphdef, params, rest, copy=True)
+        total, terms = objective_fn(model(x), labels, k_prior, axis_name)
+        return total, (terms, nnx.state(model, nnx.Not(nnx.Param)))
+
+    return loss
+
+
 def make_step(
     cfg: Config,
     graphdef: nnx.GraphDef,
@@ -260,27 +281,19 @@ def make_step(
     ema: float | None = None,
 ) -> Callable[[State, dict[str, jax.Array]], tuple[State, dict[str, jax.Array]]]:
     """Per-device step ``(state, batch) -> (state, metrics)``; batch = {'x': [n, H, W, C] (float32 in [0, 1]
-    or uint8 codes, see :func:`data.to_unit`), 'y': [n], 'pos': [n] global positions}. Gradients are pmean-ed
-    over ``axis_name`` (geojax.parallel's convention). ``ema``: the per-step decay of the weights' EMA
-    (:func:`ema_decay`), required when ``cfg.ema`` is set."""
+    or uint8 codes, see :func:`data.to_unit`), 'y': [n], 'pos': [n] global positions}. Gradients of
+    :func:`make_loss` are pmean-ed over ``axis_name`` (geojax.parallel's convention). ``ema``: the per-step
+    decay of the weights' EMA (:func:`ema_decay`), required when ``cfg.ema`` is set."""
     if (cfg.ema is None) != (ema is None):
         raise ValueError(f"ema must be the per-step decay when cfg.ema is set (cfg.ema={cfg.ema}), got {ema}")
-    objective_fn = Objective.from_config(cfg)
-    views = Views(cfg.views, cfg.augment, compute_dtype(cfg))
+    loss = make_loss(cfg, graphdef, axis_name)
 
     def step(state, batch):
         # a replica of a several-seeds run carries its own seed (init_replicas); a single run uses cfg.seed
         key = jax.random.fold_in(jax.random.key(state.get("seed", cfg.seed)), state["step"])
-        k_aug, k_prior = jax.random.split(key)
-        x = views(k_aug, batch["x"], batch["pos"])
-        labels = jnp.tile(batch["y"], views.n)
-
-        def loss_fn(params):
-            model = nnx.merge(graphdef, params, state["rest"], copy=True)
-            total, terms = objective_fn(model(x), labels, k_prior, axis_name)
-            return total, (terms, nnx.state(model, nnx.Not(nnx.Param)))
-
-        (total, (terms, rest)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["params"])
+        (total, (terms, rest)), grads = jax.value_and_grad(loss, has_aux=True)(
+            state["params"], state["rest"], batch, key
+        )
         grads = parallel.pmean(grads, axis_name)
         updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
         new = {
