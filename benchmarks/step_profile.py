@@ -173,7 +173,7 @@ def main() -> None:
         ours_ms = unprofiled_ms(call, jax.block_until_ready, steps // k, k)
         rows = [[case.name, "geojax", ours["product"], ours["other"], sum(ours.values()), ours_ms]]
         if torch is not None:
-            one = train_step.torch_step(case, "cpu", compile_=False)
+            one = train_step.torch_step(case, "cpu")
             theirs = torch_split(one, steps)
             theirs_ms = unprofiled_ms(one, train_step.torch_block("cpu"), steps, 1)
             rows.append([case.name, "PyTorch eager", theirs["product"], theirs["other"]])

@@ -2,18 +2,32 @@
 
 The geojax side is the train app's own step (train.step): the training images held on the device, each
 step's batch drawn and gathered inside the jitted step (the device feed), ``--steps-per-call`` steps per
-dispatch (one ``lax.scan``), the state's buffers donated. The PyTorch side holds the same images as a tensor
-and draws each batch with ``torch.randperm`` and indexing. Both draw a uniform batch without replacement,
-convert uint8 to float, make two views (identical copies: augment=none, so neither side augments), and run
-forward, loss, backward and the optimiser update of the same model and objective. Every figure is the
-median over ``--repeats`` interleaved rounds (geojax, PyTorch, geojax, ...), so a machine shared with other
-work loads both sides alike; CPU seconds per step (all threads) are printed next to the wall clock, and
-``--one-thread`` pins the process to one core, so both run on one (an oversubscribed machine stalls OpenMP's
-multi-thread barriers). ``--cpu-devices N`` splits the host into N one-thread XLA devices and runs geojax's
-step data-parallel over them (each device takes 1/N of the global batch; the losses gather over the
-devices), where XLA otherwise runs one device's operations on a shared thread pool.
+dispatch (one ``lax.scan``; a comma list times each), the state's buffers donated. The PyTorch side is the
+same step as a good PyTorch engineer writes it (:func:`torch_step`): the images held as a device tensor,
+each batch drawn with ``torch.randperm`` and gathered and converted on the device, no host synchronisation
+anywhere in the step (the SupCon mean over anchors with a positive is a masked sum over a count),
+``cudnn.benchmark`` on a GPU, and under ``--torch-modes`` eager or ``torch.compile`` in its ``default``,
+``max-autotune`` and ``reduce-overhead`` (CUDA graphs) modes with the whole step compiled: the batch, the
+forward and the loss as one graph (its backward by AOTAutograd), the clipping and the optimiser update as
+another. Its modules mirror geojax.models' (the same padding, batch norm momentum, head and torusN
+projection), and tests/test_train_step_parity.py checks that from the same weights and batch both sides
+give the same loss, gradients and updated weights. Both draw a uniform batch without replacement, convert
+uint8 to float, make two views (identical copies: augment=none, so neither side augments), and run forward,
+loss, backward and the optimiser update.
 
-CPU (default), each against PyTorch eager (``--torch-compile`` adds torch.compile):
+Every figure is the median over ``--repeats`` interleaved rounds (each runner in turn), so a machine shared
+with other work loads all sides alike. Per runner: steps/s, distinct images/s and view-images/s (× views),
+ms/step, CPU seconds per step (all threads), MFU on a GPU (the step's FLOPs counted once, by XLA's cost
+analysis of geojax's step, for every row, over the dense bf16 peak of the device's exact model,
+:data:`PEAK_BF16`), and each PyTorch row's time over the best geojax row's. ``--one-thread`` pins the
+process to one core, so both run on one (an oversubscribed machine stalls OpenMP's multi-thread
+barriers). ``--cpu-devices N`` splits the host into N one-thread XLA devices and runs geojax's step
+data-parallel over them (each device takes 1/N of the global batch; the losses gather over the devices),
+where XLA otherwise runs one device's operations on a shared thread pool. ``--replicas 1,3,8`` also times
+the several-seeds step (that many seeds stacked in one program, each drawing its own batches) against as
+many single-seed runs.
+
+CPU (default: geojax 10 steps per call against PyTorch eager):
 
 - ``mlp``: the digits recipe, MLP 64 → 512 → 512, Stowell 2026's head (512 → 4D → D, D = 64) with the
   torusN projection, SupCon (τ = 0.1) + 0.1 · KoLeo per view, AdamW, global-norm clipping at 100, 256
@@ -21,12 +35,12 @@ CPU (default), each against PyTorch eager (``--torch-compile`` adds torch.compil
 - ``cnn``: the small CNN (32, 64, 128 channels, 3×3, max-pool) on 28×28×1 images (MNIST-sized, 4,096
   synthetic uint8 images), the same head and objective, 128 images × 2 views per step.
 
-``--gpu``: Stowell 2026's CIFAR recipe on one accelerator: ResNet-18 (CIFAR stem, batch norm) on 32×32×3
-(50,000 synthetic uint8 images held on the device), torusN head D = 16, SupCon (τ = 0.1, × τ/0.07) + KoLeo
-per view, SGD, element-wise clipping at 100, bf16 compute, 512 images × 2 views per step; PyTorch eager and
-torch.compile with autocast bf16 and channels_last. Prints images/s, step time and MFU (the step's FLOPs
-from XLA's cost analysis over the device's peak bf16 rate), then blocked SupCon fwd+bwd at a global batch of
-65,536: time and peak memory. ``--quick`` shrinks every size to seconds (also on a CPU, as a smoke test).
+``--gpu`` (default: geojax at 1 and 10 steps per call, every PyTorch mode, replicas 1, 3 and 8): Stowell
+2026's CIFAR recipe on one accelerator: ResNet-18 (CIFAR stem, batch norm) on 32×32×3 (50,000 synthetic
+uint8 images held on the device), torusN head D = 16, SupCon (τ = 0.1, × τ/0.07) + KoLeo per view, SGD,
+element-wise clipping at 100, bf16 compute (PyTorch: autocast bf16 and channels_last), 512 images × 2 views
+per step; first, blocked SupCon fwd+bwd at a global batch of 65,536: time and peak memory. ``--quick``
+shrinks every size to seconds (also on a CPU, as a smoke test).
 """
 
 from __future__ import annotations
@@ -48,8 +62,23 @@ from train import config, data, step
 from train.tables import markdown_table
 from train.timing import measure
 
-# Peak dense bf16 rates (FLOP/s) by device kind, for MFU; --peak-tflops overrides.
-PEAK_BF16 = {"H100": 989e12, "H200": 989e12, "B200": 2250e12, "A100": 312e12, "L4": 121e12, "TPU v4": 275e12}
+# Dense bf16 peaks (FLOP/s) from NVIDIA's data sheets (half the sparsity figure), for MFU, by the device's
+# model name, the first entry found in it (the PCIe and NVL H100s and the H200 NVL run lower clocks and
+# power than the SXM parts: "NVIDIA H100 80GB HBM3" is an SXM5 H100). --peak-tflops overrides.
+PEAK_BF16 = (
+    ("H100 PCIe", 756e12),
+    ("H100 NVL", 835e12),
+    ("H100", 989e12),
+    ("H200 NVL", 835e12),
+    ("H200", 989e12),
+    ("B200", 2250e12),
+    ("A100", 312e12),
+)
+
+
+def peak_bf16(device_kind: str) -> float | None:
+    """The dense bf16 peak of the device called ``device_kind`` (:data:`PEAK_BF16`), None if unknown."""
+    return next((peak for name, peak in PEAK_BF16 if name in device_kind), None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,21 +133,29 @@ def gpu_case(quick: bool) -> Case:
 
 
 def geojax_call(
-    case: Case, k: int, devices: int = 1
+    case: Case, k: int, devices: int = 1, replicas: int = 1
 ) -> tuple[Callable[[], Any], Callable[[], float | None], Callable[[], str]]:
     """``(call, flops, hlo)``: one dispatch of ``k`` steps of the app's step (device feed, data-parallel over
-    ``devices`` devices, donated state), the FLOPs of one step by XLA's cost analysis (None when
-    unavailable), and the compiled HLO text of ``call``."""
-    cfg = case.cfg
+    ``devices`` devices, donated state; with ``replicas`` > 1 the several-seeds step of that many seeds in
+    one program), the FLOPs of one step by XLA's cost analysis (None when unavailable), and the compiled HLO
+    text of ``call``."""
+    cfg = dataclasses.replace(case.cfg, seeds=replicas)
     if cfg.batch_size % devices:
         raise ValueError(
             f"{case.name}: batch_size {cfg.batch_size} must be divisible by the {devices} devices"
         )
-    graphdef, state = step.init_state(cfg, case.images.shape[1:])
+    init = step.init_replicas if replicas > 1 else step.init_state
+    graphdef, state = init(cfg, case.images.shape[1:])
     mesh = parallel.make_mesh(devices)
     per_device = step.make_step(cfg, graphdef, step.make_optimizer(cfg))
     batches = step.make_batches(cfg)
-    run = step.distribute(step.make_call(per_device, length=k, batches=batches), mesh=mesh)
+    several = replicas > 1
+
+    def make_run(length: int, on: jax.sharding.Mesh) -> Callable:
+        call = step.make_call(per_device, length=length, batches=batches, replicas=several)
+        return step.distribute(call, mesh=on)
+
+    run = make_run(k, mesh)
     tables = step.replicate({"images": case.images, **data.label_tables(case.labels)}, mesh)
     box = [step.replicate(state, mesh)]
 
@@ -130,7 +167,7 @@ def geojax_call(
         # One step, straight-line (XLA counts a scan's body once, whatever its trip count), lowered for the
         # host CPU: on GPUs convolutions become library calls that XLA's cost analysis does not count.
         cpu = jax.make_mesh((1,), mesh.axis_names, devices=jax.devices("cpu")[:1])
-        one = step.distribute(step.make_call(per_device, length=1, batches=batches), mesh=cpu)
+        one = make_run(1, cpu)
         on_cpu = jax.sharding.NamedSharding(cpu, jax.sharding.PartitionSpec())
 
         def spec(x):
@@ -146,117 +183,276 @@ def geojax_call(
     return call, flops, hlo
 
 
-def torch_encoder(cfg: config.Config, shape: tuple[int, int, int]) -> tuple[Any, int]:
-    """(encoder, features): geojax's MLP, small CNN or ResNet-18 (CIFAR stem, batch norm) in PyTorch."""
+def torch_encoder(cfg: config.Config, shape: tuple[int, int, int]) -> Any:
+    """geojax's MLP, small CNN or ResNet-18 (CIFAR stem, batch norm) in PyTorch, its modules named as
+    geojax.models' (so :func:`load_params` maps one onto the other); ``.features`` is its output width.
+    Takes NCHW float images."""
+    import torch
     from torch import nn
 
     h, w, c = shape
     if cfg.encoder == "mlp":
-        layers = [nn.Flatten(), nn.Linear(h * w * c, cfg.width), nn.ReLU(), nn.Linear(cfg.width, cfg.width)]
-        return nn.Sequential(*layers, nn.ReLU()), cfg.width
-    if cfg.encoder == "cnn":
-        layers, size, cin = [], min(h, w), c
-        for cout in (cfg.width, 2 * cfg.width, 4 * cfg.width):
-            layers += [nn.Conv2d(cin, cout, 3, padding=1), nn.ReLU()]
-            if size > 4:
-                layers.append(nn.MaxPool2d(2))
-                size //= 2
-            cin = cout
-        return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten()), cin
 
-    class Block(nn.Module):  # He et al. 2016's basic block, as geojax.models
+        class MLP(nn.Module):
+            def __init__(self):
+                super().__init__()
+                width = cfg.width or 256
+                self.layers = nn.ModuleList([nn.Linear(h * w * c, width), nn.Linear(width, width)])
+                self.features = width
+
+            def forward(self, x):
+                x = x.permute(0, 2, 3, 1).flatten(1)  # flattened in geojax's (H, W, C) order
+                for layer in self.layers:
+                    x = layer(x).relu()
+                return x
+
+        return MLP()
+    if cfg.encoder == "cnn":
+        if (cfg.norm or "none") != "none":
+            raise ValueError(f"the PyTorch small CNN has no normalisation, got norm={cfg.norm!r}")
+
+        class SmallCNN(nn.Module):
+            def __init__(self):
+                super().__init__()
+                width = cfg.width or 32
+                widths = (c, width, 2 * width, 4 * width)
+                pairs = zip(widths[:-1], widths[1:], strict=True)
+                self.convs = nn.ModuleList(nn.Conv2d(a, b, 3, padding=1) for a, b in pairs)
+                size, self.pools = min(h, w), []
+                for _ in range(3):
+                    self.pools.append(size > 4)
+                    size = size // 2 if size > 4 else size
+                self.features = widths[-1]
+
+            def forward(self, x):
+                for conv, pool in zip(self.convs, self.pools, strict=True):
+                    x = conv(x)
+                    x = (nn.functional.max_pool2d(x, 2) if pool else x).relu()
+                return x.mean(dim=(2, 3))
+
+        return SmallCNN()
+    if cfg.encoder != "resnet18" or (cfg.norm or "batch") != "batch":
+        raise ValueError(f"no PyTorch twin of encoder={cfg.encoder!r} norm={cfg.norm!r}")
+
+    class Sequential(nn.Module):  # as nnx.Sequential: the layers under .layers
+        def __init__(self, *layers: nn.Module):
+            super().__init__()
+            self.layers = nn.ModuleList(layers)
+
+        def forward(self, x):
+            for layer in self.layers:
+                x = layer(x)
+            return x
+
+    def bn(features: int) -> nn.BatchNorm2d:
+        return nn.BatchNorm2d(features, momentum=0.1)  # flax momentum 0.9: the same running average
+
+    class Block(nn.Module):  # He et al. 2016's basic block
         def __init__(self, cin: int, cout: int, stride: int):
             super().__init__()
-            self.body = nn.Sequential(
-                nn.Conv2d(cin, cout, 3, stride, 1, bias=False),
-                nn.BatchNorm2d(cout),
-                nn.ReLU(),
-                nn.Conv2d(cout, cout, 3, 1, 1, bias=False),
-                nn.BatchNorm2d(cout),
-            )
+            self.conv1, self.norm1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False), bn(cout)
+            self.conv2, self.norm2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False), bn(cout)
             self.shortcut = (
-                nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+                Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), bn(cout))
                 if stride != 1 or cin != cout
-                else nn.Identity()
+                else None
             )
 
         def forward(self, x):
-            return (self.body(x) + self.shortcut(x)).relu()
+            y = self.norm2(self.conv2(self.norm1(self.conv1(x)).relu()))
+            return (y + (x if self.shortcut is None else self.shortcut(x))).relu()
 
-    layers, cin = (
-        [nn.Conv2d(c, cfg.width, 3, 1, 1, bias=False), nn.BatchNorm2d(cfg.width), nn.ReLU()],
-        cfg.width,
-    )
-    for stage in range(4):
-        for i in range(2):
-            layers.append(Block(cin, cfg.width * 2**stage, 2 if stage > 0 and i == 0 else 1))
-            cin = cfg.width * 2**stage
-    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten()), cin
+    class ResNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            width = cfg.width or 64
+            self.stem, self.stem_norm = nn.Conv2d(c, width, 3, 1, 1, bias=False), bn(width)
+            blocks, cin = [], width
+            for stage in range(4):
+                for i in range(2):
+                    blocks.append(Block(cin, width * 2**stage, 2 if stage > 0 and i == 0 else 1))
+                    cin = width * 2**stage
+            self.blocks, self.features = nn.ModuleList(blocks), cin
+
+        def forward(self, x):
+            x = self.stem_norm(self.stem(x)).relu()
+            for block in self.blocks:
+                x = block(x)
+            return torch.mean(x, dim=(2, 3))
+
+    return ResNet()
 
 
-def torch_step(case: Case, device: str, *, compile_: bool) -> Callable[[], Any]:
-    """The same step in PyTorch: encoder + Stowell 2026 head + torusN, SupCon (× τ/τ_base) + KoLeo per view,
-    the config's optimiser and clipping; autocast bf16 and channels_last for convolutions in bf16."""
-    import torch
+def torch_model(cfg: config.Config, shape: tuple[int, int, int]) -> Any:
+    """Encoder + Stowell 2026's head (Linear(F, 4D) → ReLU → Linear(4D, D)) + the torusN projection (eq. 3,
+    each pair on a circle of radius √(2/D)), modules named as geojax.models.EmbeddingModel's: NCHW float
+    images → [B, D] float32."""
     import torch.nn.functional as F
     from torch import nn
 
-    cfg = case.cfg
-    torch.manual_seed(0)
-    encoder, features = torch_encoder(cfg, case.images.shape[1:])
+    if cfg.geometry != "torus_n" or cfg.projection != "none" or cfg.qat_bits is not None:
+        raise ValueError(f"the PyTorch twin is torus_n without projection or QAT, got {cfg.geometry!r}")
     d = cfg.dim
-    model = nn.Sequential(encoder, nn.Linear(features, 4 * d), nn.ReLU(), nn.Linear(4 * d, d)).to(device)
-    bf16 = cfg.precision == "bf16"
-    channels_last = bf16 and cfg.encoder != "mlp"
-    if channels_last:
-        model = model.to(memory_format=torch.channels_last)
-    params = list(model.parameters())
-    if cfg.optimizer == "adamw":
-        opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    else:
-        opt = torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum)  # as optax.sgd: no weight decay
-    images = torch.as_tensor(case.images, device=device).permute(0, 3, 1, 2).contiguous()  # NCHW uint8
-    labels = torch.as_tensor(case.labels, device=device, dtype=torch.int64)
-    n, views, scale = cfg.batch_size, cfg.views, cfg.temperature / (cfg.base_temperature or cfg.temperature)
-    eye = torch.eye(views * n, dtype=torch.bool, device=device)
 
-    def loss_of(x, y):
-        with torch.autocast(device_type=device.split(":")[0], dtype=torch.bfloat16, enabled=bf16):
-            raw = model(x)
-        raw = raw.float().view(-1, d // 2, 2)  # torusN: each pair on a circle of radius √(2/D) (eq. 3)
-        z = F.normalize(raw, dim=2).view(-1, d) * math.sqrt(2 / d)
+    class Head(nn.Module):
+        def __init__(self, features: int):
+            super().__init__()
+            self.hidden, self.out = nn.Linear(features, 4 * d), nn.Linear(4 * d, d)
+
+        def forward(self, h):
+            raw = self.out(self.hidden(h).relu()).float().view(-1, d // 2, 2)
+            return F.normalize(raw, dim=2).view(-1, d) * math.sqrt(2 / d)
+
+    class EmbeddingModel(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.encoder = torch_encoder(cfg, shape)
+            self.head = Head(self.encoder.features)
+
+        def forward(self, x):
+            return self.head(self.encoder(x))
+
+    return EmbeddingModel()
+
+
+def load_params(model: Any, params: Any) -> None:
+    """Copy geojax parameters (the train state's ``params``) into :func:`torch_model`'s ``model``: kernels
+    [kh, kw, in, out] → weight [out, in, kh, kw], [in, out] → [out, in]; batch norm's scale → weight. Every
+    parameter of each side must find its twin."""
+    import torch
+
+    mine = dict(model.named_parameters())
+    seen = set()
+    for path, leaf in jax.tree_util.tree_leaves_with_path(params):
+        keys = [str(k.key) for k in path if isinstance(k, jax.tree_util.DictKey)]
+        if keys[-1] in ("kernel", "scale"):
+            keys[-1] = "weight"
+        name = ".".join(keys)
+        if name not in mine:
+            raise KeyError(f"geojax parameter {jax.tree_util.keystr(path)} has no PyTorch twin {name!r}")
+        value = np.asarray(leaf, np.float32)
+        value = value.transpose(3, 2, 0, 1) if value.ndim == 4 else value.T if value.ndim == 2 else value
+        if tuple(mine[name].shape) != value.shape:
+            raise ValueError(f"{name}: PyTorch shape {tuple(mine[name].shape)}, geojax's gives {value.shape}")
+        with torch.no_grad():
+            mine[name].copy_(torch.from_numpy(value.copy()))
+        seen.add(name)
+    if missing := sorted(set(mine) - seen):
+        raise KeyError(f"PyTorch parameters without a geojax twin: {missing}")
+
+
+def torch_objective(cfg: config.Config, n: int, device: str) -> Callable[[Any, Any], Any]:
+    """``loss(z, y)``: SupCon on the cosine similarity (× τ/τ_base, SupContrast's form) + koleo · KoLeo of
+    each view's rows (Sablayrolles et al. 2019), for ``cfg.views`` view-major blocks of ``n`` rows. No
+    host synchronisation: the mean over anchors with a positive is a masked sum over a count."""
+    import torch
+    import torch.nn.functional as F
+
+    rows = cfg.views * n
+    eye = torch.eye(rows, dtype=torch.bool, device=device)
+    scale = cfg.temperature / (cfg.base_temperature or cfg.temperature)
+    eps = 1e-8 if cfg.koleo_eps is None else cfg.koleo_eps
+
+    def loss(z, y):
         zn = F.normalize(z, dim=1)
         logits = (zn @ zn.T / cfg.temperature).masked_fill(eye, -1e9)
         log_prob = logits - torch.logsumexp(logits, dim=1, keepdim=True)
         pos = (y[:, None] == y[None, :]) & ~eye
-        per_anchor = (log_prob * pos).sum(1) / pos.sum(1).clamp(min=1)
-        supcon = -scale * per_anchor[pos.any(1)].mean()
-        koleo = 0.0
-        for v in range(views):  # KoLeo of each view's rows (Sablayrolles et al. 2019), summed
-            u = zn[v * n : (v + 1) * n]
-            nearest = (u @ u.T).masked_fill(eye[:n, :n], -2.0).argmax(dim=1)
-            koleo = koleo - torch.log((u - u[nearest]).norm(dim=1) + cfg.koleo_eps).mean()
-        return supcon + cfg.koleo * koleo
+        count = pos.sum(1)
+        per_anchor = (log_prob * pos).sum(1) / count.clamp(min=1)
+        has = (count > 0).to(per_anchor.dtype)
+        total = -scale * (per_anchor * has).sum() / has.sum().clamp(min=1)
+        if cfg.koleo:
+            u = zn.view(cfg.views, n, -1)
+            nearest = (u @ u.transpose(1, 2)).masked_fill(eye[:n, :n], -2.0).argmax(dim=2)
+            gap = u - torch.take_along_dim(u, nearest[..., None], dim=1)
+            total = total - cfg.koleo * torch.log(gap.norm(dim=2) + eps).mean(dim=1).sum()
+        return total
 
-    if compile_:
-        loss_of = torch.compile(loss_of)
+    return loss
 
-    def one():
-        idx = torch.randperm(len(images), device=device)[:n]
-        x = images[idx].float().mul_(1 / 255).repeat(views, 1, 1, 1)
-        if channels_last:
-            x = x.contiguous(memory_format=torch.channels_last)
-        opt.zero_grad(set_to_none=True)
-        loss = loss_of(x, labels[idx].repeat(views))
+
+TORCH_MODES = ("eager", "default", "max-autotune", "reduce-overhead")
+
+
+@dataclasses.dataclass
+class TorchStep:
+    """One PyTorch training step of a :class:`Case`: ``step(idx)`` trains on the images at ``idx`` (a
+    device tensor); calling it draws a batch of ``cfg.batch_size`` uniformly without replacement first."""
+
+    model: Any
+    optimizer: Any
+    images: Any  # [N, C, H, W] uint8 on the device
+    batch: int
+    batch_loss: Callable[[Any], Any]
+    update: Callable[[], None]
+
+    def step(self, idx: Any) -> Any:
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self.batch_loss(idx)
         loss.backward()
-        if cfg.clip_mode == "value":
-            torch.nn.utils.clip_grad_value_(params, cfg.clip)
-        else:
-            torch.nn.utils.clip_grad_norm_(params, cfg.clip)
-        opt.step()
+        self.update()
         return loss
 
-    return one
+    def __call__(self) -> Any:
+        import torch
+
+        return self.step(torch.randperm(len(self.images), device=self.images.device)[: self.batch])
+
+
+def torch_step(case: Case, device: str, *, mode: str = "eager", params: Any = None) -> TorchStep:
+    """The same step in PyTorch (:func:`torch_model`, :func:`torch_objective`, the config's optimiser and
+    clipping), as a good PyTorch engineer writes it: the batch gathered and converted on the device, no host
+    synchronisation, autocast bf16 and channels_last for convolutions in bf16, ``cudnn.benchmark`` on a GPU.
+    ``mode``: 'eager', or a ``torch.compile`` mode under which the whole step is compiled: the batch's
+    gather, forward and loss as one graph (its backward by AOTAutograd) and the clipping with the optimiser
+    update as another (PyTorch's recipe for compiling an optimiser). ``params``: geojax parameters to start
+    from (:func:`load_params`), else PyTorch's own initialisation."""
+    import torch
+
+    if mode not in TORCH_MODES:
+        raise ValueError(f"mode must be one of {TORCH_MODES}, got {mode!r}")
+    cfg = case.cfg
+    torch.manual_seed(0)
+    if device.startswith("cuda"):
+        torch.backends.cudnn.benchmark = True
+    model = torch_model(cfg, case.images.shape[1:])
+    if params is not None:
+        load_params(model, params)
+    model = model.to(device)
+    bf16 = cfg.precision == "bf16"
+    channels_last = bf16 and cfg.encoder != "mlp"
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    weights = list(model.parameters())
+    if cfg.optimizer == "adamw":
+        opt = torch.optim.AdamW(weights, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    elif cfg.optimizer == "sgd":
+        opt = torch.optim.SGD(weights, lr=cfg.lr, momentum=cfg.momentum)  # as optax.sgd: no weight decay
+    else:
+        raise ValueError(f"no PyTorch twin of optimizer={cfg.optimizer!r}")
+    images = torch.as_tensor(case.images, device=device).permute(0, 3, 1, 2).contiguous()  # NCHW uint8
+    labels = torch.as_tensor(case.labels, device=device, dtype=torch.int64)
+    objective = torch_objective(cfg, cfg.batch_size, device)
+
+    def batch_loss(idx):
+        x = images[idx].float().mul_(1 / 255).repeat(cfg.views, 1, 1, 1)
+        if channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        with torch.autocast(device_type=device.split(":")[0], dtype=torch.bfloat16, enabled=bf16):
+            z = model(x)
+        return objective(z.float(), labels[idx].repeat(cfg.views))
+
+    def update():
+        if cfg.clip_mode == "value":
+            torch.nn.utils.clip_grad_value_(weights, cfg.clip)
+        else:
+            torch.nn.utils.clip_grad_norm_(weights, cfg.clip, foreach=True)
+        opt.step()
+
+    if mode != "eager":
+        batch_loss, update = (torch.compile(fn, mode=mode) for fn in (batch_loss, update))
+    return TorchStep(model, opt, images, cfg.batch_size, batch_loss, update)
 
 
 def interleaved(runners: dict[str, tuple[Callable[[], Any], int, Callable]], rounds: int, steps: int) -> dict:
@@ -280,47 +476,84 @@ def torch_block(device: str) -> Callable[[Any], Any]:
     return (lambda _: torch.cuda.synchronize()) if device.startswith("cuda") else (lambda out: out.item())
 
 
+def geojax_name(k: int, devices: int) -> str:
+    split = f", {devices} CPU devices" if devices > 1 else ""
+    return f"geojax (device feed, {k} step{'s' if k > 1 else ''}/call{split})"
+
+
 def compare(cases: list[Case], args: argparse.Namespace, *, device: str, peak: float | None) -> None:
-    """Print, per case, the interleaved medians of geojax and the PyTorch steps, and the ratio."""
-    header = ["model", "step", "steps/s", "images/s", "ms/step", "CPU s/step", "MFU", "geojax ×"]
-    split = f", {args.cpu_devices} CPU devices" if args.cpu_devices > 1 else ""
-    ours = f"geojax (device feed, {args.steps_per_call} steps/call{split})"
+    """Print, per case, the interleaved medians of geojax at each ``--steps-per-call`` and of PyTorch in
+    each ``--torch-modes`` mode, and the ratio of the best of each."""
+    header = ["model", "step", "steps/s", "images/s", "view-images/s", "ms/step", "CPU s/step", "MFU"]
+    header.append("best geojax ×")
     for case in cases:
-        cfg, k = case.cfg, args.steps_per_call
-        call, flops_of, _ = geojax_call(case, k, args.cpu_devices)
-        runners = {ours: (call, k, jax.block_until_ready)}
-        if args.torch is not None:
-            runners["PyTorch eager"] = (torch_step(case, device, compile_=False), 1, torch_block(device))
-        if args.torch is not None and args.torch_compile:
-            runners["PyTorch torch.compile"] = (
-                torch_step(case, device, compile_=True),
-                1,
-                torch_block(device),
-            )
+        cfg = case.cfg
+        runners = {}
+        for k in args.steps_per_call:
+            call, flops_of, _ = geojax_call(case, k, args.cpu_devices)
+            runners[geojax_name(k, args.cpu_devices)] = (call, k, jax.block_until_ready)
+        failed = {}
+        for mode in args.torch_modes if args.torch is not None else ():
+            try:
+                one = torch_step(case, device, mode=mode)
+                torch_block(device)(one())  # the first call compiles: a mode that fails is reported
+            except Exception as err:  # noqa: BLE001 (any failure of a peer's compiler: its row says which)
+                failed[f"PyTorch {mode}"] = f"failed: {type(err).__name__}: {str(err).splitlines()[0][:120]}"
+                continue
+            runners[f"PyTorch {mode}"] = (one, 1, torch_block(device))
         times = interleaved(runners, args.repeats, args.steps)
         flops = flops_of() if peak else None
-        rows = [
-            [
-                case.name,
-                name,
-                f"{1 / wall:.1f}",
-                f"{cfg.batch_size * cfg.views / wall:.0f}",
-                f"{1e3 * wall:.2f}",
-            ]
-            + [f"{cpu:.4f}", flops and f"{100 * flops / wall / peak:.1f} %"]
-            + [None if name == ours else f"{wall / times[ours][0]:.2f}×"]
-            for name, (wall, cpu) in times.items()
-        ]
+        ours = min(
+            (times[geojax_name(k, args.cpu_devices)][0], geojax_name(k, args.cpu_devices))
+            for k in args.steps_per_call
+        )
+        theirs = min(
+            ((wall, name) for name, (wall, _) in times.items() if name.startswith("PyTorch")), default=None
+        )
+        rows = []
+        for name, (wall, cpu) in times.items():
+            images = cfg.batch_size / wall
+            rows.append(
+                [case.name, name, f"{1 / wall:.1f}", f"{images:.0f}", f"{images * cfg.views:.0f}"]
+                + [f"{1e3 * wall:.2f}", f"{cpu:.4f}", flops and f"{100 * flops / wall / peak:.1f} %"]
+                + [None if name.startswith("geojax") else f"{wall / ours[0]:.2f}×"]
+            )
+        rows += [[case.name, name, why] + [None] * 6 for name, why in failed.items()]
         if args.torch is None:
-            rows.append([case.name, "PyTorch eager"] + [None] * 6)
+            rows.append([case.name, "PyTorch eager", "torch not installed"] + [None] * 6)
         print(
             f"\n{case.name}: {cfg.encoder} width {cfg.width}, D={cfg.dim} {cfg.geometry}, {cfg.batch_size} "
             f"images × {cfg.views} views per step, {cfg.precision}; medians of {args.repeats} interleaved "
             f"rounds of ~{args.steps} steps"
+            + (f"; {flops / 1e12:.3f} TFLOP per step (XLA's count, the same for every row)" if flops else "")
         )
-        print(markdown_table(header, rows, align="llrrrrrr"))
-        ratio = "–" if args.torch is None else f"{times['PyTorch eager'][0] / times[ours][0]:.2f}×"
-        print(f"ratio geojax/torch ({case.name}): {ratio} (target 1.5×)")
+        print(markdown_table(header, rows, align="llrrrrrrr"))
+        ratio = "–" if theirs is None else f"{theirs[0] / ours[0]:.2f}×"
+        versus = "" if theirs is None else f" ({ours[1]} vs {theirs[1]})"
+        print(f"ratio best geojax / best PyTorch ({case.name}): {ratio}{versus} (target {args.target}×)")
+
+
+def replica_rates(case: Case, counts: list[int], k: int, args: argparse.Namespace) -> None:
+    """Steps/s of the several-seeds step (``counts`` seeds in one program, each drawing its own batches)
+    against as many single-seed runs one after another."""
+    cfg = case.cfg
+    runners = {
+        r: (geojax_call(case, k, args.cpu_devices, replicas=r)[0], k, jax.block_until_ready) for r in counts
+    }
+    times = interleaved(runners, args.repeats, args.steps)
+    one = times[1][0] if 1 in times else None
+    rows = []
+    for r, (wall, cpu) in times.items():
+        rows.append(
+            [str(r), f"{1 / wall:.1f}", f"{r / wall:.1f}", f"{r * cfg.batch_size / wall:.0f}", f"{cpu:.4f}"]
+            + [one and f"{r * one / wall:.2f}×"]
+        )
+    print(
+        f"\nseveral seeds in one program ({case.name}, {k} steps/call; medians of {args.repeats} interleaved "
+        f"rounds of ~{args.steps} steps):"
+    )
+    header = ["replicas", "steps/s", "replica-steps/s", "images/s", "CPU s/step", "vs one seed at a time"]
+    print(markdown_table(header, rows, align="rrrrrr"))
 
 
 def blocked_supcon(n: int, dim: int, block: int) -> None:
@@ -339,6 +572,13 @@ def blocked_supcon(n: int, dim: int, block: int) -> None:
     print(markdown_table(header, [cells], align="rrrr"))
 
 
+def _counts(text: str, name: str) -> list[int]:
+    values = [int(v) for v in text.split(",") if v.strip()]
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"{name} must list positive integers, got {text!r}")
+    return values
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small sizes, a few seconds")
@@ -346,11 +586,20 @@ def main() -> None:
     ap.add_argument("--models", default="mlp,cnn", help="CPU models to compare (mlp, cnn)")
     ap.add_argument("--repeats", type=int, default=0, help="interleaved rounds (default 5, quick 2)")
     ap.add_argument("--steps", type=int, default=0, help="timed steps per round (default 100, quick 10)")
-    ap.add_argument("--steps-per-call", type=int, default=10, help="geojax steps per dispatch")
     ap.add_argument(
-        "--torch-compile", action="store_true", help="also time torch.compile (always with --gpu)"
+        "--steps-per-call",
+        default="",
+        help="geojax steps per dispatch, a comma list (default 10; --gpu 1,10)",
     )
-    ap.add_argument("--peak-tflops", type=float, default=0.0, help="device peak for MFU (default: by kind)")
+    ap.add_argument(
+        "--torch-modes",
+        default="",
+        help=f"PyTorch steps to time, a comma list of {', '.join(TORCH_MODES)} (default eager; --gpu all)",
+    )
+    ap.add_argument(
+        "--replicas", default="", help="also time the several-seeds step at these seed counts (--gpu: 1,3,8)"
+    )
+    ap.add_argument("--peak-tflops", type=float, default=0.0, help="device peak for MFU (default: by model)")
     ap.add_argument(
         "--one-thread",
         action="store_true",
@@ -365,6 +614,19 @@ def main() -> None:
     args = ap.parse_args()
     if args.cpu_devices < 1:
         ap.error(f"--cpu-devices must be at least 1, got {args.cpu_devices}")
+    try:
+        args.steps_per_call = _counts(
+            args.steps_per_call or ("1,10" if args.gpu else "10"), "--steps-per-call"
+        )
+        args.replicas = (
+            _counts(args.replicas, "--replicas") if args.replicas else [1, 3, 8] if args.gpu else []
+        )
+    except argparse.ArgumentTypeError as err:
+        ap.error(str(err))
+    args.torch_modes = (args.torch_modes or ("eager" if not args.gpu else ",".join(TORCH_MODES))).split(",")
+    if unknown := sorted(set(args.torch_modes) - set(TORCH_MODES)):
+        ap.error(f"--torch-modes: unknown {unknown}; choose from {', '.join(TORCH_MODES)}")
+    args.target = 1.2 if args.gpu else 1.5
     flags = []  # XLA's, set before JAX starts its CPU backend
     if args.cpu_devices > 1:
         flags.append(f"--xla_force_host_platform_device_count={args.cpu_devices}")
@@ -390,17 +652,24 @@ def main() -> None:
         torch.set_float32_matmul_precision("high")  # TF32 for fp32 products, as XLA's default on GPUs
         if args.one_thread:
             torch.set_num_threads(1)
-        print(f"torch {torch.__version__} on {device}, {torch.get_num_threads()} threads")
+        name = torch.cuda.get_device_name() if device == "cuda" else f"{torch.get_num_threads()} threads"
+        print(f"torch {torch.__version__} on {device} ({name})")
     if args.gpu:
-        args.torch_compile = True
-        peak = args.peak_tflops * 1e12 or next(
-            (v for k, v in PEAK_BF16.items() if k in dev.device_kind), None
+        peak = args.peak_tflops * 1e12 or peak_bf16(dev.device_kind)
+        print(
+            f"MFU against {peak / 1e12:.0f} TFLOP/s dense bf16"
+            if peak
+            else "MFU: peak unknown (--peak-tflops)"
         )
         blocked_supcon(4096 if args.quick else 65_536, 16, 512 if args.quick else 4096)  # first: its peak
-        compare([gpu_case(args.quick)], args, device=device, peak=peak)
-        return
-    wanted = args.models.split(",")
-    compare([c for c in cpu_cases(args.quick) if c.name in wanted], args, device=device, peak=None)
+        cases = [gpu_case(args.quick)]
+    else:
+        peak = None
+        cases = [c for c in cpu_cases(args.quick) if c.name in args.models.split(",")]
+    compare(cases, args, device=device, peak=peak)
+    if args.replicas:
+        for case in cases:
+            replica_rates(case, args.replicas, max(args.steps_per_call), args)
 
 
 if __name__ == "__main__":

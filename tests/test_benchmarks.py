@@ -190,20 +190,35 @@ def test_search_quick():
 
 @pytest.mark.slow
 def test_train_step_quick():
-    out = _run_script("train_step.py", "--quick", "--steps", "4", "--repeats", "1", "--steps-per-call", "2")
-    tables = _tables(out)
+    args = ("--quick", "--steps", "4", "--repeats", "1", "--steps-per-call", "1,2", "--replicas", "1,2")
+    out = _run_script("train_step.py", *args)
+    *tables, seeds_mlp, seeds_cnn = _tables(out)
     assert [table[0]["model"] for table in tables] == ["mlp", "cnn"]
-    for table, per_step in zip(tables, (128, 64), strict=True):  # quick: 64 and 32 images × 2 views
-        ours, peer = table
-        assert (ours["step"], peer["step"]) == ("geojax (device feed, 2 steps/call)", "PyTorch eager")
-        assert float(ours["steps/s"]) > 0
-        assert abs(float(ours["images/s"]) / float(ours["steps/s"]) / per_step - 1) < 0.01
+    for table, per_step in zip(tables, (64, 32), strict=True):  # quick: 64 and 32 images × 2 views
+        one, two, *peers = table
+        assert (one["step"], two["step"]) == (
+            "geojax (device feed, 1 step/call)",
+            "geojax (device feed, 2 steps/call)",
+        )
+        for row in (one, two, *peers[: _installed("torch")]):
+            assert float(row["steps/s"]) > 0
+            assert abs(float(row["images/s"]) / float(row["steps/s"]) / per_step - 1) < 0.01
+            assert abs(float(row["view-images/s"]) / float(row["images/s"]) - 2) < 0.01
+        (peer,) = peers
+        assert peer["step"] == "PyTorch eager"
         if _installed("torch"):
-            ratio = float(peer["ms/step"]) / float(ours["ms/step"])
-            assert abs(float(peer["geojax ×"].rstrip("×")) / ratio - 1) < 0.01
+            best = min(float(one["ms/step"]), float(two["ms/step"]))
+            assert abs(float(peer["best geojax ×"].rstrip("×")) / (float(peer["ms/step"]) / best) - 1) < 0.01
         else:
-            assert peer["steps/s"] == peer["images/s"] == peer["geojax ×"] == "–"
-            assert "ratio geojax/torch (mlp): – " in out
+            assert peer["steps/s"] == "torch not installed" and peer["best geojax ×"] == "–"
+            assert "ratio best geojax / best PyTorch (mlp): – " in out
+    for table, per_step in zip((seeds_mlp, seeds_cnn), (64, 32), strict=True):
+        assert [r["replicas"] for r in table] == ["1", "2"]
+        assert table[0]["vs one seed at a time"] == "1.00×"
+        for row in table:
+            per_replica = float(row["replica-steps/s"]) / int(row["replicas"])
+            assert abs(per_replica / float(row["steps/s"]) - 1) < 0.01
+            assert abs(float(row["images/s"]) / float(row["replica-steps/s"]) / per_step - 1) < 0.01
 
 
 def test_train_step_quick_data_parallel_over_cpu_devices():
@@ -212,7 +227,8 @@ def test_train_step_quick_data_parallel_over_cpu_devices():
     (table,) = _tables(_run_script("train_step.py", *args, "--cpu-devices", "2"))
     ours = table[0]
     assert ours["step"] == "geojax (device feed, 2 steps/call, 2 CPU devices)"
-    assert abs(float(ours["images/s"]) / float(ours["steps/s"]) / 128 - 1) < 0.01
+    assert abs(float(ours["images/s"]) / float(ours["steps/s"]) / 64 - 1) < 0.01
+    assert abs(float(ours["view-images/s"]) / float(ours["steps/s"]) / 128 - 1) < 0.01
 
 
 def test_train_step_refuses_a_batch_the_cpu_devices_do_not_divide():
