@@ -291,7 +291,10 @@ def torch_model(cfg: config.Config, shape: tuple[int, int, int]) -> Any:
     from torch import nn
 
     if cfg.geometry != "torus_n" or cfg.projection != "none" or cfg.qat_bits is not None:
-        raise ValueError(f"the PyTorch twin is torus_n without projection or QAT, got {cfg.geometry!r}")
+        raise ValueError(
+            "the PyTorch twin is torus_n without projection or QAT, got "
+            f"geometry={cfg.geometry!r} projection={cfg.projection!r} qat_bits={cfg.qat_bits}"
+        )
     d = cfg.dim
 
     class Head(nn.Module):
