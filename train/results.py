@@ -1,0 +1,111 @@
+"""The results folder: every benchmark's figures in one JSON file with the machine that measured them.
+
+    >>> path = write_result("losses", {"rows": rows, "ratios": ratios}, argv=sys.argv)
+
+writes ``benchmarks/results/losses.json`` atomically (``name`` may carry a suffix for a variant, e.g.
+``"search_gpu"``) holding ``figures`` beside ``machine``: the CPU model, core count, accelerator model,
+memory, the versions of Python, jax, jaxlib, torch, faiss and pytorch-metric-learning (those importable), the
+git commit of the checkout, the date (UTC) and the 1-, 5- and 15-minute load averages read *before* the run
+(:func:`machine_info` is called when the benchmark starts, so its own threads are not counted). README quotes
+figures from these files only; a test checks that every figure it quotes is in the file it names.
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib.metadata
+import json
+import os
+import platform
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from train.files import json_safe, write_text
+
+RESULTS_DIR = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+PACKAGES = ("jax", "jaxlib", "flax", "optax", "numpy", "torch", "faiss-cpu", "pytorch-metric-learning")
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _commit() -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=Path(__file__).resolve().parent,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def _versions() -> dict[str, str]:
+    found = {}
+    for name in PACKAGES:
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+def machine_info() -> dict[str, Any]:
+    """The machine, software and load at this moment: call it before the benchmark starts its work."""
+    import jax
+
+    devices = jax.devices()
+    try:
+        memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError):
+        memory_gib = None
+    return {
+        "cpu": _cpu_model(),
+        "cores": os.cpu_count(),
+        "memory_gib": None if memory_gib is None else round(memory_gib, 1),
+        "platform": devices[0].platform,
+        "device": devices[0].device_kind,
+        "device_count": len(devices),
+        "python": platform.python_version(),
+        "versions": _versions(),
+        "commit": _commit(),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "load_before": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def write_result(
+    name: str,
+    figures: dict[str, Any],
+    *,
+    argv: list[str],
+    machine: dict[str, Any] | None = None,
+    folder: Path | None = None,
+) -> Path:
+    """Write ``figures`` (strict JSON: NaN/inf become null) with ``machine`` (default: read now) and the
+    command line ``argv`` to ``<folder>/<name>.json`` atomically; returns the path."""
+    if not name or "/" in name or name.startswith("."):
+        raise ValueError(f"name must be a plain file stem, got {name!r}")
+    path = (folder or RESULTS_DIR) / f"{name}.json"
+    record = {"command": " ".join(argv), "machine": machine or machine_info(), "figures": figures}
+    write_text(str(path), json.dumps(json_safe(record), indent=1, allow_nan=False) + "\n")
+    return path
+
+
+def read_result(name: str, *, folder: Path | None = None) -> dict[str, Any]:
+    """The record :func:`write_result` wrote under ``name``."""
+    path = (folder or RESULTS_DIR) / f"{name}.json"
+    return json.loads(path.read_text(encoding="utf-8"))
