@@ -4,6 +4,9 @@
     python benchmarks/losses.py --quick    # small sizes, seconds
     python benchmarks/losses.py --full     # also run PML where it needs GBs (NTXent, triplets at N=4096)
 
+A full run writes its figures (the two tables, sizes and repeats, the machine) to
+``benchmarks/results/losses.json``; ``--quick`` writes only where ``--out FOLDER`` says.
+
 Both sides compute the same loss on the same inputs: cosine similarity, SupCon (τ = 0.1, 8 samples per
 class), InfoNCE / NT-Xent (τ = 0.1, two views per image: SimCLR labels) and the triplet margin loss (m = 0.2,
 all triplets, mean over non-zero terms). The values are checked against each other before timing. Times
@@ -27,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from geojax import losses  # noqa: E402
 from geojax.similarity import cosine  # noqa: E402
+from train.results import add_out_argument, destination, machine_info, write_result  # noqa: E402
 from train.tables import markdown_table  # noqa: E402
 from train.timing import measure  # noqa: E402
 
@@ -114,7 +118,9 @@ def pml_step(name: str, x: np.ndarray, labels: np.ndarray):
 # ----------------------------------------------------------------------------------------------------------
 
 
-def time_losses(sizes, args) -> list[tuple]:
+def time_losses(sizes, args) -> list[dict]:
+    """One row per (N, loss): geojax's and PML's median fwd+bwd seconds (None when PML did not run) and a
+    note (the values' agreement, or why PML did not run; ``pml_need_gb`` its estimated memory then)."""
     rows = []
     for n in sizes:
         rng = np.random.default_rng(n)
@@ -125,28 +131,29 @@ def time_losses(sizes, args) -> list[tuple]:
             step = geojax_step(name, labels)
             value = float(step(xj)[0])
             t_geo = measure(step, xj, repeats=args.repeats, budget_s=20.0).median
+            row = {"loss": name, "N": n, "geojax_s": t_geo, "pml_s": None, "pml_need_gb": None}
+            rows.append(row)
             if not args.peer:
-                rows.append((name, n, t_geo, None, "PML not installed"))
+                row["note"] = "PML not installed"
                 continue
             need = pml_bytes(name, labels)
             heavy = name != "supcon" and n >= 4096
             if need > 0.7 * available_bytes():
-                rows.append((name, n, t_geo, None, f"PML skipped: needs ~{need / 1e9:.0f} GB"))
+                row.update(pml_need_gb=need / 1e9, note=f"PML skipped: needs ~{need / 1e9:.0f} GB")
                 continue
             if heavy and not args.full:
-                rows.append((name, n, t_geo, None, f"PML skipped (~{need / 1e9:.1f} GB, slow): use --full"))
+                row.update(pml_need_gb=need / 1e9, note=f"PML skipped (~{need / 1e9:.1f} GB, slow): --full")
                 continue
             try:
                 peer = pml_step(name, x, labels)
                 pml_value = peer()  # also the warm-up
                 t_pml = measure(peer, repeats=args.repeats, warmup=0, budget_s=30.0).median
             except (RuntimeError, MemoryError) as err:  # torch reports OOM as RuntimeError
-                rows.append((name, n, t_geo, None, f"PML failed: {str(err).splitlines()[0][:60]}"))
+                row["note"] = f"PML failed: {str(err).splitlines()[0][:60]}"
                 continue
             rel = abs(value - pml_value) / max(abs(pml_value), 1e-12)
-            check = f"geojax {value:.6f} vs PML {pml_value:.6f} (rel {rel:.1e})"
-            rows.append((name, n, t_geo, t_pml, check))
-            print(f"  checked {name} N={n}: {check}", flush=True)
+            row.update(pml_s=t_pml, note=f"geojax {value:.6f} vs PML {pml_value:.6f} (rel {rel:.1e})")
+            print(f"  checked {name} N={n}: {row['note']}", flush=True)
     return rows
 
 
@@ -164,14 +171,33 @@ def blocked_memory(n: int, block: int) -> list[tuple]:
     return out
 
 
+def timing_figures(rows: list[dict]) -> list[dict]:
+    """The timing rows as printed and stored: milliseconds and PML's time over geojax's."""
+    return [
+        {
+            "loss": r["loss"],
+            "N": r["N"],
+            "geojax_ms": 1e3 * r["geojax_s"],
+            "pml_ms": None if r["pml_s"] is None else 1e3 * r["pml_s"],
+            "pml_over_geojax": None if r["pml_s"] is None else r["pml_s"] / r["geojax_s"],
+            "pml_need_gb": r["pml_need_gb"],
+            "note": r["note"],
+        }
+        for r in rows
+    ]
+
+
 def main() -> None:
+    machine = machine_info()
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--quick", action="store_true", help="small sizes (seconds)")
     parser.add_argument("--full", action="store_true", help="run PML even where it needs many GB / minutes")
     parser.add_argument("--repeats", type=int, default=7)
+    add_out_argument(parser)
     args = parser.parse_args()
+    folder = destination(args.out, quick=args.quick)
 
     print(f"jax {jax.__version__} on {jax.devices()[0].device_kind} ({jax.default_backend()})")
     try:
@@ -190,27 +216,40 @@ def main() -> None:
     if args.quick:
         args.repeats = min(args.repeats, 3)
 
-    rows = time_losses(sizes, args)
+    timing = timing_figures(time_losses(sizes, args))
     print(f"\nfwd+bwd, D={D}, median of up to {args.repeats} runs after warm-up (ms)")
     cells = [
         [
-            name,
-            n,
-            f"{1e3 * t_geo:.2f}",
-            None if t_pml is None else f"{1e3 * t_pml:.1f}",
-            None if t_pml is None else f"{t_pml / t_geo:.1f}×",
-            note,
+            r["loss"],
+            r["N"],
+            f"{r['geojax_ms']:.2f}",
+            None if r["pml_ms"] is None else f"{r['pml_ms']:.1f}",
+            None if r["pml_ms"] is None else f"{r['pml_over_geojax']:.1f}×",
+            r["note"],
         ]
-        for name, n, t_geo, t_pml, note in rows
+        for r in timing
     ]
     print(markdown_table(["loss", "N", "geojax ms", "PML ms", "PML/geojax", "note"], cells, align="lrrrrl"))
 
+    block = 512
     print(f"\npeak temporary memory of jitted fwd+bwd, N={mem_n}, D={D} (compiled memory_analysis)")
-    cells = [
-        [name, None if temp is None else f"{temp / 2**20:,.1f}"] for name, temp in blocked_memory(mem_n, 512)
+    memory = [
+        {"form": name, "temporary_mib": None if temp is None else temp / 2**20}
+        for name, temp in blocked_memory(mem_n, block)
     ]
+    cells = [[m["form"], m["temporary_mib"] and f"{m['temporary_mib']:,.1f}"] for m in memory]
     print(markdown_table(["fwd+bwd", "temporary MiB"], cells, align="lr"))
-    print(f"(one [N, N] fp32 matrix = {mem_n * mem_n * 4 / 2**20:,.0f} MiB)")
+    matrix_mib = mem_n * mem_n * 4 / 2**20
+    print(f"(one [N, N] fp32 matrix = {matrix_mib:,.0f} MiB)")
+    if folder is not None:
+        figures = {
+            "D": D,
+            "per_class": PER_CLASS,
+            "repeats": args.repeats,
+            "timing": timing,
+            "memory": {"N": mem_n, "block": block, "forms": memory, "nn_matrix_mib": matrix_mib},
+        }
+        print(f"wrote {write_result('losses', figures, argv=sys.argv, machine=machine, folder=folder)}")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ figures from these files only; a test checks that every figure it quotes is in t
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import importlib.metadata
 import json
@@ -87,6 +88,24 @@ def machine_info() -> dict[str, Any]:
     }
 
 
+def add_out_argument(parser: argparse.ArgumentParser) -> None:
+    """The benchmarks' one ``--out FOLDER`` option (see :func:`destination`)."""
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="folder for the result's JSON (default: benchmarks/results/; --quick writes only with --out)",
+    )
+
+
+def destination(out: Path | None, *, quick: bool) -> Path | None:
+    """Where a benchmark writes its result: ``out`` when given, else the results folder for a full run and
+    nowhere (None) for a ``--quick`` one, so that smoke runs never replace the measured files."""
+    if out is not None:
+        return out
+    return None if quick else RESULTS_DIR
+
+
 def write_result(
     name: str,
     figures: dict[str, Any],
@@ -100,6 +119,7 @@ def write_result(
     if not name or "/" in name or name.startswith("."):
         raise ValueError(f"name must be a plain file stem, got {name!r}")
     path = (folder or RESULTS_DIR) / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
     record = {"command": " ".join(argv), "machine": machine or machine_info(), "figures": figures}
     write_text(str(path), json.dumps(json_safe(record), indent=1, allow_nan=False) + "\n")
     return path
