@@ -8,8 +8,9 @@ Heads map features to the embedding space the losses see:
   ``torus_n`` pairwise L2 of D (even) values).
 - :class:`AtlasHead` — Korman 2021's n + 1 linear heads: pre-sigmoid chart coordinates ``[N, n, d]`` and the
   softmax membership ``q: [N, n]``.
-- :class:`ProjectionHead` and :class:`MixedProjection` — SimCLR's projection head and MSimCLR's q-weighted
-  sum of one projection head per chart, z = Σ_c q_c h_c(sigmoid(coords_c)) (Korman 2021, Table 1).
+- :class:`ProjectionHead` and :class:`MixedProjection` — SimCLR's projection head (Chen et al. 2020: one
+  hidden layer as wide as its input) and MSimCLR's q-weighted sum of one such head per chart,
+  z = Σ_c q_c h_c(sigmoid(coords_c)) (Korman 2021, Table 1; the head sizes of its public code).
 
 ``compute_dtype`` (e.g. ``jnp.bfloat16``) sets the dtype of the layer computations; parameters stay
 float32 and every head casts to float32 before its projection, so losses see float32 embeddings.
@@ -32,6 +33,10 @@ from geojax.manifolds import GEOMETRIES, TORUS_GEOMETRIES, VECTOR_GEOMETRIES
 EncoderName = Literal["mlp", "cnn", "resnet18", "resnet50"]
 ProjectionName = Literal["none", "mlp", "mixed"]
 ENCODERS: tuple[str, ...] = get_args(EncoderName)
+# Each encoder's own width (what ``encoder(width=None)`` builds): the MLP's hidden width; the small CNN's
+# first stage (stages w, 2w, 4w); the ResNets' base width, 64 as He et al. (2016) and torchvision's ResNet-18
+# and ResNet-50 (stages 64, 128, 256, 512; the bottleneck's outputs ×4).
+OWN_WIDTHS: dict[str, int] = {"mlp": 512, "cnn": 32, "resnet18": 64, "resnet50": 64}
 PROJECTIONS: tuple[str, ...] = get_args(ProjectionName)
 
 
@@ -57,7 +62,7 @@ class MLP(nnx.Module):
     """Multi-layer perceptron encoder: flatten → [Linear → ReLU] per hidden width. x: [N, ...] → [N, F]."""
 
     def __init__(
-        self, in_features: int, *, hidden: Sequence[int] = (256, 256), compute_dtype=None, rngs: nnx.Rngs
+        self, in_features: int, *, hidden: Sequence[int] = (512, 512), compute_dtype=None, rngs: nnx.Rngs
     ):
         _checks.check_positive_int(in_features, "in_features")
         if not hidden:
@@ -366,18 +371,26 @@ def encoder(
     compute_dtype=None,
     rngs: nnx.Rngs,
 ) -> nnx.Module:
-    """Build an encoder by name for images of shape ``input_shape`` = (H, W, C); it has ``.features``."""
+    """Build an encoder by name for images of shape ``input_shape`` = (H, W, C); it has ``.features``.
+
+    ``width`` None builds the encoder's own (:data:`OWN_WIDTHS`): an MLP of two hidden layers of 512, the
+    small CNN of base 32, the ResNets of base 64 (torchvision's ResNet-18: 11,168,832 trunk parameters on
+    three-channel images with the 3×3 CIFAR stem; ResNet-50: 23,500,352).
+    """
     _checks.check_choice(name, "encoder", ENCODERS)
     if len(input_shape) != 3:
         raise ValueError(f"input_shape must be (H, W, C), got {tuple(input_shape)}")
+    if width is not None:
+        _checks.check_positive_int(width, "width")
+    width = OWN_WIDTHS[name] if width is None else width
     h, w, c = input_shape
     if name == "mlp":
-        return MLP(h * w * c, hidden=(width or 256,) * 2, compute_dtype=compute_dtype, rngs=rngs)
+        return MLP(h * w * c, hidden=(width,) * 2, compute_dtype=compute_dtype, rngs=rngs)
     if name == "cnn":
         return SmallCNN(
             c,
             image_size=min(h, w),
-            width=width or 32,
+            width=width,
             norm=norm or "none",
             axis_name=axis_name,
             compute_dtype=compute_dtype,
@@ -386,7 +399,7 @@ def encoder(
     return ResNet(
         c,
         depth=int(name[6:]),
-        width=width or 64,
+        width=width,
         norm=norm or "batch",
         axis_name=axis_name,
         compute_dtype=compute_dtype,
@@ -463,32 +476,39 @@ class AtlasHead(nnx.Module):
 
 
 class ProjectionHead(nnx.Module):
-    """SimCLR projection head g: Linear(D, hidden) → ReLU → Linear(hidden, out). z: [N, D] → [N, out]."""
+    """SimCLR's projection head g (Chen et al. 2020 §2.1): Linear(D, hidden) → ReLU → Linear(hidden, out),
+    both without bias, the hidden layer as wide as the input by default (Chen et al. 2020; Korman 2021's
+    public code for its SimCLR baseline: Linear(d, d) → ReLU → Linear(d, 64)). z: [N, D] → [N, out]."""
 
-    def __init__(self, in_features: int, *, hidden: int = 128, out: int = 64, rngs: nnx.Rngs):
-        self.hidden = nnx.Linear(in_features, hidden, rngs=rngs)
-        self.out = nnx.Linear(hidden, out, rngs=rngs)
+    def __init__(self, in_features: int, *, hidden: int | None = None, out: int = 64, rngs: nnx.Rngs):
+        _checks.check_positive_int(in_features, "in_features")
+        hidden = in_features if hidden is None else hidden
+        self.hidden = nnx.Linear(in_features, hidden, use_bias=False, rngs=rngs)
+        self.out = nnx.Linear(hidden, out, use_bias=False, rngs=rngs)
 
     def __call__(self, z: jax.Array) -> jax.Array:
         return self.out(nnx.relu(self.hidden(z)))
 
 
 class MixedProjection(nnx.Module):
-    """MSimCLR projection (Korman 2021 Tab. 1): z = Σ_c q_c · h_c(sigmoid(coords_c)), one MLP head per chart.
+    """MSimCLR projection (Korman 2021 Tab. 1): z = Σ_c q_c · h_c(sigmoid(coords_c)), one SimCLR head per
+    chart (:class:`ProjectionHead`'s form: Linear(d, hidden) → ReLU → Linear(hidden, out) without bias,
+    hidden = d by default, as Korman 2021's public code).
 
     coords: [N, n, d] pre-sigmoid, q: [N, n] → z: [N, out] float32.
     """
 
-    def __init__(self, *, charts: int, dim: int, hidden: int = 128, out: int = 64, rngs: nnx.Rngs):
+    def __init__(self, *, charts: int, dim: int, hidden: int | None = None, out: int = 64, rngs: nnx.Rngs):
+        _checks.check_positive_int(charts, "charts")
+        _checks.check_positive_int(dim, "dim")
+        hidden = dim if hidden is None else hidden
         init = nnx.initializers.lecun_normal(in_axis=-2, out_axis=-1, batch_axis=(0,))
         self.w1 = nnx.Param(init(rngs.params(), (charts, dim, hidden)))
-        self.b1 = nnx.Param(jnp.zeros((charts, hidden)))
         self.w2 = nnx.Param(init(rngs.params(), (charts, hidden, out)))
-        self.b2 = nnx.Param(jnp.zeros((charts, out)))
 
     def __call__(self, coords: jax.Array, q: jax.Array) -> jax.Array:
-        hid = nnx.relu(jnp.einsum("ncd,cdh->nch", jax.nn.sigmoid(coords), self.w1[...]) + self.b1[...])
-        per_chart = jnp.einsum("nch,cho->nco", hid, self.w2[...]) + self.b2[...]
+        hid = nnx.relu(jnp.einsum("ncd,cdh->nch", jax.nn.sigmoid(coords), self.w1[...]))
+        per_chart = jnp.einsum("nch,cho->nco", hid, self.w2[...])
         return jnp.einsum("nc,nco->no", q, per_chart)
 
 
@@ -555,14 +575,11 @@ class EmbeddingModel(nnx.Module):
                 qat_noise=qat_noise,
                 rngs=rngs,
             )
-        hidden = max(128, projection_dim)
         if projection == "mixed":
-            self.projection = MixedProjection(
-                charts=charts, dim=dim, hidden=hidden, out=projection_dim, rngs=rngs
-            )
+            self.projection = MixedProjection(charts=charts, dim=dim, out=projection_dim, rngs=rngs)
         elif projection == "mlp":
             width = embedding_width(geometry, dim) if geometry != "atlas" else dim
-            self.projection = ProjectionHead(width, hidden=hidden, out=projection_dim, rngs=rngs)
+            self.projection = ProjectionHead(width, out=projection_dim, rngs=rngs)
         else:
             self.projection = None
         self.projection_kind = projection

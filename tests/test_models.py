@@ -101,11 +101,11 @@ def test_mixed_projection_is_q_weighted_sum_of_chart_heads():
     coords = rng.normal(size=(6, 3, 2)).astype(np.float32)
     q = rng.dirichlet(np.ones(3), size=6).astype(np.float32)
     want = np.zeros((6, 4))
-    for n in range(6):  # z = Σ_c q_c · h_c(sigmoid(coords_c)), h_c = Linear → ReLU → Linear
+    for n in range(6):  # z = Σ_c q_c · h_c(sigmoid(coords_c)), h_c = Linear → ReLU → Linear (no biases)
         for c in range(3):
             s = 1 / (1 + np.exp(-coords[n, c].astype(np.float64)))
-            hid = np.maximum(s @ _np(mix.w1)[c] + _np(mix.b1)[c], 0)
-            want[n] += q[n, c] * (hid @ _np(mix.w2)[c] + _np(mix.b2)[c])
+            hid = np.maximum(s @ _np(mix.w1)[c], 0)
+            want[n] += q[n, c] * (hid @ _np(mix.w2)[c])
     np.testing.assert_allclose(mix(jnp.asarray(coords), jnp.asarray(q)), want, rtol=1e-4, atol=1e-5)
 
 

@@ -150,7 +150,9 @@ class Config:
     # model
     encoder: EncoderName = model("mlp", "image encoder")
     width: int | None = model(
-        512, "encoder width: MLP hidden / CNN or ResNet base (none = the encoder's own)"
+        None,
+        "encoder width (none = the encoder's own: mlp 512 hidden per layer; cnn 32, its first stage; "
+        "resnet18 / resnet50 64, the base of torchvision's)",
     )
     norm: Norm | None = model(None, "CNN / ResNet normalisation (none = the encoder's own)", when=CONV)
     geometry: Geometry = model("torus_n", "where embeddings live")
