@@ -14,12 +14,16 @@ the same in slabs of rows (``block=``, ``tt.map_rows``), cores merged into two h
 form), into pairs, and as ``tt.plan`` chooses; ``binary.encode`` (``tt.plan``'s grouping, each slab
 centred, projected, signed and packed before the next); on a GPU the fused Pallas kernel
 (``tt.matvec_fused``).
+
+A full run writes both tables (per variant: ms, CPU ms, speed-ups, parameters, agreement), the sizes and
+the rounds with the machine to ``benchmarks/results/binary.json``; ``--quick`` writes only with ``--out``.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -27,6 +31,7 @@ import numpy as np
 
 from geojax import binary, tt
 from geojax.quantize import pack_bits
+from train.results import add_out_argument, destination, machine_info, write_result
 from train.tables import markdown_table
 from train.timing import measure
 
@@ -116,13 +121,16 @@ def run_case(out_modes, in_modes, *, rank: int, batch: int, rounds: int, block: 
 
 
 def main(argv=None) -> None:
+    machine = machine_info()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="256-d, batch 100: a few seconds")
     parser.add_argument("--rounds", "--repeats", type=int, default=None, help="interleaved timing rounds")
     parser.add_argument("--batch", type=int, default=None)
     parser.add_argument("--rank", type=int, default=4)
     parser.add_argument("--block", type=int, default=None, help="rows per slab (default: tt.plan's)")
+    add_out_argument(parser)
     args = parser.parse_args(argv)
+    folder = destination(args.out, quick=args.quick)
     batch = args.batch or (100 if args.quick else 1000)
     rounds = args.rounds or (5 if args.quick else 15)
     if args.quick:
@@ -131,26 +139,41 @@ def main(argv=None) -> None:
         cases = [((4,) * 6, (4,) * 6), ((2, 4, 4, 4, 4, 2), (4,) * 6)]
     device = jax.devices()[0]
     print(f"device: {device.platform} {device.device_kind} × {jax.device_count()}, jax {jax.__version__}")
+    results = []
     for out_modes, in_modes in cases:
         rows = run_case(out_modes, in_modes, rank=args.rank, batch=batch, rounds=rounds, block=args.block)
         b, d = int(np.prod(out_modes)), int(np.prod(in_modes))
+        dense_s, dense_cpu = rows[0]["seconds"], rows[0]["cpu"]
+        variants = [
+            {
+                "variant": row["variant"],
+                "ms": 1e3 * row["seconds"],
+                "speedup": dense_s / row["seconds"],
+                "cpu_ms": 1e3 * row["cpu"],
+                "cpu_speedup": dense_cpu / row["cpu"],
+                "params": row["params"],
+                "bits_equal": row["agree"],
+            }
+            for row in rows
+        ]
+        shape = {"d": d, "bits": b, "out_modes": out_modes, "in_modes": in_modes}
+        results.append({**shape, "batch": batch, "rank": args.rank, "variants": variants})
         print(
             f"\n{d}-d → {b} bits, batch {batch}, TT-rank {args.rank}, output modes "
             f"{'×'.join(map(str, out_modes))}, input modes {'×'.join(map(str, in_modes))}, "
             f"medians of {rounds} interleaved rounds"
         )
-        dense_s, dense_cpu = rows[0]["seconds"], rows[0]["cpu"]
         cells = [
             [
-                row["variant"],
-                f"{1e3 * row['seconds']:.2f}",
-                f"{dense_s / row['seconds']:.2f}×",
-                f"{1e3 * row['cpu']:.2f}",
-                f"{dense_cpu / row['cpu']:.2f}×",
-                f"{row['params']:,}",
-                f"{row['agree']:.5f}",
+                v["variant"],
+                f"{v['ms']:.2f}",
+                f"{v['speedup']:.2f}×",
+                f"{v['cpu_ms']:.2f}",
+                f"{v['cpu_speedup']:.2f}×",
+                f"{v['params']:,}",
+                f"{v['bits_equal']:.5f}",
             ]
-            for row in rows
+            for v in variants
         ]
         header = [
             "variant",
@@ -162,6 +185,10 @@ def main(argv=None) -> None:
             "bits equal to dense",
         ]
         print(markdown_table(header, cells, align="lrrrrrr"))
+    if folder is not None:
+        figures = {"rounds": rounds, "cases": results}
+        command = sys.argv if argv is None else [sys.argv[0], *argv]
+        print(f"wrote {write_result('binary', figures, argv=command, machine=machine, folder=folder)}")
 
 
 if __name__ == "__main__":

@@ -119,7 +119,7 @@ def pml_step(name: str, x: np.ndarray, labels: np.ndarray):
 
 
 def time_losses(sizes, args) -> list[dict]:
-    """One row per (N, loss): geojax's and PML's median fwd+bwd seconds (None when PML did not run) and a
+    """One row per (N, loss): geojax's and PML's fwd+bwd :class:`Timing` (None when PML did not run) and a
     note (the values' agreement, or why PML did not run; ``pml_need_gb`` its estimated memory then)."""
     rows = []
     for n in sizes:
@@ -130,8 +130,8 @@ def time_losses(sizes, args) -> list[dict]:
             labels = labels_for(name, n)
             step = geojax_step(name, labels)
             value = float(step(xj)[0])
-            t_geo = measure(step, xj, repeats=args.repeats, budget_s=20.0).median
-            row = {"loss": name, "N": n, "geojax_s": t_geo, "pml_s": None, "pml_need_gb": None}
+            geo = measure(step, xj, repeats=args.repeats, budget_s=20.0)
+            row = {"loss": name, "N": n, "geojax": geo, "pml": None, "pml_need_gb": None}
             rows.append(row)
             if not args.peer:
                 row["note"] = "PML not installed"
@@ -147,12 +147,12 @@ def time_losses(sizes, args) -> list[dict]:
             try:
                 peer = pml_step(name, x, labels)
                 pml_value = peer()  # also the warm-up
-                t_pml = measure(peer, repeats=args.repeats, warmup=0, budget_s=30.0).median
+                pml = measure(peer, repeats=args.repeats, warmup=0, budget_s=30.0)
             except (RuntimeError, MemoryError) as err:  # torch reports OOM as RuntimeError
                 row["note"] = f"PML failed: {str(err).splitlines()[0][:60]}"
                 continue
             rel = abs(value - pml_value) / max(abs(pml_value), 1e-12)
-            row.update(pml_s=t_pml, note=f"geojax {value:.6f} vs PML {pml_value:.6f} (rel {rel:.1e})")
+            row.update(pml=pml, note=f"geojax {value:.6f} vs PML {pml_value:.6f} (rel {rel:.1e})")
             print(f"  checked {name} N={n}: {row['note']}", flush=True)
     return rows
 
@@ -172,19 +172,26 @@ def blocked_memory(n: int, block: int) -> list[tuple]:
 
 
 def timing_figures(rows: list[dict]) -> list[dict]:
-    """The timing rows as printed and stored: milliseconds and PML's time over geojax's."""
-    return [
-        {
-            "loss": r["loss"],
-            "N": r["N"],
-            "geojax_ms": 1e3 * r["geojax_s"],
-            "pml_ms": None if r["pml_s"] is None else 1e3 * r["pml_s"],
-            "pml_over_geojax": None if r["pml_s"] is None else r["pml_s"] / r["geojax_s"],
-            "pml_need_gb": r["pml_need_gb"],
-            "note": r["note"],
-        }
-        for r in rows
-    ]
+    """The timing rows as printed and stored: median wall and CPU (all threads) milliseconds, PML's over
+    geojax's."""
+    figures = []
+    for r in rows:
+        geo, pml = r["geojax"], r["pml"]
+        figures.append(
+            {
+                "loss": r["loss"],
+                "N": r["N"],
+                "geojax_ms": 1e3 * geo.median,
+                "geojax_cpu_ms": 1e3 * geo.cpu_median,
+                "pml_ms": None if pml is None else 1e3 * pml.median,
+                "pml_cpu_ms": None if pml is None else 1e3 * pml.cpu_median,
+                "pml_over_geojax": None if pml is None else pml.median / geo.median,
+                "pml_over_geojax_cpu": None if pml is None else pml.cpu_median / geo.cpu_median,
+                "pml_need_gb": r["pml_need_gb"],
+                "note": r["note"],
+            }
+        )
+    return figures
 
 
 def main() -> None:
@@ -217,19 +224,16 @@ def main() -> None:
         args.repeats = min(args.repeats, 3)
 
     timing = timing_figures(time_losses(sizes, args))
-    print(f"\nfwd+bwd, D={D}, median of up to {args.repeats} runs after warm-up (ms)")
+    print(f"\nfwd+bwd, D={D}, median of up to {args.repeats} runs after warm-up (ms; CPU ms: all threads)")
     cells = [
-        [
-            r["loss"],
-            r["N"],
-            f"{r['geojax_ms']:.2f}",
-            None if r["pml_ms"] is None else f"{r['pml_ms']:.1f}",
-            None if r["pml_ms"] is None else f"{r['pml_over_geojax']:.1f}×",
-            r["note"],
-        ]
+        [r["loss"], r["N"], f"{r['geojax_ms']:.2f}", f"{r['geojax_cpu_ms']:.2f}"]
+        + [r[k] and f"{r[k]:.1f}" for k in ("pml_ms", "pml_cpu_ms")]
+        + [r[k] and f"{r[k]:.1f}×" for k in ("pml_over_geojax", "pml_over_geojax_cpu")]
+        + [r["note"]]
         for r in timing
     ]
-    print(markdown_table(["loss", "N", "geojax ms", "PML ms", "PML/geojax", "note"], cells, align="lrrrrl"))
+    header = ["loss", "N", "geojax ms", "geojax CPU ms", "PML ms", "PML CPU ms", "PML/geojax", "CPU ratio"]
+    print(markdown_table([*header, "note"], cells, align="lrrrrrrrl"))
 
     block = 512
     print(f"\npeak temporary memory of jitted fwd+bwd, N={mem_n}, D={D} (compiled memory_analysis)")

@@ -9,6 +9,9 @@ no checkpoints during the timed steps. Each configuration trains in a fresh proc
 memory is its own): steady-state time = the training time less the first step (which compiles), over the other
 steps. "sequential" is S single-seed runs, each timed the same way and summed. Ratio = sequential time / the
 one-program time for the same replica-steps (> 1: the one program is faster).
+
+A full run writes the table, the recipe's sizes and the machine to ``benchmarks/results/seeds.json``
+(``seeds_cnn.json`` with ``--encoder cnn``); ``--quick`` writes only with ``--out``.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 
+from train.results import add_out_argument, destination, machine_info, write_result
 from train.tables import markdown_table
 
 
@@ -75,6 +79,7 @@ def main() -> None:
     ap.add_argument("--width", type=int)
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    add_out_argument(ap)
     args = ap.parse_args()
     if args.width is None:
         args.width = 512 if args.encoder == "mlp" else 32
@@ -83,6 +88,7 @@ def main() -> None:
     if args.child is not None:
         print(json.dumps(child(args.child, args.steps, args.encoder, args.width, args.batch)))
         return
+    machine = machine_info()
     single = measure(1, args)
     rows = []
     for s in args.seeds:
@@ -99,9 +105,10 @@ def main() -> None:
                 single["rss_mib"],
             ]
         )
+    load_after = os.getloadavg()[0]
     print(
         f"{args.encoder} width {args.width}, batch {args.batch} (two views), {args.steps} steps; "
-        f"load {os.getloadavg()[0]:.1f}"
+        f"load {load_after:.1f}"
     )
     header = [
         "S",
@@ -112,6 +119,19 @@ def main() -> None:
         "one run MiB",
     ]
     print(markdown_table(header, rows, digits=3))
+    folder = destination(args.out, quick=args.quick)
+    if folder is not None:
+        keys = ["S", "one_program_rate", "sequential_rate", "ratio", "one_program_mib", "one_run_mib"]
+        figures = {
+            "encoder": args.encoder,
+            "width": args.width,
+            "batch": args.batch,
+            "steps": args.steps,
+            "load_after": load_after,
+            "rows": [dict(zip(keys, row, strict=True)) for row in rows],
+        }
+        name = "seeds" if args.encoder == "mlp" else f"seeds_{args.encoder}"
+        print(f"wrote {write_result(name, figures, argv=sys.argv, machine=machine, folder=folder)}")
 
 
 if __name__ == "__main__":

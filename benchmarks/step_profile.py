@@ -9,7 +9,10 @@ product is a ``dot`` or ``convolution``, or a fusion or library call containing 
 convolution operator. The table prints each framework's products and the rest in ms per step, their sum,
 and the unprofiled step (PyTorch's Python and autograd glue is in no operator's self time, so its sum falls
 short of its step), then the ratio of the unprofiled steps and what it would be were geojax's products as
-fast as PyTorch's (geojax's step less its products plus PyTorch's)."""
+fast as PyTorch's (geojax's step less its products plus PyTorch's).
+
+A full run writes each model's rows and ratios, the steps and the machine to
+``benchmarks/results/step_profile.json``; ``--quick`` writes only with ``--out``."""
 
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 _INSTRUCTION = re.compile(r"^\s+(?:ROOT\s+)?%([\w.\-]+) = .*? ([\w\-]+)\((.*)$")
 _COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%([\w.\-]+) .*\{\s*$")
@@ -138,6 +142,8 @@ def unprofiled_ms(call: Callable[[], Any], block: Callable[[Any], Any], calls: i
 
 
 def main() -> None:
+    from train.results import add_out_argument, destination, machine_info, write_result  # no backend yet
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small sizes, a few seconds")
     ap.add_argument("--models", default="mlp,cnn", help="CPU models (mlp, cnn)")
@@ -145,10 +151,12 @@ def main() -> None:
     ap.add_argument(
         "--steps-per-call", type=int, default=10, help="geojax steps per dispatch (divides --steps)"
     )
+    add_out_argument(ap)
     args = ap.parse_args()
     steps, k = args.steps or (4 if args.quick else 20), args.steps_per_call
     if k < 1 or steps % k:
         ap.error(f"--steps-per-call must be a positive divisor of the {steps} steps, got {k}")
+    folder = destination(args.out, quick=args.quick)
     # One core for both, before JAX starts its backend: XLA's Eigen pool off, YNNPACK held by the affinity.
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     flags = "--xla_cpu_multi_thread_eigen=false --xla_cpu_enable_xprof_traceme=true"
@@ -166,7 +174,9 @@ def main() -> None:
     else:
         torch.set_num_threads(1)
     print(f"jax {jax.__version__}" + (f", torch {torch.__version__}" if torch else "") + ", one core")
+    machine = machine_info()  # after the affinity and flags are set, before any work
     header = ["model", "step", "products ms", "rest ms", "sum ms", "unprofiled ms"]
+    models = []
     for case in [c for c in train_step.cpu_cases(args.quick) if c.name in args.models.split(",")]:
         call, _, hlo = train_step.geojax_call(case, k)
         ours = geojax_split(hlo(), call, steps // k, k)
@@ -181,13 +191,20 @@ def main() -> None:
         print(f"\n{case.name}: ms per step on one core, {steps} steps (geojax {k} per call)")
         cells = [[r[0], r[1], *(f"{v:.2f}" for v in r[2:])] for r in rows]
         print(markdown_table(header, cells, align="llrrrr"))
+        keys = ["model", "step", "products_ms", "rest_ms", "sum_ms", "unprofiled_ms"]
+        model = {"model": case.name, "rows": [dict(zip(keys, r, strict=True)) for r in rows]}
         if torch is not None:
             # geojax's unprofiled step with its products' time replaced by PyTorch's.
             bound = theirs_ms / (ours_ms - ours["product"] + theirs["product"])
+            model.update(torch_over_geojax=theirs_ms / ours_ms, with_torch_products=bound)
             print(
                 f"ratio PyTorch/geojax ({case.name}, unprofiled steps): {theirs_ms / ours_ms:.2f}×; with "
                 f"geojax's products as fast as PyTorch's: {bound:.2f}×"
             )
+        models.append(model)
+    if folder is not None:
+        figures = {"steps": steps, "steps_per_call": k, "cores": 1, "models": models}
+        print(f"wrote {write_result('step_profile', figures, argv=sys.argv, machine=machine, folder=folder)}")
 
 
 if __name__ == "__main__":

@@ -41,6 +41,10 @@ uint8 images held on the device), torusN head D = 16, SupCon (τ = 0.1, × τ/0.
 element-wise clipping at 100, bf16 compute (PyTorch: autocast bf16 and channels_last), 512 images × 2 views
 per step; first, blocked SupCon fwd+bwd at a global batch of 65,536: time and peak memory. ``--quick``
 shrinks every size to seconds (also on a CPU, as a smoke test).
+
+A full run writes every table (rows, ratios, sizes, rounds) with the machine to
+``benchmarks/results/train_step.json``, its name carrying the run's variant (``train_step_gpu``,
+``train_step_cpu_devices_2``, ``train_step_one_thread``); ``--quick`` writes only with ``--out``.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ import dataclasses
 import math
 import os
 import statistics
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -59,6 +64,7 @@ import numpy as np
 
 from geojax import losses, parallel
 from train import config, data, step
+from train.results import add_out_argument, destination, machine_info, write_result
 from train.tables import markdown_table
 from train.timing import measure
 
@@ -484,9 +490,10 @@ def geojax_name(k: int, devices: int) -> str:
     return f"geojax (device feed, {k} step{'s' if k > 1 else ''}/call{split})"
 
 
-def compare(cases: list[Case], args: argparse.Namespace, *, device: str, peak: float | None) -> None:
+def compare(cases: list[Case], args: argparse.Namespace, *, device: str, peak: float | None) -> list[dict]:
     """Print, per case, the interleaved medians of geojax at each ``--steps-per-call`` and of PyTorch in
-    each ``--torch-modes`` mode, and the ratio of the best of each."""
+    each ``--torch-modes`` mode, and the ratio of the best of each; return them, one dict per case."""
+    results = []
     header = ["model", "step", "steps/s", "images/s", "view-images/s", "ms/step", "CPU s/step", "MFU"]
     header.append("best geojax ×")
     for case in cases:
@@ -513,9 +520,21 @@ def compare(cases: list[Case], args: argparse.Namespace, *, device: str, peak: f
         theirs = min(
             ((wall, name) for name, (wall, _) in times.items() if name.startswith("PyTorch")), default=None
         )
-        rows = []
+        rows, figures = [], []
         for name, (wall, cpu) in times.items():
             images = cfg.batch_size / wall
+            figures.append(
+                {
+                    "step": name,
+                    "steps_per_s": 1 / wall,
+                    "images_per_s": images,
+                    "view_images_per_s": images * cfg.views,
+                    "ms_per_step": 1e3 * wall,
+                    "cpu_s_per_step": cpu,
+                    "mfu_percent": flops and 100 * flops / wall / peak,
+                    "over_best_geojax": None if name.startswith("geojax") else wall / ours[0],
+                }
+            )
             rows.append(
                 [case.name, name, f"{1 / wall:.1f}", f"{images:.0f}", f"{images * cfg.views:.0f}"]
                 + [f"{1e3 * wall:.2f}", f"{cpu:.4f}", flops and f"{100 * flops / wall / peak:.1f} %"]
@@ -534,19 +553,47 @@ def compare(cases: list[Case], args: argparse.Namespace, *, device: str, peak: f
         ratio = "–" if theirs is None else f"{theirs[0] / ours[0]:.2f}×"
         versus = "" if theirs is None else f" ({ours[1]} vs {theirs[1]})"
         print(f"ratio best geojax / best PyTorch ({case.name}): {ratio}{versus} (target {args.target}×)")
+        results.append(
+            {
+                "model": case.name,
+                "encoder": cfg.encoder,
+                "width": cfg.width,
+                "dim": cfg.dim,
+                "batch": cfg.batch_size,
+                "views": cfg.views,
+                "precision": cfg.precision,
+                "tflop_per_step": flops and flops / 1e12,
+                "rows": figures,
+                "failed": failed,
+                "best_geojax": ours[1],
+                "best_torch": None if theirs is None else theirs[1],
+                "best_torch_over_best_geojax": None if theirs is None else theirs[0] / ours[0],
+            }
+        )
+    return results
 
 
-def replica_rates(case: Case, counts: list[int], k: int, args: argparse.Namespace) -> None:
+def replica_rates(case: Case, counts: list[int], k: int, args: argparse.Namespace) -> dict:
     """Steps/s of the several-seeds step (``counts`` seeds in one program, each drawing its own batches)
-    against as many single-seed runs one after another."""
+    against as many single-seed runs one after another; printed and returned."""
     cfg = case.cfg
     runners = {
         r: (geojax_call(case, k, args.cpu_devices, replicas=r)[0], k, jax.block_until_ready) for r in counts
     }
     times = interleaved(runners, args.repeats, args.steps)
     one = times[1][0] if 1 in times else None
-    rows = []
+    rows, figures = [], []
     for r, (wall, cpu) in times.items():
+        figures.append(
+            {
+                "replicas": r,
+                "steps_per_s": 1 / wall,
+                "replica_steps_per_s": r / wall,
+                "images_per_s": r * cfg.batch_size / wall,
+                "cpu_s_per_step": cpu,
+                "vs_one_seed_at_a_time": one and r * one / wall,
+            }
+        )
         rows.append(
             [str(r), f"{1 / wall:.1f}", f"{r / wall:.1f}", f"{r * cfg.batch_size / wall:.0f}", f"{cpu:.4f}"]
             + [one and f"{r * one / wall:.2f}×"]
@@ -557,10 +604,12 @@ def replica_rates(case: Case, counts: list[int], k: int, args: argparse.Namespac
     )
     header = ["replicas", "steps/s", "replica-steps/s", "images/s", "CPU s/step", "vs one seed at a time"]
     print(markdown_table(header, rows, align="rrrrrr"))
+    return {"model": case.name, "steps_per_call": k, "rows": figures}
 
 
-def blocked_supcon(n: int, dim: int, block: int) -> None:
-    """Blocked SupCon fwd+bwd at global batch ``n``: time, compiled temporary memory, device peak."""
+def blocked_supcon(n: int, dim: int, block: int) -> dict:
+    """Blocked SupCon fwd+bwd at global batch ``n``: time, compiled temporary memory, device peak (printed
+    and returned)."""
     key = jax.random.key(0)
     e = jax.random.normal(key, (n, dim), jnp.float32)
     y = jax.random.randint(jax.random.fold_in(key, 1), (n,), 0, 10)
@@ -573,6 +622,15 @@ def blocked_supcon(n: int, dim: int, block: int) -> None:
     temp = None if stats is None else f"{stats.temp_size_in_bytes / 2**20:,.1f}"
     cells = [f"{1e3 * t.median:.1f}", temp, peak and f"{peak / 2**20:,.1f}", f"{n * n * 4 / 2**20:,.0f}"]
     print(markdown_table(header, [cells], align="rrrr"))
+    return {
+        "N": n,
+        "D": dim,
+        "block": block,
+        "ms": 1e3 * t.median,
+        "temporary_mib": None if stats is None else stats.temp_size_in_bytes / 2**20,
+        "device_peak_mib": peak and peak / 2**20,
+        "nn_matrix_mib": n * n * 4 / 2**20,
+    }
 
 
 def _counts(text: str, name: str) -> list[int]:
@@ -580,6 +638,15 @@ def _counts(text: str, name: str) -> list[int]:
     if not values or min(values) < 1:
         raise argparse.ArgumentTypeError(f"{name} must list positive integers, got {text!r}")
     return values
+
+
+def result_name(args: argparse.Namespace) -> str:
+    """The results file's stem for this run's variant: ``train_step`` with ``_gpu``, ``_cpu_devices_N`` or
+    ``_one_thread`` appended as given."""
+    name = "train_step_gpu" if args.gpu else "train_step"
+    if args.cpu_devices > 1:
+        name += f"_cpu_devices_{args.cpu_devices}"
+    return name + ("_one_thread" if args.one_thread else "")
 
 
 def main() -> None:
@@ -614,6 +681,7 @@ def main() -> None:
         default=1,
         help="CPU: split the host into this many one-thread XLA devices, geojax's step data-parallel",
     )
+    add_out_argument(ap)
     args = ap.parse_args()
     if args.cpu_devices < 1:
         ap.error(f"--cpu-devices must be at least 1, got {args.cpu_devices}")
@@ -639,6 +707,7 @@ def main() -> None:
         flags.append("--xla_cpu_multi_thread_eigen=false")
     if flags:
         os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), *flags]).strip()
+    machine = machine_info()  # after the affinity and XLA's flags, before any work
     args.repeats = args.repeats or (2 if args.quick else 5)
     args.steps = args.steps or (10 if args.quick else 100)
     dev = jax.devices()[0]
@@ -664,15 +733,27 @@ def main() -> None:
             if peak
             else "MFU: peak unknown (--peak-tflops)"
         )
-        blocked_supcon(4096 if args.quick else 65_536, 16, 512 if args.quick else 4096)  # first: its peak
+        blocked = blocked_supcon(4096 if args.quick else 65_536, 16, 512 if args.quick else 4096)  # its peak
         cases = [gpu_case(args.quick)]
     else:
-        peak = None
+        peak, blocked = None, None
         cases = [c for c in cpu_cases(args.quick) if c.name in args.models.split(",")]
-    compare(cases, args, device=device, peak=peak)
-    if args.replicas:
-        for case in cases:
-            replica_rates(case, args.replicas, max(args.steps_per_call), args)
+    figures = {
+        "rounds": args.repeats,
+        "steps": args.steps,
+        "torch_threads": None if args.torch is None else torch.get_num_threads(),
+        "target": args.target,
+        "peak_tflops": peak and peak / 1e12,
+        "blocked_supcon": blocked,
+        "cases": compare(cases, args, device=device, peak=peak),
+        "replicas": [replica_rates(case, args.replicas, max(args.steps_per_call), args) for case in cases]
+        if args.replicas
+        else [],
+    }
+    folder = destination(args.out, quick=args.quick)
+    if folder is not None:
+        name = result_name(args)
+        print(f"wrote {write_result(name, figures, argv=sys.argv, machine=machine, folder=folder)}")
 
 
 if __name__ == "__main__":

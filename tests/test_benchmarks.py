@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
+import json
 import os
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
+from train.results import RESULTS_DIR, destination, write_result
 from train.timing import Timing, measure
 
 
@@ -148,9 +150,46 @@ def _tables(stdout: str) -> list[list[dict[str, str]]]:
     return tables
 
 
-def test_losses_quick():
-    out = _run_script("losses.py", "--quick", "--repeats", "1")
+def _figures(folder: Path, name: str, argv: tuple[str, ...]) -> dict:
+    """The figures a benchmark run wrote to ``folder/name.json`` (the only file there), after checking its
+    command line and machine record."""
+    assert sorted(p.name for p in folder.iterdir()) == [f"{name}.json"]
+    record = json.loads((folder / f"{name}.json").read_text())
+    assert record["command"].split()[1:] == list(argv)
+    assert record["machine"]["cores"] == os.cpu_count() and len(record["machine"]["load_before"]) == 3
+    return record["figures"]
+
+
+def test_quick_runs_write_only_where_out_says(tmp_path):
+    assert destination(None, quick=False) == RESULTS_DIR
+    assert destination(None, quick=True) is None
+    assert destination(tmp_path, quick=True) == destination(tmp_path, quick=False) == tmp_path
+
+
+def test_write_result_keeps_figures_strict_json(tmp_path):
+    path = write_result("x_quick", {"ms": 1.5, "bad": float("nan")}, argv=["b.py"], folder=tmp_path / "r")
+    record = json.loads(path.read_text())
+    assert path == tmp_path / "r" / "x_quick.json" and record["figures"] == {"ms": 1.5, "bad": None}
+    assert record["command"] == "b.py" and record["machine"]["date"]
+    with pytest.raises(ValueError, match="name must be a plain file stem"):
+        write_result("../x", {}, argv=[], folder=tmp_path)
+
+
+def test_losses_quick(tmp_path):
+    argv = ("--quick", "--repeats", "1", "--out", str(tmp_path))
+    out = _run_script("losses.py", *argv)
     timing, memory = _tables(out)
+    figures = _figures(tmp_path, "losses", argv)
+    assert [(r["loss"], str(r["N"]), f"{r['geojax_ms']:.2f}", r["note"]) for r in figures["timing"]] == [
+        (r["loss"], r["N"], r["geojax ms"], r["note"]) for r in timing
+    ]
+    for stored, printed in zip(figures["timing"], timing, strict=True):
+        if stored["pml_ms"] is not None:
+            assert f"{stored['pml_ms']:.1f}" == printed["PML ms"]
+            assert f"{stored['pml_ms'] / stored['geojax_ms']:.1f}×" == printed["PML/geojax"]
+    assert [f"{m['temporary_mib']:,.1f}" for m in figures["memory"]["forms"]] == [
+        r["temporary MiB"] for r in memory
+    ]
     assert [(r["loss"], r["N"]) for r in timing] == [
         (loss, n) for n in ("128", "256") for loss in ("supcon", "info_nce", "triplet")
     ]
@@ -163,11 +202,15 @@ def test_losses_quick():
 
 
 @pytest.mark.slow
-def test_binary_quick():
-    out = _run_script("binary.py", "--quick", "--repeats", "2")
-    tables = _tables(out)
-    assert len(tables) == 2  # the two shapes of the quick run
-    for rows in tables:
+def test_binary_quick(tmp_path):
+    argv = ("--quick", "--repeats", "2", "--out", str(tmp_path))
+    tables = _tables(_run_script("binary.py", *argv))
+    cases = _figures(tmp_path, "binary", argv)["cases"]
+    assert [(c["d"], c["bits"]) for c in cases] == [(256, 256), (256, 64)]  # the two shapes of the quick run
+    for rows, case in zip(tables, cases, strict=True):
+        assert [(v["variant"], f"{v['ms']:.2f}", f"{v['cpu_speedup']:.2f}×") for v in case["variants"]] == [
+            (r["variant"], r["ms"], r["CPU speed-up"]) for r in rows
+        ]
         assert rows[0]["variant"] == "dense x @ R.T" and rows[0]["speed-up vs dense"] == "1.00×"
         assert len(rows) == 1 + 6 + (jax.default_backend() == "gpu")
         assert all(r["bits equal to dense"] == "1.00000" for r in rows)  # same codes as the dense matrix
@@ -189,26 +232,39 @@ def test_search_quick():
 
 
 @pytest.mark.slow
-def test_train_step_quick():
+def test_train_step_quick(tmp_path):
     args = ("--quick", "--steps", "4", "--repeats", "1", "--steps-per-call", "1,2", "--replicas", "1,2")
+    args += ("--out", str(tmp_path))
     out = _run_script("train_step.py", *args)
     *tables, seeds_mlp, seeds_cnn = _tables(out)
+    figures = _figures(tmp_path, "train_step", args)
+    for table, case in zip(tables, figures["cases"], strict=True):
+        assert [(r["step"], f"{r['ms_per_step']:.2f}") for r in case["rows"]] == [
+            (r["step"], r["ms/step"]) for r in table if r["steps/s"] != "torch not installed"
+        ]
+    for table, stored in zip((seeds_mlp, seeds_cnn), figures["replicas"], strict=True):
+        assert [f"{r['replica_steps_per_s']:.1f}" for r in stored["rows"]] == [
+            r["replica-steps/s"] for r in table
+        ]
     assert [table[0]["model"] for table in tables] == ["mlp", "cnn"]
-    for table, per_step in zip(tables, (64, 32), strict=True):  # quick: 64 and 32 images × 2 views
+    # quick: 64 and 32 images × 2 views; the ratios from the stored (unrounded) figures
+    for table, case, per_step in zip(tables, figures["cases"], (64, 32), strict=True):
         one, two, *peers = table
         assert (one["step"], two["step"]) == (
             "geojax (device feed, 1 step/call)",
             "geojax (device feed, 2 steps/call)",
         )
-        for row in (one, two, *peers[: _installed("torch")]):
-            assert float(row["steps/s"]) > 0
-            assert abs(float(row["images/s"]) / float(row["steps/s"]) / per_step - 1) < 0.01
-            assert abs(float(row["view-images/s"]) / float(row["images/s"]) - 2) < 0.01
+        for row in case["rows"]:
+            assert row["steps_per_s"] > 0
+            assert row["images_per_s"] / row["steps_per_s"] == pytest.approx(per_step)
+            assert row["view_images_per_s"] / row["images_per_s"] == pytest.approx(2)
         (peer,) = peers
         assert peer["step"] == "PyTorch eager"
         if _installed("torch"):
-            best = min(float(one["ms/step"]), float(two["ms/step"]))
-            assert abs(float(peer["best geojax ×"].rstrip("×")) / (float(peer["ms/step"]) / best) - 1) < 0.01
+            ours, theirs = case["rows"][:2], case["rows"][2]
+            best = min(r["ms_per_step"] for r in ours)
+            assert theirs["over_best_geojax"] == pytest.approx(theirs["ms_per_step"] / best)
+            assert case["best_torch_over_best_geojax"] == pytest.approx(theirs["ms_per_step"] / best)
         else:
             assert peer["steps/s"] == "torch not installed" and peer["best geojax ×"] == "–"
             assert "ratio best geojax / best PyTorch (mlp): – " in out
@@ -221,10 +277,13 @@ def test_train_step_quick():
             assert abs(float(row["images/s"]) / float(row["replica-steps/s"]) / per_step - 1) < 0.01
 
 
-def test_train_step_quick_data_parallel_over_cpu_devices():
+def test_train_step_quick_data_parallel_over_cpu_devices(tmp_path):
     # --cpu-devices 2: the host split into two one-thread XLA devices, the step data-parallel over them.
     args = ("--quick", "--models", "mlp", "--steps", "4", "--repeats", "1", "--steps-per-call", "2")
-    (table,) = _tables(_run_script("train_step.py", *args, "--cpu-devices", "2"))
+    args += ("--cpu-devices", "2", "--out", str(tmp_path))
+    (table,) = _tables(_run_script("train_step.py", *args))
+    (case,) = _figures(tmp_path, "train_step_cpu_devices_2", args)["cases"]
+    assert case["rows"][0]["step"] == table[0]["step"]
     ours = table[0]
     assert ours["step"] == "geojax (device feed, 2 steps/call, 2 CPU devices)"
     assert abs(float(ours["images/s"]) / float(ours["steps/s"]) / 64 - 1) < 0.01
@@ -286,11 +345,13 @@ def test_step_profile_classes_compiled_hlo_by_what_its_kernels_hold():
 
 
 @pytest.mark.slow
-def test_step_profile_quick():
-    out = _run_script(
-        "step_profile.py", "--quick", "--models", "mlp", "--steps", "4", "--steps-per-call", "2"
-    )
+def test_step_profile_quick(tmp_path):
+    argv = ("--quick", "--models", "mlp", "--steps", "4", "--steps-per-call", "2", "--out", str(tmp_path))
+    out = _run_script("step_profile.py", *argv)
     (table,) = _tables(out)
+    (model,) = _figures(tmp_path, "step_profile", argv)["models"]
+    stored = [(r["step"], f"{r['sum_ms']:.2f}") for r in model["rows"]]
+    assert stored == [(r["step"], r["sum ms"]) for r in table]
     assert table[0]["step"] == "geojax"
     for row in table:
         products, rest, total = (float(row[c]) for c in ("products ms", "rest ms", "sum ms"))
@@ -301,9 +362,11 @@ def test_step_profile_quick():
 
 
 @pytest.mark.slow
-def test_seeds_quick():
-    out = _run_script("seeds.py", "--quick")
+def test_seeds_quick(tmp_path):
+    out = _run_script("seeds.py", "--quick", "--out", str(tmp_path))
     (rows,) = _tables(out)
+    stored = _figures(tmp_path, "seeds", ("--quick", "--out", str(tmp_path)))["rows"]
+    assert [(str(r["S"]), f"{r['ratio']:.3f}") for r in stored] == [(r["S"], r["ratio"]) for r in rows]
     assert [r["S"] for r in rows] == ["1", "2"]
     assert rows[0]["ratio"] == "1.000"  # S = 1 is the single run itself
     assert all(float(r["one program MiB"]) > 0 for r in rows)

@@ -114,13 +114,19 @@ def write_result(
     machine: dict[str, Any] | None = None,
     folder: Path | None = None,
 ) -> Path:
-    """Write ``figures`` (strict JSON: NaN/inf become null) with ``machine`` (default: read now) and the
-    command line ``argv`` to ``<folder>/<name>.json`` atomically; returns the path."""
+    """Write ``figures`` (strict JSON: NaN/inf become null) with ``machine`` (default: read now), the load
+    averages now (``load_after``) and the command line ``argv`` to ``<folder>/<name>.json`` atomically;
+    returns the path."""
     if not name or "/" in name or name.startswith("."):
         raise ValueError(f"name must be a plain file stem, got {name!r}")
     path = (folder or RESULTS_DIR) / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    record = {"command": " ".join(argv), "machine": machine or machine_info(), "figures": figures}
+    record = {
+        "command": " ".join(argv),
+        "machine": machine or machine_info(),
+        "load_after": [round(x, 2) for x in os.getloadavg()],
+        "figures": figures,
+    }
     write_text(str(path), json.dumps(json_safe(record), indent=1, allow_nan=False) + "\n")
     return path
 
