@@ -2,6 +2,7 @@
 
     python -m train.reproduce <000|001|002|003|004|all> [--scale cpu|paper|quick]
         [--data digits|npz:PATH|idx:DIR|NAME] [--test-fraction F] [--out DIR]
+    python -m train.reproduce render [--data SPEC] [--out DIR]
 
 Each paper's claims are tested with the library and the training app as they are (``train.app.run``,
 ``train.evaluate.quantised_report``, ``train.binary_eval.itq_vs_tp``, ``geojax``); nothing is re-implemented.
@@ -28,6 +29,12 @@ offline).
 Digits and npz data are split by ``train.data``'s seeded, stratified split with ``--test-fraction`` held out
 (default 0.25; 0.2 turns the 10,000 MNIST test images into 8,000 train / 2,000 test).
 
+``render`` trains nothing: it re-judges every stored JSON result in ``--out`` with the current rules from
+its runs and details (claims and tables rewritten, the judging code's version recorded beside the runs' own)
+and renders ``reproduction.md``. Every run records the code version it was trained with
+(``train.report.code_version``); a run read back that was trained by other code, or that recorded none, is
+flagged as stale in the output and on the page.
+
 Every run of one command shares a JAX compilation cache in a temporary folder, so that repeated
 configurations (other seeds, the other clipping setting) reuse what is already compiled.
 """
@@ -37,6 +44,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import glob
+import json
 import os
 import shlex
 import sys
@@ -48,13 +57,12 @@ from typing import Any
 import jax
 from jax.experimental.compilation_cache import compilation_cache
 
-from train import config, data, files
+from train import config, data, files, report
 from train.reproduce import atlas, binary, render, similarities, simo, torus
-from train.reproduce.common import PAPERS, SCALES, Context, Findings, Scale, clean, data_tag
+from train.reproduce.common import PAPERS, SCALES, Context, Findings, Run, Scale, clean, data_tag
 
-RUNNERS: dict[str, Callable[[Context], Findings]] = {
-    m.PAPER.key: m.findings for m in (torus, atlas, binary, similarities, simo)
-}
+MODULES = {m.PAPER.key: m for m in (torus, atlas, binary, similarities, simo)}
+RUNNERS: dict[str, Callable[[Context], Findings]] = {key: m.findings for key, m in MODULES.items()}
 
 
 def run_paper(
@@ -110,9 +118,56 @@ def run_paper(
         "wall_s": round(time.time() - t0, 1),
         "finished": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
     }
+    result["judged"] = {"code_version": report.code_version(), "date": result["finished"]}
     result = clean(result)
     files.write_json(os.path.join(out, ctx.file(f"reproduce_{key}", "json")), result)
     return result
+
+
+def judge_stored(out: str, *, data_spec: str | None = None) -> list[dict[str, Any]]:
+    """Re-judge every stored ``out/reproduce_<key>[_<tag>].json`` with the current rules and tables (no
+    training: from its runs and details alone), rewrite it with the judging code's version and date, and
+    render ``out/reproduction.md``; returns the rewritten results.
+
+    With ``data_spec``, the results of that data set also get what needs only the data, where missing:
+    Korman 2021's 2-d PCA probe (:func:`atlas.pca_probe`). The data must be the stored split (sizes checked).
+    """
+    loaded: data.Dataset | None = None
+    results = []
+    for path in sorted(glob.glob(os.path.join(out, "reproduce_[0-9][0-9][0-9]*.json"))):
+        with open(path, encoding="utf-8") as f:
+            result = json.load(f)
+        stored = result["data"]
+        if result["seed"] == "001" and data_spec is not None and "pca_probe" not in result["details"]:
+            if data_tag(stored["spec"]) == data_tag(data_spec):
+                if loaded is None:
+                    loaded = data.load(data_spec, test_fraction=stored["test_fraction"])
+                if (len(loaded.train_y), len(loaded.test_y)) != (stored["train"], stored["test"]):
+                    raise ValueError(
+                        f"--data {data_spec} has {len(loaded.train_y)} train / {len(loaded.test_y)} test "
+                        f"images, {path} was made on {stored['train']} / {stored['test']}"
+                    )
+                epochs = (
+                    result["scale"].get("probe_epochs") or config.make(preset="msimclr_mnist").probe_epochs
+                )
+                result["details"]["pca_probe"] = atlas.pca_probe(
+                    loaded, dim=atlas.ATLAS_DIM, epochs=epochs, seeds=result["scale"]["atlas_seeds"]
+                )
+        runs = [Run.from_json(r) for r in result["runs"]]
+        claims, tables = MODULES[result["seed"]].judge(result, runs)
+        result |= {
+            "claims": [c.to_json() for c in claims],
+            "tables": [list(t) for t in tables],
+            "judged": {
+                "code_version": report.code_version(),
+                "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+            },
+        }
+        result = clean(result)
+        files.write_json(path, result)
+        results.append(result)
+    render.render(out)
+    return results
 
 
 def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
@@ -122,7 +177,9 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     ap.add_argument(
         "paper",
         help="000 (Stowell 2026) | 001 (Korman 2021) | 002 (Hong, Meng & Yuan 2018) | "
-        "003 (Feeney & Hughes 2024) | 004 (Bouhsine et al. 2024) | all",
+        "003 (Feeney & Hughes 2024) | 004 (Bouhsine et al. 2024) | all | render (no training: re-judge the "
+        "JSON results in --out with the current rules and render reproduction.md; --data adds what needs "
+        "only that data set, e.g. Korman 2021's 2-d PCA probe)",
     )
     ap.add_argument(
         "--scale",
@@ -133,8 +190,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     )
     ap.add_argument(
         "--data",
-        default="digits",
-        help="digits | npz:PATH | idx:DIR | mnist | fashion_mnist | cifar10 | cifar100",
+        help="digits (default) | npz:PATH | idx:DIR | mnist | fashion_mnist | cifar10 | cifar100",
     )
     ap.add_argument(
         "--test-fraction",
@@ -144,6 +200,18 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     )
     ap.add_argument("--out", default="reproduction", help="output folder (default reproduction/)")
     args = ap.parse_args(argv)
+    if args.paper == "render":
+        if not os.path.isdir(args.out):
+            ap.error(f"--out must be a folder of reproduce_*.json results, got {args.out!r}")
+        if args.data is not None:
+            try:
+                config.make(dataset=args.data)
+            except ValueError as err:
+                ap.error(str(err))
+        results = judge_stored(args.out, data_spec=args.data)
+        print(f"re-judged {len(results)} results; wrote {os.path.join(args.out, 'reproduction.md')}")
+        return results
+    args.data = args.data or "digits"
     keys = tuple(PAPERS) if args.paper == "all" else (args.paper,)
     if any(k not in PAPERS for k in keys):
         ap.error(f"paper must be one of {', '.join(PAPERS)} or all, got {args.paper!r}")

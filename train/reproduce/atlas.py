@@ -3,21 +3,26 @@ MSimCLR (piecewise linear accuracy) and MTriplet (R@1)."""
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any
 
-from train import plots
+import numpy as np
+
+from train import config, plots, probe
+from train.data import Dataset
 from train.reproduce.common import (
     PAPERS,
     Claim,
     Context,
     Findings,
     Run,
-    mean,
+    above,
     mean_sd,
     scale_note,
     train_recipe,
     train_seeds,
+    welch_interval,
 )
 from train.reproduce.render import records_table, runs_table
 
@@ -76,6 +81,31 @@ def run(ctx: Context) -> dict[str, Any]:
     return {"msimclr": simclr, "simclr": [r for r, _ in baseline], "mtriplet": triplet, "picture": picture}
 
 
+def pca_probe(ds: Dataset, *, dim: int, epochs: int, seeds: int) -> list[float]:
+    """Korman 2021's d-dimensional probe on no learning at all: the linear probe (train.probe, ``epochs``
+    epochs, seeds 0 … seeds − 1) on the pixels' first ``dim`` principal components (fitted on the training
+    split), test accuracy per seed. The baseline an encoding of dimension ``dim`` must beat."""
+    train = ds.train_x.reshape(len(ds.train_x), -1).astype(np.float64)
+    test = ds.test_x.reshape(len(ds.test_x), -1).astype(np.float64)
+    centre = train.mean(0)
+    # Principal directions: the top eigenvectors of the training pixels' covariance (d × d, d = pixels).
+    _, vectors = np.linalg.eigh(np.cov(train - centre, rowvar=False))
+    top = vectors[:, ::-1][:, :dim]
+    code_train, code_test = (train - centre) @ top, (test - centre) @ top
+    return [
+        probe.linear_probe(
+            code_train.astype(np.float32),
+            ds.train_y,
+            code_test.astype(np.float32),
+            ds.test_y,
+            num_classes=ds.num_classes,
+            epochs=epochs,
+            seed=seed,
+        )
+        for seed in range(seeds)
+    ]
+
+
 def analyse(trained: dict[str, Any]) -> dict[str, Any]:
     """Per chart count: MSimCLR's piecewise linear accuracies, MTriplet's R@1, the charts MSimCLR used; plain
     SimCLR's linear accuracies."""
@@ -93,36 +123,118 @@ def analyse(trained: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def numbers(result: dict[str, Any]) -> dict[str, Any]:
+    """:func:`analyse`'s numbers from a stored reproduce_001 JSON (no training); chart counts back to ints,
+    a diverged run's None back to NaN. Runs made before plain SimCLR was part of it have no SimCLR values."""
+
+    def values(vs: list[float | None]) -> list[float]:
+        return [math.nan if v is None else v for v in vs]
+
+    d = result["details"]
+    return {
+        "piecewise_linear_accuracy": {int(k): values(v) for k, v in d["piecewise_linear_accuracy"].items()},
+        "simclr_linear_accuracy": values(d.get("simclr_linear_accuracy", [])),
+        "recall_at_1": {int(k): values(v) for k, v in d["recall_at_1"].items()},
+        "charts_used": d["charts_used"],
+        **({"pca_probe": d["pca_probe"]} if "pca_probe" in d else {}),
+    }
+
+
+def _beats(a: list[float], b: list[float]) -> tuple[str, str]:
+    """(text, verdict) of "a beats b" on the seeds of each: Welch's 95% interval of mean(a) − mean(b)."""
+    ci = welch_interval(a, b)
+    return f"Δ {100 * ci[0]:+.1f} pts, 95% CI [{100 * ci[1]:+.1f}, {100 * ci[2]:+.1f}]", above(ci, 0.0)
+
+
+RULE = "Welch's 95% interval of the difference of the seeds' means lies above 0 (below 0: does not hold)"
+
+
 def claims(n: dict[str, Any]) -> list[Claim]:
-    """The verdicts, from :func:`analyse`'s numbers alone."""
+    """The verdicts, from :func:`analyse`'s numbers alone (plain SimCLR's only where it was trained)."""
     acc, r1, plain = n["piecewise_linear_accuracy"], n["recall_at_1"], n["simclr_linear_accuracy"]
     lo, hi = CLAIM_CHARTS
-    return [
+    charts_text, charts_verdict = _beats(acc[hi], acc[lo])
+    triplet_text, triplet_verdict = _beats(r1[hi], r1[lo])
+    out = [
         Claim(
             claim=f"MSimCLR: n={hi} charts beat n={lo} at d={ATLAS_DIM} (piecewise linear accuracy, %)",
-            ours=f"n={lo}: {mean_sd(acc[lo])}, n={hi}: {mean_sd(acc[hi])}",
+            ours=f"n={lo}: {mean_sd(acc[lo])}, n={hi}: {mean_sd(acc[hi])}; {charts_text}",
             paper="MNIST n=1: 35.4 ± 12.4, n=16: 90.4 ± 3.0 "
             "(Fashion-MNIST 36.1 / 68.5, CIFAR-10 30.2 / 74.2)",
             source="Table 2, encoding dimension 2",
-            rule=f"mean accuracy(n={hi}) > mean accuracy(n={lo})",
-            holds=mean(acc[hi]) > mean(acc[lo]),
-        ),
-        Claim(
-            claim=f"MSimCLR with n={hi} charts beats plain SimCLR at d={ATLAS_DIM} (accuracy, %)",
-            ours=f"SimCLR (linear): {mean_sd(plain)}, MSimCLR n={hi} (piecewise linear): {mean_sd(acc[hi])}",
-            paper="MNIST SimCLR 15.3 ± 6.8, n=16: 90.4 ± 3.0; Fashion-MNIST 39.8 ± 9.3 / 68.5 ± 2.2",
-            source="Table 2, encoding dimension 2; §3.1",
-            rule=f"mean accuracy(MSimCLR, n={hi}) > mean accuracy(SimCLR)",
-            holds=mean(acc[hi]) > mean(plain),
-        ),
+            rule=RULE,
+            verdict=charts_verdict,
+        )
+    ]
+    if plain:
+        plain_text, plain_verdict = _beats(acc[hi], plain)
+        out.append(
+            Claim(
+                claim=f"MSimCLR with n={hi} charts beats plain SimCLR at d={ATLAS_DIM} (accuracy, %)",
+                ours=f"SimCLR (linear): {mean_sd(plain)}, MSimCLR n={hi} (piecewise linear): "
+                f"{mean_sd(acc[hi])}; {plain_text}",
+                paper="MNIST SimCLR 15.3 ± 6.8, n=16: 90.4 ± 3.0; Fashion-MNIST 39.8 ± 9.3 / 68.5 ± 2.2",
+                source="Table 2, encoding dimension 2; §3.1",
+                rule=RULE,
+                verdict=plain_verdict,
+            )
+        )
+    out.append(
         Claim(
             claim=f"MTriplet: n={hi} charts beat n={lo} at d={ATLAS_DIM} (R@1, %)",
-            ours=f"n={lo}: {mean_sd(r1[lo])}, n={hi}: {mean_sd(r1[hi])}",
+            ours=f"n={lo}: {mean_sd(r1[lo])}, n={hi}: {mean_sd(r1[hi])}; {triplet_text}",
             paper="CUB-200 n=1: 7.03, n=16: 12.13; Stanford Cars n=1: 9.62, n=16: 14.07",
             source="Tables 3 and 4, encoding dim 2",
-            rule=f"mean R@1(n={hi}) > mean R@1(n={lo})",
-            holds=mean(r1[hi]) > mean(r1[lo]),
+            rule=RULE,
+            verdict=triplet_verdict,
+        )
+    )
+    return out
+
+
+def detail_tables(n: dict[str, Any], runs: list[Run], data_name: str, encoder: str) -> list[tuple[str, str]]:
+    """Table 2 beside ours (with plain SimCLR and the 2-d PCA probe), and the runs with the raw-pixel row."""
+    acc = n["piecewise_linear_accuracy"]
+    msimclr_runs = [r for r in runs if r.name.startswith("msimclr")]
+    length = ", ".join(sorted({f"{r.steps} steps = {r.epochs:.3g} epochs" for r in msimclr_runs}))
+    ours = f"ours, {data_name} ({length}, {encoder})"
+    papers = {f"{PAPER.citation} Table 2, {name}": row for name, row in TABLE2.items()}
+    table2 = [
+        {
+            "charts n": k,
+            **{c: row[k] for c, row in papers.items()},
+            ours: mean_sd(acc[k]),
+            "seeds": len(acc[k]),
+        }
+        for k in sorted(acc)
+    ]
+    if n["simclr_linear_accuracy"]:
+        table2.append(
+            {
+                "charts n": "SimCLR (linear probe)",
+                **{f"{PAPER.citation} Table 2, {name}": paper for name, paper in TABLE2_SIMCLR.items()},
+                ours: mean_sd(n["simclr_linear_accuracy"]),
+                "seeds": len(n["simclr_linear_accuracy"]),
+            }
+        )
+    pca = n.get("pca_probe")
+    table2.append(
+        {
+            "charts n": f"no training: linear probe on a {ATLAS_DIM}-d PCA of the pixels",
+            **{c: "–" for c in papers},
+            ours: "not recorded (python -m train.reproduce render --data SPEC records it)"
+            if pca is None
+            else mean_sd(pca),
+            "seeds": 0 if pca is None else len(pca),
+        }
+    )
+    return [
+        (
+            f"MSimCLR at d={ATLAS_DIM}: piecewise linear accuracy (%, mean ± sample sd over seeds) beside "
+            f"{PAPER.citation} Table 2 (ResNet-18, 100 epochs, three runs)",
+            records_table(table2),
         ),
+        ("Runs", runs_table(runs)),
     ]
 
 
@@ -131,41 +243,16 @@ def findings(ctx: Context) -> Findings:
     s = ctx.scale
     trained = run(ctx)
     n = analyse(trained)
-    acc, picture = n["piecewise_linear_accuracy"], trained["picture"]
+    picture = trained["picture"]
+    probe_epochs = s.probe_epochs or config.make(preset="msimclr_mnist").probe_epochs
+    n["pca_probe"] = pca_probe(ctx.dataset, dim=ATLAS_DIM, epochs=probe_epochs, seeds=s.atlas_seeds)
     plot = ctx.file(PLOT, "png")
     if picture is not None:
         plots.plot_charts(picture[1], os.path.join(ctx.out, plot), title=picture[0].name)
-    msimclr_runs = [r for r in ctx.runs if r.name.startswith("msimclr")]
-    length = ", ".join(sorted({f"{r.steps} steps = {r.epochs:.3g} epochs" for r in msimclr_runs}))
-    ours = f"ours, {ctx.dataset.name} ({length}, {s.encoder})"
-    table2 = [
-        {
-            "charts n": k,
-            **{f"{PAPER.citation} Table 2, {name}": row[k] for name, row in TABLE2.items()},
-            ours: mean_sd(acc[k]),
-            "seeds": len(acc[k]),
-        }
-        for k in sorted(s.charts)
-    ]
-    table2.append(
-        {
-            "charts n": "SimCLR (linear probe)",
-            **{f"{PAPER.citation} Table 2, {name}": paper for name, paper in TABLE2_SIMCLR.items()},
-            ours: mean_sd(n["simclr_linear_accuracy"]),
-            "seeds": len(n["simclr_linear_accuracy"]),
-        }
-    )
     return Findings(
         claims=claims(n),
-        tables=[
-            (
-                f"MSimCLR at d={ATLAS_DIM}: piecewise linear accuracy (%, mean ± sd over seeds) beside "
-                f"{PAPER.citation} Table 2 (ResNet-18, 100 epochs, three runs)",
-                records_table(table2),
-            ),
-            ("Runs", runs_table(ctx.runs)),
-        ],
-        details={**n, "table2": table2},
+        tables=detail_tables(n, ctx.runs, ctx.dataset.name, s.encoder),
+        details=n,
         plots=[plot] if picture is not None else [],
         notes=[
             f"MSimCLR: the 'msimclr_mnist' preset ({PAPER.citation} §3.1, appendix A.1: batch 128, τ = 1, "
@@ -179,5 +266,13 @@ def findings(ctx: Context) -> Findings:
             scale_note(ctx),
             f"Retrieval (R@1) ranks by d_M ({PAPER.citation} eq. 7) on the chart coordinates; piecewise "
             "linear accuracy uses one linear classifier per chart on the compressed code (train.probe).",
+            f"The {ATLAS_DIM}-d PCA probe is the same linear probe ({probe_epochs} epochs) on the pixels' "
+            f"first {ATLAS_DIM} principal components: what d = {ATLAS_DIM} gives with no training.",
         ],
     )
+
+
+def judge(result: dict[str, Any], runs: list[Run]) -> tuple[list[Claim], list[tuple[str, str]]]:
+    """The claims and tables of a stored reproduce_001 JSON under the current rules (no training)."""
+    n = numbers(result)
+    return claims(n), detail_tables(n, runs, result["data"]["name"], result["scale"].get("encoder", "mlp"))

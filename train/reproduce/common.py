@@ -15,9 +15,13 @@ import numpy as np
 from scipy import stats
 
 from geojax import metrics
-from train import app, config, data, evaluate, loop, step
+from train import app, config, data, evaluate, loop, report, step
 
-HOLDS, FAILS = "holds", "does not hold at this scale"
+HOLDS, FAILS, INCONCLUSIVE = "holds", "does not hold at this scale", "inconclusive"
+VERDICTS = (HOLDS, FAILS, INCONCLUSIVE)
+LEARNED = 2.0  # a run learned when its P@1 reaches LEARNED × chance (1 / classes); below: "failed to learn"
+EQUIVALENT = 0.02  # the margin of every "≈" claim: a difference within ±2 points of P@1 / accuracy
+LEVEL = 0.95  # the confidence level of every interval a verdict is judged on
 # The cpu scale's share of the papers' epochs: 480,000 training images per run (8 epochs of Fashion-MNIST's
 # 60,000; a digits run reaches its recipe's 100 epochs first): all five papers' 60 Fashion-MNIST runs took
 # 83 min on two CPU cores.
@@ -204,23 +208,27 @@ SCALES: dict[str, Scale] = {
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Claim:
-    """One row of a paper's claim table; the verdict follows from ``holds``, computed by the caller's rule."""
+    """One row of a paper's claim table; ``verdict`` (one of VERDICTS) is computed by the rule helpers below
+    from our numbers."""
 
     claim: str  # what the paper claims, in a few words
     ours: str  # our numbers
     paper: str  # the paper's numbers (or "no number: …")
     source: str  # where in the paper
-    rule: str  # the rule that decides ``holds`` from our numbers
-    holds: bool
+    rule: str  # the rule that decides the verdict from our numbers
+    verdict: str
+
+    def __post_init__(self) -> None:
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"verdict must be one of {VERDICTS}, got {self.verdict!r}")
 
     @property
-    def verdict(self) -> str:
-        return HOLDS if self.holds else FAILS
+    def holds(self) -> bool:
+        return self.verdict == HOLDS
 
     def to_json(self) -> dict[str, str]:
         """The JSON row: claim, ours, paper, source, rule, verdict."""
-        fields = {k: v for k, v in dataclasses.asdict(self).items() if k != "holds"}
-        return {**fields, "verdict": self.verdict}
+        return dataclasses.asdict(self)
 
 
 @dataclasses.dataclass
@@ -240,6 +248,8 @@ class Run:
     steps_over_100: int | None = None  # logged steps with a gradient norm over 100 (Stowell 2026's clip)
     logged_steps: int = 0
     loss_trace: list[float] = dataclasses.field(default_factory=list)
+    code_version: dict[str, Any] | None = None  # train.report.code_version of the code it was trained with
+    # (None: a run trained before runs recorded it)
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)  # a paper's per-run results
 
     def metric(self, key: str) -> float:
@@ -259,6 +269,26 @@ class Run:
         if self.error is None:
             del fields["error"]
         return {**fields, **self.extra}
+
+    @classmethod
+    def from_json(cls, row: dict[str, Any]) -> Run:
+        """The run of a :meth:`to_json` record (its unknown keys back in ``extra``; a record made before runs
+        recorded their epochs has NaN epochs)."""
+        row = {"epochs": math.nan, **row}
+        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        return cls(
+            **{k: v for k, v in row.items() if k in names},
+            extra={k: v for k, v in row.items() if k not in names},
+        )
+
+    def learned(self, chance: float) -> bool:
+        """Whether the run trained to a P@1 of at least LEARNED × ``chance`` (False when it diverged)."""
+        return learned(self.metric("precision_at_1"), chance)
+
+    def stale(self, current: dict[str, Any]) -> bool:
+        """Whether the run predates the ``current`` code (train.report.code_version): its code hash differs,
+        or it recorded none."""
+        return self.code_version is None or self.code_version.get("code_hash") != current["code_hash"]
 
 
 @dataclasses.dataclass
@@ -290,6 +320,16 @@ class Context:
     def file(self, stem: str, ext: str) -> str:
         """An output file name of this data set: ``<stem>.<ext>`` for digits, ``<stem>_<tag>.<ext>`` else."""
         return f"{stem}_{self.tag}.{ext}" if self.tag else f"{stem}.{ext}"
+
+
+def version_text(version: dict[str, Any] | None) -> str:
+    """A run's code version in a few words: 'commit 1a2b3c4 (code a1b2c3d4e5f6)', or 'unknown' for a run that
+    recorded none."""
+    if version is None:
+        return "unknown"
+    commit = version.get("commit")
+    code = f"code {version['code_hash'][:12]}"
+    return f"commit {commit[:7]}{'+changes' if version.get('dirty') else ''} ({code})" if commit else code
 
 
 def data_tag(spec: str) -> str:
@@ -391,6 +431,7 @@ def train_recipe(ctx: Context, name: str, **overrides: Any) -> tuple[Run, dict[s
     t0 = time.time()
     epochs = round(cfg.steps * cfg.batch_size / len(ctx.dataset.train_y), 3)
     run = Run(name=name, overrides=dict(overrides), seed=cfg.seed, steps=cfg.steps, epochs=epochs)
+    current = report.code_version()
     emb: dict[str, Any] | None
     finished = os.path.join(workdir, "report.json")
     try:
@@ -400,18 +441,21 @@ def train_recipe(ctx: Context, name: str, **overrides: Any) -> tuple[Run, dict[s
                 rep = json.load(f)
             run.extra["reused"] = True
         else:  # new, or interrupted: train.app.run resumes from the run directory's newest checkpoint
-            rep = app.run(cfg)
+            rep = {**app.run(cfg), "code_version": current}
         emb = evaluate.load_run(cfg.workdir)
-        run.report = {k: v for k, v in rep.items() if k not in ("workdir", "device")}
+        run.code_version = rep.get("code_version")
+        run.report = {k: v for k, v in rep.items() if k not in ("workdir", "device", "code_version")}
     except FloatingPointError as err:
         emb = None
-        run.diverged, run.error = True, str(err)[:300]
+        run.diverged, run.error, run.code_version = True, str(err)[:300], current
     # A run read back keeps the wall time it took when it was trained (training and evaluation).
     reused = run.report is not None and run.extra.get("reused")
     run.wall_s = run.report["timing"]["total_s"] if reused else round(time.time() - t0, 2)
     _read_training_log(run, os.path.join(cfg.workdir, "metrics.jsonl"))
     ctx.runs.append(run)
     state = "DIVERGED" if run.diverged else "finished earlier" if run.extra.get("reused") else "done"
+    if run.stale(current):
+        state += f" (STALE: trained by {version_text(run.code_version)}, not the current code)"
     print(f"  run {name}: {state} in {run.wall_s} s", flush=True)
     return run, emb
 
@@ -433,12 +477,12 @@ def train_seeds(
     ctx.runs.remove(program)
     per_seed = [None] * seeds if program.report is None else program.report["per_seed"]
     out = []
-    for s, report in enumerate(per_seed):
+    for s, seed_report in enumerate(per_seed):
         run = dataclasses.replace(
             program,
             name=f"{name}-seed{s}",
             seed=s,
-            report=report,
+            report=seed_report,
             wall_s=round(program.wall_s / seeds, 2),
             extra={**program.extra, "program": program.name},
         )
@@ -473,26 +517,124 @@ def mean(values: Sequence[float]) -> float:
 
 
 def mean_sd(values: Sequence[float]) -> str:
-    """Fractions as percent: 'mean ± sd' over the finite values ('x' for one value, '–' for none)."""
+    """Fractions as percent: 'mean ± sd' over the finite values, sd the sample standard deviation (ddof = 1);
+    'x' for one value, '–' for none."""
     finite = [v for v in values if math.isfinite(v)]
     if not finite:
         return "–"
     if len(finite) == 1:
         return f"{100 * finite[0]:.1f}"
-    return f"{100 * np.mean(finite):.1f} ± {100 * np.std(finite):.1f}"
+    return f"{100 * np.mean(finite):.1f} ± {100 * np.std(finite, ddof=1):.1f}"
 
 
-def t_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:
+Interval = tuple[float, float, float]  # (estimate, lower bound, upper bound)
+
+
+def t_interval(values: Sequence[float], level: float = LEVEL) -> Interval:
     """(mean, lo, hi): the Student-t confidence interval of the mean of the finite values (e.g. per-seed
-    differences); lo = hi = mean for one value, all NaN for none."""
+    paired differences); lo and hi are NaN for fewer than two values (one seed shows no spread), all NaN for
+    none."""
     finite = np.asarray([v for v in values if math.isfinite(v)], dtype=np.float64)
     if len(finite) == 0:
         return math.nan, math.nan, math.nan
     m = float(finite.mean())
     if len(finite) == 1:
-        return m, m, m
+        return m, math.nan, math.nan
     half = float(stats.t.ppf(0.5 + level / 2, len(finite) - 1) * finite.std(ddof=1) / math.sqrt(len(finite)))
     return m, m - half, m + half
+
+
+def welch_interval(a: Sequence[float], b: Sequence[float], level: float = LEVEL) -> Interval:
+    """(mean(a) − mean(b), lo, hi): Welch's confidence interval of the difference of two independent means
+    (the finite values of each; e.g. seeds of two configurations); NaN bounds when either has fewer than two.
+
+    Welch 1947: se² = s_a²/n_a + s_b²/n_b, Welch–Satterthwaite degrees of freedom se⁴ / Σ (s²/n)² / (n − 1).
+    """
+    x, y = (np.asarray([v for v in vs if math.isfinite(v)], dtype=np.float64) for vs in (a, b))
+    if len(x) == 0 or len(y) == 0:
+        return math.nan, math.nan, math.nan
+    diff = float(x.mean() - y.mean())
+    if len(x) < 2 or len(y) < 2:
+        return diff, math.nan, math.nan
+    va, vb = x.var(ddof=1) / len(x), y.var(ddof=1) / len(y)
+    se = math.sqrt(va + vb)
+    if se == 0.0:
+        return diff, diff, diff
+    df = (va + vb) ** 2 / (va**2 / (len(x) - 1) + vb**2 / (len(y) - 1))
+    half = float(stats.t.ppf(0.5 + level / 2, df) * se)
+    return diff, diff - half, diff + half
+
+
+def point(value: float) -> Interval:
+    """A value computed once, with no spread to estimate (a deterministic count, one fit) as an interval."""
+    return value, value, value
+
+
+# --------------------------------------------------------------------------------------------------------
+# Verdict rules: every claim's verdict comes from one of these, on an interval over seeds (or test queries)
+# or on counts of runs; each can come out "holds", "does not hold at this scale" or "inconclusive".
+# --------------------------------------------------------------------------------------------------------
+
+
+def learned(p_at_1: float, chance: float) -> bool:
+    """A run learned when its P@1 is finite and at least LEARNED × ``chance``; a run below that "failed to
+    learn" (one that diverged has no P@1 and did not learn either)."""
+    return math.isfinite(p_at_1) and p_at_1 >= LEARNED * chance
+
+
+def above(ci: Interval, threshold: float) -> str:
+    """A claim "the quantity exceeds ``threshold``" on its interval (estimate, lo, hi): HOLDS when the whole
+    interval lies above it, FAILS when the whole interval lies below it, INCONCLUSIVE otherwise (the interval
+    straddles it, or is undefined: NaN)."""
+    _, lo, hi = ci
+    if math.isnan(lo) or math.isnan(hi):
+        return INCONCLUSIVE
+    if lo > threshold:
+        return HOLDS
+    return FAILS if hi < threshold else INCONCLUSIVE
+
+
+def within(ci: Interval, margin: float = EQUIVALENT) -> str:
+    """A claim "the difference is negligible" (equivalence within ±``margin``) on its interval: HOLDS when the
+    whole interval lies inside ±margin, FAILS when it lies wholly outside (above +margin or below −margin),
+    INCONCLUSIVE otherwise (or when undefined: NaN). Unlike "the interval contains 0", a noisy estimate
+    cannot pass: its wide interval leaves the margin."""
+    _, lo, hi = ci
+    if math.isnan(lo) or math.isnan(hi):
+        return INCONCLUSIVE
+    if -margin <= lo and hi <= margin:
+        return HOLDS
+    return FAILS if lo > margin or hi < -margin else INCONCLUSIVE
+
+
+def fewer(events_a: int, runs_a: int, events_b: int, runs_b: int, alpha: float = 1 - LEVEL) -> str:
+    """A claim "events (divergence, failure) are rarer in group a than in group b" on counts of runs: HOLDS
+    when Fisher's exact test (one-sided) gives p < ``alpha``, FAILS when a has at least b's rate, INCONCLUSIVE
+    otherwise (fewer, but too few runs to tell). Counts must satisfy 0 ≤ events ≤ runs."""
+    for name, k, n in (("a", events_a, runs_a), ("b", events_b, runs_b)):
+        if not 0 <= k <= n:
+            raise ValueError(f"events_{name} must lie in [0, runs_{name}], got {k} of {n}")
+    if runs_a == 0 or runs_b == 0:
+        return INCONCLUSIVE
+    if events_a * runs_b >= events_b * runs_a:
+        return FAILS
+    table = [[events_a, runs_a - events_a], [events_b, runs_b - events_b]]
+    p = float(stats.fisher_exact(table, alternative="less").pvalue)
+    return HOLDS if p < alpha else INCONCLUSIVE
+
+
+def every(verdicts: Sequence[str]) -> str:
+    """A claim made of several parts (e.g. one per geometry): FAILS when any part fails, INCONCLUSIVE when
+    none fails but one is inconclusive (or there are no parts), HOLDS when every part holds."""
+    if FAILS in verdicts:
+        return FAILS
+    return HOLDS if verdicts and all(v == HOLDS for v in verdicts) else INCONCLUSIVE
+
+
+def provided(verdict: str, condition: bool) -> str:
+    """``verdict``, or INCONCLUSIVE when the runs it rests on do not meet ``condition`` (e.g. they did not
+    learn: a rule must not hold, nor fail, on runs that learned nothing)."""
+    return verdict if condition else INCONCLUSIVE
 
 
 def bootstrap_diff(a: np.ndarray, b: np.ndarray, *, n: int, seed: int = 0) -> tuple[float, float, float]:

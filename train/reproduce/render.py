@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import glob
 import json
+import math
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from train import files, tables
-from train.reproduce.common import PAPERS, Run
+from train import files, report, tables
+from train.reproduce.common import EQUIVALENT, LEARNED, PAPERS, Run, version_text
 
 
 def _cell(text: str) -> str:
@@ -20,9 +21,26 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
+RAW = "raw pixels (Euclidean 1-NN, no training)"
+
+
+def raw_pixels(runs: Sequence[Run]) -> dict[str, float] | None:
+    """The raw-pixel baseline of the runs' data (``baseline_raw_1nn`` of a report: P@1 and kNN accuracy of
+    test vs train on the pixels); None when no run finished."""
+    return next(
+        (r.report["baseline_raw_1nn"] for r in runs if r.report and "baseline_raw_1nn" in r.report), None
+    )
+
+
+def raw_pixel_line(runs: Sequence[Run]) -> str:
+    """A line to put under a retrieval table: the same split's raw-pixel P@1 ('' when no run finished)."""
+    raw = raw_pixels(runs)
+    return "" if raw is None else f"\n{RAW}: P@1 {100 * raw['precision_at_1']:.1f} %.\n"
+
+
 def runs_table(runs: Sequence[Run]) -> str:
     """The training runs: name, seed, steps, epochs, the report's retrieval / probe metrics, max ‖g‖, wall
-    time."""
+    time; last, the raw pixels' P@1 and kNN accuracy on the same split."""
     header = [
         "run",
         "seed",
@@ -44,7 +62,7 @@ def runs_table(runs: Sequence[Run]) -> str:
                 r.name + (" (DIVERGED)" if r.diverged else ""),
                 r.seed,
                 r.steps,
-                f"{r.epochs:.3g}",
+                f"{r.epochs:.3g}" if math.isfinite(r.epochs) else "–",
                 rep.get("precision_at_1"),
                 rep.get("knn_accuracy"),
                 (rep.get("recall_at_k") or {}).get("1"),
@@ -54,6 +72,9 @@ def runs_table(runs: Sequence[Run]) -> str:
                 f"{r.wall_s:.1f}",
             ]
         )
+    raw = raw_pixels(runs)
+    if raw is not None:
+        rows.append([RAW, "–", 0, "–", raw["precision_at_1"], raw["knn_accuracy"], *["–"] * 5])
     return tables.markdown_table(header, rows, align="l" + "r" * (len(header) - 1)) + "\n"
 
 
@@ -69,9 +90,32 @@ def _sizes(scale: Mapping[str, Any]) -> str:
     )
 
 
-def paper_section(res: Mapping[str, Any], *, sizes: bool = False) -> str:
-    """One paper's section: what ran (and the scale's sizes, when ``sizes``), the claim table (ours | paper |
-    verdict), then the detail tables."""
+def stale_runs(res: Mapping[str, Any], current: Mapping[str, Any]) -> str:
+    """A sentence on the runs of ``res`` that predate the ``current`` code (train.report.code_version): by
+    name with the version each was trained by; '' when none is stale."""
+    runs = [Run.from_json(r) for r in res["runs"]]
+    stale = [r for r in runs if r.stale(dict(current))]
+    if not stale:
+        return ""
+    by_version: dict[str, list[str]] = {}
+    for r in stale:
+        by_version.setdefault(version_text(r.code_version), []).append(r.name)
+    if len(stale) == len(runs):  # every run: the versions with their counts, no names
+        which = f"all {len(runs)} runs"
+        listed = "; ".join(f"{version}: {len(names)}" for version, names in by_version.items())
+    else:
+        which = f"{len(stale)} of {len(runs)} runs"
+        listed = "; ".join(f"{version}: {', '.join(names)}" for version, names in by_version.items())
+    return (
+        f"**Stale runs**: {which} of this section were trained by code other than the current "
+        f"({version_text(dict(current))}) or recorded no code version (trained by: {listed}). Their numbers "
+        "are what that code measured; rerunning the command without their run directories retrains them."
+    )
+
+
+def paper_section(res: Mapping[str, Any], *, sizes: bool = False, current: Mapping[str, Any]) -> str:
+    """One paper's section: what ran (and the scale's sizes, when ``sizes``), the runs that predate the
+    ``current`` code, the claim table (ours | paper | verdict), then the detail tables."""
     d, sc = res["data"], res["scale"]
     claims = tables.markdown_table(
         ["claim", "ours", "paper", "paper source", "rule", "verdict"],
@@ -91,6 +135,16 @@ def paper_section(res: Mapping[str, Any], *, sizes: bool = False) -> str:
         f"command {res['wall_s']} s, runs finished earlier read back) · {res['finished']}",
         "",
         *([f"{_sizes(sc)}.", ""] if sizes else []),
+        *([stale, ""] if (stale := stale_runs(res, current)) else []),
+        *(
+            [
+                f"Verdicts judged by {version_text(res['judged']['code_version'])} on "
+                f"{res['judged']['date']}.",
+                "",
+            ]
+            if "judged" in res
+            else []
+        ),
         claims,
         "",
     ]
@@ -103,6 +157,23 @@ def paper_section(res: Mapping[str, Any], *, sizes: bool = False) -> str:
     for png in res.get("plots", []):
         lines += [f"![{png}]({png})", ""]
     return "\n".join(lines)
+
+
+RULES = (
+    "How the verdicts are judged (train/reproduce/common.py). 'mean ± sd' over seeds uses the sample "
+    "standard deviation (ddof = 1). A comparison is judged on a 95 % interval of the difference, never on "
+    "bare means: Student's t over paired per-seed differences where the runs pair by seed, Welch's interval "
+    "where they do not. 'A beats B' holds when the interval lies above 0 and does not hold when it lies "
+    f"below; 'A ≈ B' holds when the interval lies within ±{100 * EQUIVALENT:g} points and does not hold when "
+    "it lies wholly outside; anything else, and one seed (no interval), is **inconclusive**. Counts of runs "
+    "(divergence) use Fisher's exact test (one-sided, p < 0.05). A run 'diverged' when its loss became "
+    f"non-finite; it 'failed to learn' when it finished with a P@1 below {LEARNED:g}× chance. A rule that "
+    "would hold on runs that learned nothing (an equivalence, a quantisation cost, a stability claim) is "
+    "inconclusive unless its runs learned. Every table of retrieval results ends with the raw pixels' 1-NN "
+    "on the same split. Each run records the code version it was trained with; runs that predate the "
+    "current code are listed as stale in their section. `python -m train.reproduce render --out DIR` "
+    "re-judges stored results with the current rules without training."
+)
 
 
 LEGACY = (
@@ -127,6 +198,7 @@ def render(out: str) -> str:
         with open(path, encoding="utf-8") as f:
             results.append(json.load(f))
     results.sort(key=lambda r: (r["data"].get("tag", ""), r["scale"]["name"], r["seed"]))
+    current = report.code_version()
     names = list(dict.fromkeys(_data_name(r) for r in results))
     verdicts: dict[tuple[str, str], dict[str, str]] = {}  # (paper, claim) → data set → verdict
     for r in results:
@@ -159,7 +231,7 @@ def render(out: str) -> str:
             if shared
             else "The scale's sizes changed between these commands: each paper's section gives its own.",
             "",
-            *[paper_section(r, sizes=not shared) for r in group],
+            *[paper_section(r, sizes=not shared, current=current) for r in group],
         ]
     text = "\n".join(
         [
@@ -172,10 +244,15 @@ def render(out: str) -> str:
             "measured at this size, not a judgement of the paper. Papers and their command-line selectors: "
             f"{selectors}.",
             "",
-            "Scales (`--scale`): `paper` runs each paper's recipe as the paper does (ResNet-18, the "
-            "recipe's epochs; a GPU's work: [paper_scale.md](paper_scale.md)). `cpu` runs the same recipes "
-            "with an MLP encoder in fp32 for the recipe's epochs or 480,000 training images per run, "
-            "whichever is less.",
+            RULES,
+            "",
+            "Scales (`--scale`): `paper` runs each paper's recipe with the papers' network and length "
+            "(ResNet-18, the recipe's epochs; a GPU's work: [paper_scale.md](paper_scale.md)) on the chosen "
+            "data, which is the paper's own only where the paper used it (of these five, Korman 2021 alone "
+            "reports Fashion-MNIST and MNIST). `cpu` runs the same recipes with an MLP encoder in fp32 for "
+            "the recipe's epochs or 480,000 training images per run, whichever is less (on Fashion-MNIST: 8 "
+            "epochs, against 100 in most recipes and 300 in MTriplet's). Seeds per configuration are those "
+            "each section lists (torusC: two per dimension and clipping setting at the cpu scale).",
             *(["", LEGACY] if any(r["scale"]["name"] == "full" for r in results) else []),
             "",
             "Data: `digits` is scikit-learn's bundled 8×8 digits (the default; no download). Fashion-MNIST "

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any
 
@@ -11,16 +12,22 @@ import numpy as np
 from geojax import similarity as similarity_lib
 from train import plots
 from train.reproduce.common import (
+    EQUIVALENT,
+    LEARNED,
     PAPERS,
     Claim,
     Context,
     Findings,
     Run,
     bootstrap_diff,
+    learned,
     mean_sd,
     nearest_labels,
+    provided,
     scale_note,
+    t_interval,
     train_recipe,
+    within,
 )
 from train.reproduce.render import runs_table
 
@@ -55,13 +62,15 @@ def run(ctx: Context) -> dict[str, list[tuple[Run, dict[str, Any] | None]]]:
 
 def analyse(trained: dict[str, list[tuple[Run, dict[str, Any] | None]]], bootstrap: int) -> dict[str, Any]:
     """Per variant the per-query 1NN outcomes (pooled over seeds; their mean is checked against each run's
-    P@1, ``nn1_check``), 1NN and 5NN accuracies; the paired bootstrap of each compared pair's 1NN
-    difference (None where a run diverged)."""
+    P@1, ``nn1_check``), 1NN and 5NN accuracies per seed (NaN where a run diverged); the paired bootstrap of
+    each compared pair's 1NN difference (None where a run diverged)."""
     results: dict[str, dict[str, Any]] = {}
     for label, runs in trained.items():
         correct, nn1, nn5 = [], [], []
         for run_, emb in runs:
-            if emb is None:
+            if emb is None:  # diverged: no accuracy (NaN keeps the seeds paired)
+                nn1.append(math.nan)
+                nn5.append(math.nan)
                 continue
             sim = similarity_lib.retrieval_similarity(str(emb["geometry"]), emb["similarity"])
             pred = nearest_labels(emb["query"], emb["reference"], emb["reference_labels"], sim)
@@ -83,25 +92,56 @@ def analyse(trained: dict[str, list[tuple[Run, dict[str, Any] | None]]], bootstr
     }
 
 
-def comparison(n: dict[str, Any], a: str, b: str) -> tuple[str, bool]:
-    """(our numbers, whether the 95% CI of the 1NN difference of variants ``a`` − ``b`` contains 0)."""
-    diff = n["bootstrap"][f"{a} vs {b}"]
-    if diff is None:
-        return "a run diverged", False
+def numbers(result: dict[str, Any]) -> dict[str, Any]:
+    """:func:`analyse`'s numbers from a stored reproduce_003 JSON (no training). Runs stored before the
+    bootstrap was recorded beside the accuracies have none."""
+    d = result["details"]
+    accuracy = d.get("accuracy", d)
+
+    def values(vs: list[float | None]) -> list[float]:
+        return [math.nan if v is None else v for v in vs]
+
+    return {
+        "accuracy": {k: {m: values(v[m]) for m in ("1nn", "5nn")} for k, v in accuracy.items()},
+        "bootstrap": d.get("bootstrap", {}),
+        "bootstraps": d.get("bootstraps", 0),
+        "chance": 1.0 / result["data"]["classes"],
+    }
+
+
+def comparison(n: dict[str, Any], a: str, b: str) -> tuple[str, str]:
+    """(our numbers, verdict) of "variants ``a`` and ``b`` are equivalent": the 95% t-interval of the
+    per-seed 1NN differences (paired by training seed) within ±EQUIVALENT; every run must learn."""
     acc = n["accuracy"]
+    deltas = [x - y for x, y in zip(acc[a]["1nn"], acc[b]["1nn"], strict=True)]
+    ci = t_interval(deltas)
+    every_learned = all(learned(v, n["chance"]) for label in (a, b) for v in acc[label]["1nn"])
+    boot = n["bootstrap"].get(f"{a} vs {b}")
     text = (
         f"1NN {mean_sd(acc[a]['1nn'])} vs {mean_sd(acc[b]['1nn'])}, "
         f"5NN {mean_sd(acc[a]['5nn'])} vs {mean_sd(acc[b]['5nn'])}; "
-        f"1NN Δ {100 * diff[0]:+.1f} pts, 95% CI [{100 * diff[1]:+.1f}, {100 * diff[2]:+.1f}] "
-        f"({n['bootstraps']} bootstraps)"
+        f"1NN Δ {100 * ci[0]:+.1f} pts, 95% CI [{100 * ci[1]:+.1f}, {100 * ci[2]:+.1f}] over "
+        f"{len(deltas)} paired seeds"
+        + (
+            ""
+            if boot is None
+            else f" (test-set bootstrap of the pooled queries, {n['bootstraps']} resamples: "
+            f"[{100 * boot[1]:+.1f}, {100 * boot[2]:+.1f}])"
+        )
     )
-    return text, diff[1] <= 0.0 <= diff[2]
+    return text, provided(within(ci, EQUIVALENT), every_learned)
+
+
+RULE = (
+    f"equivalence: the 95% t-interval of the per-seed 1NN Δ lies within ±{100 * EQUIVALENT:g} pts (wholly "
+    f"outside: does not hold); every run must learn (P@1 ≥ {LEARNED:g}× chance)"
+)
 
 
 def claims(n: dict[str, Any]) -> list[Claim]:
     """The verdicts, from :func:`analyse`'s numbers alone."""
-    ours_a, holds_a = comparison(n, *COMPARED[0])
-    ours_b, holds_b = comparison(n, *COMPARED[1])
+    ours_a, verdict_a = comparison(n, *COMPARED[0])
+    ours_b, verdict_b = comparison(n, *COMPARED[1])
     return [
         Claim(
             claim="SINCERE ≈ SupCon (1NN / 5NN accuracy, %)",
@@ -109,8 +149,8 @@ def claims(n: dict[str, Any]) -> list[Claim]:
             paper="no numbers in the paper's text: no statistically significant difference across supervised "
             "losses",
             source="'Supervised Learning Accuracy' (citing Feeney & Hughes 2024)",
-            rule="the 95% bootstrap CI of the 1NN difference contains 0",
-            holds=holds_a,
+            rule=RULE,
+            verdict=verdict_a,
         ),
         Claim(
             claim="cosine ≈ negative arc length, SINCERE (1NN / 5NN accuracy, %)",
@@ -118,8 +158,8 @@ def claims(n: dict[str, Any]) -> list[Claim]:
             paper="CIFAR-10 1NN 95.88 vs 95.66, 5NN 95.91 vs 95.65; CIFAR-100 1NN 76.23 vs 75.81, "
             "5NN 76.13 vs 76.41; no significant difference (95% CI, 1,000 bootstraps)",
             source="table in 'Supervised Learning Accuracy'",
-            rule="the 95% bootstrap CI of the 1NN difference contains 0",
-            holds=holds_b,
+            rule=RULE,
+            verdict=verdict_b,
         ),
     ]
 
@@ -128,6 +168,7 @@ def findings(ctx: Context) -> Findings:
     """Train, analyse, judge; the claims with the runs, the target / noise histograms and notes."""
     trained = run(ctx)
     n = analyse(trained, ctx.scale.bootstrap)
+    n["chance"] = 1.0 / ctx.dataset.num_classes
     first = {
         label: next((emb for _, emb in runs if emb is not None), None) for label, runs in trained.items()
     }
@@ -138,14 +179,20 @@ def findings(ctx: Context) -> Findings:
     return Findings(
         claims=claims(n),
         tables=[("Runs", runs_table(ctx.runs))],
-        details=n["accuracy"],
+        details=n,
         plots=[plot] if histograms else [],
         notes=[
             "1NN = P@1 of train.report (test queries vs the train split, cosine ranking on the sphere, which "
             "orders neighbours as arc length does); 5NN = its kNN accuracy with k = 5. The bootstrap uses "
-            "per-query 1NN outcomes whose mean is checked against that P@1 (nn1_check in the JSON).",
+            "per-query 1NN outcomes whose mean is checked against that P@1 (nn1_check in the JSON); the "
+            "verdicts use the interval over seeds, which holds the variation between trainings too.",
             "Recipe: SupContrast's CIFAR-10 recipe (the blog gives no training sizes): the app's "
             "supcon_cifar10 / sincere_cifar10 presets (D = 128, batch 512, SimCLR views, 100 epochs) on "
             f"{ctx.dataset.name}. " + scale_note(ctx),
         ],
     )
+
+
+def judge(result: dict[str, Any], runs: list[Run]) -> tuple[list[Claim], list[tuple[str, str]]]:
+    """The claims and tables of a stored reproduce_003 JSON under the current rules (no training)."""
+    return claims(numbers(result)), [("Runs", runs_table(runs))]
