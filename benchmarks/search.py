@@ -5,7 +5,7 @@
     python benchmarks/search.py --rows N   # fewer database rows (memory), stated in the output
     python benchmarks/search.py --cpu-devices 2   # opt in: search.use_cpu_cores(2) before JAX starts
     python benchmarks/search.py --torus-bits --rows 200000 --queries 200   # the b-bit torus table instead
-    python benchmarks/search.py --index-devices --cpu-devices 2   # geojax.index.Index: queries/s per devices
+    python benchmarks/search.py --index-devices --cpu-devices 2   # IndexFlat: queries/s per devices
 
 By default JAX runs as a user's plain process gets it: its default CPU backend (one device; XLA splits the
 search's distance loops across the CPU's threads itself), no XLA flags; faiss uses all cores (OpenMP).
@@ -25,7 +25,7 @@ kernel: e.g. XOR, popcount and add per 32-bit word for Hamming, one group minimu
 operations per second XLA reaches here on independent element-wise integer work held in cache (all
 threads). The larger of the two is the floor; "of floor" is floor / geojax time (1 would be at the limit).
 
-With --index-devices, ``geojax.index.Index`` (the codes sharded over 1, 2, 4 … of the devices, the exact
+With --index-devices, ``geojax.search.IndexFlat`` (the codes sharded over 1, 2, 4 … of the devices, the exact
 merged top-k) is timed for each search kind: queries/s against the number of devices. On a CPU host give
 the devices with --cpu-devices; on a GPU host the GPUs are the devices.
 
@@ -50,7 +50,7 @@ from jax import lax
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from geojax import index, quantize, search  # noqa: E402
+from geojax import quantize, search  # noqa: E402
 from train.csearch import clib  # noqa: E402
 from train.tables import markdown_table  # noqa: E402
 from train.timing import Timing, measure  # noqa: E402
@@ -270,35 +270,42 @@ def floors(work: Work, *, nq: int, n: int, bandwidth: float, ops: float) -> tupl
 
 
 def index_devices_table(rng, *, nq: int, n: int, k: int, repeat: int) -> list[list]:
-    """geojax.index.Index over the first 1, 2, 4 … devices (and all): seconds and queries/s per search
-    kind, the results checked equal to the one-device index's."""
+    """geojax.search.IndexFlat over the first 1, 2, 4 … devices (and all): seconds and queries/s per codec,
+    the results checked equal to the one-device index's. The query vectors encode exactly to random codes
+    (angles code/256; ±1 per bit)."""
     counts = sorted({min(1 << i, jax.device_count()) for i in range(jax.device_count().bit_length())})
+    bits = rng.integers(0, 2, (nq, 256)).astype(np.float32)
     data = {
         "hamming": (
-            rng.integers(0, 256, (nq, 32), dtype=np.uint8),
+            search.BinaryCodec(256),
+            2 * bits - 1,
             rng.integers(0, 256, (n, 32), dtype=np.uint8),
-            {},
         ),
         "torus": (
-            rng.integers(0, 256, (nq, 64), dtype=np.uint8),
+            search.TorusCodec(64),
+            rng.integers(0, 256, (nq, 64)).astype(np.float32) / 256,
             rng.integers(0, 256, (n, 64), dtype=np.uint8),
-            {},
         ),
     }
     books = rng.standard_normal((8, 256, 8)).astype(np.float32)
-    pq = quantize.PQ(codebooks=jnp.asarray(books), objective=jnp.zeros((8, 0)))
-    queries = rng.standard_normal((nq, 64)).astype(np.float32)
-    data["pq"] = (queries, rng.integers(0, 256, (n, 8), dtype=np.uint8), {"pq": pq})
+    pq = search.PQCodec(64, m=8)
+    pq.pq = quantize.PQ(codebooks=jnp.asarray(books), objective=jnp.zeros((8, 0)))
+    data["pq"] = (
+        pq,
+        rng.standard_normal((nq, 64)).astype(np.float32),
+        rng.integers(0, 256, (n, 8), dtype=np.uint8),
+    )
     cells = []
-    for kind, (q, codes, options) in data.items():
+    for kind, (codec, q, codes) in data.items():
         base = first = None
         for count in counts:
             mesh = jax.sharding.Mesh(np.array(jax.devices()[:count]), ("db",))
-            idx = index.Index.build(kind, codes, mesh=mesh, **options)
+            idx = search.IndexFlat(codec, mesh=mesh)
+            idx.add_codes(codes)
             timing = measure(idx.search, q, k, repeats=repeat)
             first = timing.result if first is None else first
             base = timing.best if base is None else base
-            same = all((a == b).all() for a, b in zip(timing.result, first, strict=True))
+            same = all(np.array_equal(a, b) for a, b in zip(timing.result, first, strict=True))
             cells.append(
                 [
                     kind,
@@ -394,7 +401,9 @@ def main() -> None:
     )
     ap.add_argument("--torus-bits", action="store_true", help="the packed b-bit torus table instead")
     ap.add_argument(
-        "--index-devices", action="store_true", help="geojax.index.Index queries/s against the device count"
+        "--index-devices",
+        action="store_true",
+        help="geojax.search.IndexFlat queries/s against the device count",
     )
     args = ap.parse_args()
     if args.cpu_devices is not None:

@@ -9,8 +9,9 @@ chunks and return NumPy values. Inside the library only private kernels are jitt
 kernels those host-side loops call, the iterative fits of :mod:`geojax.binary` and :mod:`geojax.quantize`,
 the blocked top-k of :mod:`geojax.search` and the squared-distance kernel of :mod:`geojax.similarity`
 (op-by-op dispatch of its tiles would be slow). A jit nested in your own jit is inlined: it costs nothing.
-:func:`geojax.parallel.data_parallel` returns a compiled runner by design, and :class:`geojax.index.Index`
-(a sharded database of codes that a user keeps, adds to, searches, saves and loads) runs compiled searches.
+:func:`geojax.parallel.data_parallel` returns a compiled runner by design, and the indexes of
+:mod:`geojax.search` (``IndexFlat``, ``IndexIVF``: databases of codes that a user keeps, adds to, searches,
+writes and reads) run compiled searches.
 
 Non-finite input: traceable functions never return a plausible number from a NaN or ±Inf input — every
 output entry computed from a non-finite input entry is NaN (docs/conventions.md, "Non-finite input").
@@ -26,7 +27,6 @@ _xla_cpu.set_ynn_fusion_flag()
 
 from geojax import (  # noqa: E402
     binary,
-    index,
     losses,
     manifolds,
     metrics,
@@ -41,7 +41,6 @@ from geojax import (  # noqa: E402
 __version__ = "0.1.0"
 __all__ = [
     "binary",
-    "index",
     "losses",
     "manifolds",
     "metrics",

@@ -1,11 +1,12 @@
-"""The scan behind geojax.search's top-k functions against naive numpy scans: sub-chunks, selection blocks and
-their boundaries, ties to the lower index, the per-device split and the jit-wrapped call."""
+"""The scan behind the top-k functions of geojax.search.scan against naive numpy scans: sub-chunks, selection
+blocks and their boundaries, ties to the lower index, the per-device split and the jit-wrapped call."""
 
 import jax
 import numpy as np
 import pytest
 
 from geojax import quantize, search
+from geojax.search import scan
 
 
 def naive_topk(dist: np.ndarray, k: int):
@@ -57,9 +58,9 @@ SELECTS = [None, 64, 200]
 @pytest.mark.parametrize("n", [4096, 4097, 5000])
 def test_hamming_blocks_and_boundaries(monkeypatch, select, n):
     if select is not None:
-        monkeypatch.setattr(search, "_SELECT", select)
-    c, s, group, blocks = search._plan(n, 3, 512, 5, search._SELECT, 8)
-    assert group == search._GROUP and (select is None or blocks > 1)
+        monkeypatch.setattr(scan, "SELECT", select)
+    c, s, group, blocks = scan.plan(n, 3, 512, 5, scan.SELECT, 8)
+    assert group == scan._GROUP and (select is None or blocks > 1)
     step = c * s  # rows per selection block: exact ties straddle its boundaries and those of sub-chunks
     pairs = [(a, b) for a, b in [(step - 1, step), (c - 1, c), (0, n - 1), (step + 1, 2 * step + 1)] if b < n]
     rng = np.random.default_rng(n)
@@ -72,9 +73,9 @@ def test_hamming_blocks_and_boundaries(monkeypatch, select, n):
 def test_single_rows_when_k_is_large(monkeypatch, select):
     # k·_GROUP·4 above the sub-chunk: groups of one row, ranked directly, over several blocks.
     if select is not None:
-        monkeypatch.setattr(search, "_SELECT", select)
+        monkeypatch.setattr(scan, "SELECT", select)
     n, k = 3000, 40
-    assert search._plan(n, k, 1024, 4, search._SELECT, 8)[2] == 1
+    assert scan.plan(n, k, 1024, 4, scan.SELECT, 8)[2] == 1
     rng = np.random.default_rng(1)
     q, db = tied(rng, 7, n, 5, [(1, 1500), (1024, 1025), (2047, 2048)], mask=0x0F)
     ref_d, ref_i = naive_topk(torus_numpy(q, db), k)
@@ -85,7 +86,7 @@ def test_single_rows_when_k_is_large(monkeypatch, select):
 @pytest.mark.parametrize("n", [2048, 3001])
 def test_pq_equals_numpy_adc(monkeypatch, select, n):
     if select is not None:
-        monkeypatch.setattr(search, "_SELECT", select)
+        monkeypatch.setattr(scan, "SELECT", select)
     rng = np.random.default_rng(n)
     m, ks, ds = 8, 256, 2
     codebooks = rng.normal(size=(m, ks, ds)).astype(np.float32)
@@ -98,7 +99,7 @@ def test_pq_equals_numpy_adc(monkeypatch, select, n):
     queries[0] = np.asarray(quantize.pq_decode(pq, codes[5:6]))[0]
     ref = pq_numpy(queries, codebooks, codes)
     ref_d, ref_i = naive_topk(ref, 6)
-    assert search._plan(n, 6, 1024, 4, search._SELECT, 8)[2] == search._GROUP
+    assert scan.plan(n, 6, 1024, 4, scan.SELECT, 8)[2] == scan._GROUP
     found = search.pq_topk(queries, pq, codes, 6, chunk=1024, query_block=4)
     check(found, ref_d, ref_i, rtol=1e-5)
     assert list(np.asarray(found[1])[0, :2]) == [5, 1030]
@@ -108,11 +109,11 @@ def test_pq_equals_numpy_adc(monkeypatch, select, n):
 def test_selection_blocks_bounded_in_bytes(monkeypatch):
     # A selection block's codes stay within _BLOCK_BYTES (cache-sized), whatever the minima allow.
     for n, row_bytes in [(1_000_000, 64), (1_000_000, 32), (10_000_000, 8)]:
-        c, s, _, _ = search._plan(n, 10, 16384, 256, search._SELECT, row_bytes)
-        assert s * c * row_bytes <= search._BLOCK_BYTES
-    monkeypatch.setattr(search, "_BLOCK_BYTES", 4096)
+        c, s, _, _ = scan.plan(n, 10, 16384, 256, scan.SELECT, row_bytes)
+        assert s * c * row_bytes <= scan._BLOCK_BYTES
+    monkeypatch.setattr(scan, "_BLOCK_BYTES", 4096)
     n = 5000
-    c, s, _, blocks = search._plan(n, 3, 128, 5, search._SELECT, 8)
+    c, s, _, blocks = scan.plan(n, 3, 128, 5, scan.SELECT, 8)
     assert s * c * 8 <= 4096 and blocks > 1
     rng = np.random.default_rng(11)
     step = c * s

@@ -1,6 +1,6 @@
-"""Two local processes × 2 CPU devices (jax.distributed, gloo collectives) form one geojax.index.Index, each
-adding its own file of codes: the results equal one process holding every row, before and after each process
-saves and reloads its part. And the benchmark's queries/s-against-devices table runs."""
+"""Two local processes × 2 CPU devices (jax.distributed, gloo collectives) form one geojax.search.IndexFlat,
+each adding its own file of codes: the results equal one process holding every row, before and after each
+process writes and reads back its part. And the benchmark's queries/s-against-devices table runs."""
 
 import os
 import signal
@@ -15,7 +15,7 @@ from test_multiprocess import _free_port
 from test_search_kernels import naive_topk, torus_numpy
 
 from geojax import search
-from geojax.index import Index
+from geojax.search import IndexFlat, TorusCodec
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "index_worker.py")
 TIMEOUT_S = 300
@@ -74,7 +74,9 @@ def test_two_processes_equal_one(tmp_path):
     )
     held = db[order]
     ref_d, ref_i = naive_topk(torus_numpy(queries, held), k)
-    one_d, one_i = Index.build("torus", held).search(queries, k)
+    one = IndexFlat(TorusCodec(12))
+    one.add_codes(held)
+    one_d, one_i = one.search(queries.astype(np.float32) / 256, k)
     assert int(got["ntotal"]) == 1013 and got["sizes"].sum() == 1013
     for d, i in ((got["d"], got["i"]), (got["d2"], got["i2"]), (one_d, one_i)):
         np.testing.assert_array_equal(d, ref_d)

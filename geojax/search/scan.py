@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -44,7 +46,7 @@ _F32 = jnp.float32
 _GROUP = 32
 _SUPER = 16  # groups per supergroup, the first stage of a selection
 _EXACT_F32 = 1 << 24
-_SELECT = 1 << 23  # group minima held per query block between two selections (elements)
+SELECT = 1 << 23  # group minima held per query block between two selections (elements)
 # Codes per selection block: its sub-chunks are scanned in one loop whose order XLA picks; above the CPU's
 # last-level cache (32 MiB here) each query re-read them from memory (1,000 × 1M 8-bit torus codes: 5.2 s
 # with the 62 MB of one block, 1.4 s with 8 MiB blocks).
@@ -271,7 +273,7 @@ def _round_up(x: int, m: int) -> int:
     return -(-x // m) * m
 
 
-def _plan(n: int, k: int, chunk: int, qb: int, select: int, row_bytes: int) -> tuple[int, int, int, int]:
+def plan(n: int, k: int, chunk: int, qb: int, select: int, row_bytes: int) -> tuple[int, int, int, int]:
     """(rows per sub-chunk c, sub-chunks per selection block s, group size, selection blocks).
 
     Groups of _GROUP rows when k·_GROUP candidates are few against a sub-chunk, else single rows. A
@@ -292,7 +294,7 @@ def _plan(n: int, k: int, chunk: int, qb: int, select: int, row_bytes: int) -> t
 
 
 @functools.partial(jax.jit, static_argnames="plan")
-def _layout(db: jax.Array, plan: tuple[int, int, int, int]) -> tuple[jax.Array, jax.Array]:
+def layout(db: jax.Array, plan: tuple[int, int, int, int]) -> tuple[jax.Array, jax.Array]:
     """The database padded to whole selection blocks, as rows [blocks, s·c, W] and as sub-chunk columns
     [blocks, s, W, c/group, group] (see :func:`_group_minima`).
 
@@ -306,7 +308,7 @@ def _layout(db: jax.Array, plan: tuple[int, int, int, int]) -> tuple[jax.Array, 
     return padded.reshape(blocks, s * c, width), cols
 
 
-def _blocked(queries, rows, cols, aux, *, kernel, prepare, n, k, group, query_block, exact):
+def blocked(queries, rows, cols, aux, *, kernel, prepare, n, k, group, query_block, exact):
     """Keys and indices [q, k] of queries [q, ...] in blocks of ``query_block`` (lax.map)."""
     q = queries.shape[0]
     qb = min(query_block, q)
@@ -330,14 +332,14 @@ def _blocked(queries, rows, cols, aux, *, kernel, prepare, n, k, group, query_bl
 def _search_layout(
     queries, rows, cols, aux, *, kernel, prepare, n, k, group, query_block, exact, integer, devices
 ):
-    """Blocked search over a database laid out by :func:`_layout`; ``prepare(aux, query_block)`` gives the
+    """Blocked search over a database laid out by :func:`layout`; ``prepare(aux, query_block)`` gives the
     kernel's per-query data (PQ: tables).
 
     With several ``devices`` the queries are split across them (``jax.shard_map``; the database and ``aux``
     are replicated), as faiss splits queries across threads.
     """
     run = functools.partial(
-        _blocked,
+        blocked,
         kernel=kernel,
         prepare=prepare,
         n=n,
@@ -367,10 +369,10 @@ def _search(queries, db, aux, *, k: int, chunk: int, query_block: int, **static)
     searches it (``static``: kernel, prepare, exact, integer)."""
     devices = _devices(queries.shape[0])
     per_device = -(-queries.shape[0] // len(devices))
-    plan = _plan(
-        db.shape[0], k, chunk, min(query_block, per_device), _SELECT, db.shape[1] * db.dtype.itemsize
+    scan_plan = plan(
+        db.shape[0], k, chunk, min(query_block, per_device), SELECT, db.shape[1] * db.dtype.itemsize
     )
-    rows, cols = _layout(db, plan)
+    rows, cols = layout(db, scan_plan)
     return _search_layout(
         queries,
         rows,
@@ -378,7 +380,7 @@ def _search(queries, db, aux, *, k: int, chunk: int, query_block: int, **static)
         aux,
         n=db.shape[0],
         k=k,
-        group=plan[2],
+        group=scan_plan[2],
         query_block=query_block,
         devices=devices,
         **static,
@@ -439,7 +441,7 @@ def _as_words(codes: jax.Array) -> jax.Array:
     return lax.bitcast_convert_type(codes.reshape(n, (nbytes + pad) // 4, 4), jnp.uint32)
 
 
-_NO_AUX = np.zeros((), np.float32)  # placeholder ``aux`` of the searches that need none
+NO_AUX = np.zeros((), np.float32)  # placeholder ``aux`` of the searches that need none
 
 
 def _queries_as_is(aux, q):
@@ -462,6 +464,48 @@ def _torus_codes(p: int, bits: int, codes: jax.Array) -> tuple[object, jax.Array
 def _torus_bound(width: int, bits: int, p: int) -> int:
     """Largest wraparound Lp^p distance between packed b-bit codes of ``width`` bytes."""
     return width * (8 // bits) * (1 << (bits - 1)) ** p
+
+
+class Scan(NamedTuple):
+    """How one kind of code is scanned: the arguments of :func:`blocked` and the scan's defaults.
+
+    ``operand`` maps codes (or queries) [n, B] to the kernel's operand (e.g. uint32 words); ``prepare(aux,
+    queries)`` gives a query block's kernel data (PQ: lookup tables from ``aux`` = codebooks).
+    """
+
+    kernel: Callable
+    prepare: Callable
+    operand: Callable
+    exact: bool  # integer keys fit float32
+    integer: bool  # distances are integers
+    chunk: int
+    query_block: int
+
+
+def _as_is(x):
+    return x
+
+
+@functools.cache
+def hamming_scan(width: int) -> Scan:
+    """The scan of packed bit codes of ``width`` bytes by Hamming distance."""
+    return Scan(_hamming_kernel, _queries_as_is, _as_words, width * 8 <= _EXACT_F32, True, 16384, 1024)
+
+
+def _torus_operand(p: int, bits: int, codes: jax.Array) -> jax.Array:
+    return _torus_codes(p, bits, codes)[1]
+
+
+@functools.cache
+def torus_scan(width: int, bits: int, p: int) -> Scan:
+    """The scan of packed b-bit torus codes of ``width`` bytes by wraparound Lp^p (:func:`torus_distances`);
+    cached, so that every index of one shape shares one compiled program."""
+    kernel = _torus_codes(p, bits, jnp.zeros((1, width), jnp.uint8))[0]
+    exact = _torus_bound(width, bits, p) <= _EXACT_F32
+    return Scan(kernel, _queries_as_is, functools.partial(_torus_operand, p, bits), exact, True, 16384, 256)
+
+
+PQ_SCAN = Scan(_pq_kernel, _pq_tables, _as_is, True, False, 4096, 32)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -525,7 +569,7 @@ def torus_topk(
     return _search(
         q_op,
         _torus_codes(p, bits, jnp.asarray(db))[1],
-        _NO_AUX,
+        NO_AUX,
         kernel=kernel,
         prepare=_queries_as_is,
         k=int(k),
@@ -548,7 +592,7 @@ def hamming_topk(
     return _search(
         _as_words(jnp.asarray(queries)),
         _as_words(jnp.asarray(db)),
-        _NO_AUX,
+        NO_AUX,
         kernel=_hamming_kernel,
         prepare=_queries_as_is,
         k=int(k),

@@ -1,0 +1,317 @@
+"""Codecs: what an index stores for a vector and how it measures distance (Stowell 2026 §4 torus codes;
+Gong & Lazebnik 2011 ITQ and Hong, Meng & Yuan 2018 Tensorized Projection sign bits; Jégou et al. 2011
+product quantisation).
+
+A codec turns vectors [N, dim] into codes [N, width] (``encode``), turns query vectors into the scan's
+queries (``queries``: codes for torus and binary codes, the float vectors themselves for PQ's asymmetric
+distance), names its scan (:class:`geojax.search.scan.Scan`) and gives the features an inverted file's
+coarse quantiser clusters (``coarse``, from codes, so that ``add(x)`` and ``add_codes(encode(x))`` file a
+row in the same list; ``coarse_queries``, from query vectors):
+
+- torus: the Clifford features (cos 2πt_k, sin 2πt_k) of the code's angles. The squared Euclidean distance
+  of two such features is Σ_k 2 − 2 cos 2πΔ_k, a per-coordinate increasing function of the wraparound
+  distance Δ_k, and the mean of a cluster's features, each pair scaled back to unit length, is the
+  circular mean of its angles: k-means on the angles with circular means and wraparound distance, computed
+  with matrix products;
+- binary: the bits as ±1 (squared Euclidean distance = 4 × Hamming distance);
+- PQ: the decoded vector (query: the vector), Euclidean, or on the sphere when ``geometry='sphere'``.
+
+``state()`` and :func:`codec_from_state` are the codec's part of an index file.
+"""
+
+from __future__ import annotations
+
+import abc
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.typing import ArrayLike
+
+from geojax import _checks, binary, quantize, tt
+from geojax.search import scan
+
+GEOMETRIES = ("euclidean", "sphere", "torus")
+
+
+def check_vectors(x: ArrayLike, name: str, dim: int) -> np.ndarray:
+    """x as a finite float32 matrix [N, dim] (N may be 0); ValueError naming ``name`` otherwise."""
+    _checks.check_rank(x, name, 2)
+    _checks.check_floating(x, name)
+    if np.shape(x)[1] != dim:
+        raise ValueError(f"{name} must have {dim} columns (the codec's dim), got shape {tuple(np.shape(x))}")
+    _checks.check_finite(x, name)
+    return np.asarray(x, np.float32)
+
+
+class Codec(abc.ABC):
+    """The part every codec shares: validation of codes and vectors, and the trained flag."""
+
+    kind: str
+    dim: int
+    width: int
+    code_dtype: np.dtype = np.dtype(np.uint8)
+    geometry: str
+    scan: scan.Scan
+
+    @property
+    def is_trained(self) -> bool:
+        return True
+
+    @property
+    def aux(self) -> jax.Array | np.ndarray:
+        """The scan's ``aux`` argument (PQ: codebooks)."""
+        return scan.NO_AUX
+
+    def train(self, x: ArrayLike, *, key: jax.Array | None = None) -> None:
+        """Fit the codec to training vectors x [N, dim] (a no-op for codecs without parameters)."""
+        check_vectors(x, "x", self.dim)
+
+    def check_vectors(self, x: ArrayLike, name: str = "x") -> np.ndarray:
+        if not self.is_trained:
+            raise ValueError(f"the {self.kind} codec must be trained (call train) before encoding {name}")
+        return check_vectors(x, name, self.dim)
+
+    def check_codes(self, codes: ArrayLike, name: str = "codes") -> np.ndarray:
+        """codes as a [N, width] array of the codec's dtype (N may be 0); ValueError otherwise."""
+        _checks.check_rank(codes, name, 2)
+        _checks.check_dtype(codes, name, self.code_dtype)
+        if np.shape(codes)[1] != self.width:
+            raise ValueError(
+                f"{name} must have {self.width} columns (the code width), got {tuple(np.shape(codes))}"
+            )
+        return np.asarray(codes)
+
+    def encode(self, x: ArrayLike, name: str = "x") -> np.ndarray:
+        """Codes [N, width] of vectors x [N, dim] (``name``: the argument named in errors)."""
+        x = self.check_vectors(x, name)
+        if len(x) == 0:
+            return np.zeros((0, self.width), self.code_dtype)
+        return np.array(self._encode(x))
+
+    def queries(self, x: ArrayLike) -> np.ndarray:
+        """The scan's queries for query vectors x [Q, dim]: their codes (symmetric distance)."""
+        return self.encode(x, "q")
+
+    def coarse_queries(self, x: ArrayLike) -> jax.Array:
+        """Coarse features of query vectors x [Q, dim] → [Q, F] float32 (module docstring)."""
+        return self.coarse(self.encode(x, "q"))
+
+    @abc.abstractmethod
+    def _encode(self, x: np.ndarray) -> jax.Array:
+        """Codes of checked vectors [N ≥ 1, dim]."""
+
+    @abc.abstractmethod
+    def coarse(self, codes: np.ndarray) -> jax.Array:
+        """Coarse features [N, F] float32 of codes [N, width] (module docstring)."""
+
+    @abc.abstractmethod
+    def state(self) -> tuple[dict, dict]:
+        """(JSON-able parameters, named NumPy arrays): what :func:`codec_from_state` rebuilds it from."""
+
+
+class TorusCodec(Codec):
+    """Packed b-bit flat-torus codes of angles in turns (Stowell 2026 §4): ``quantize.torus_codes(t, bits)``,
+    searched by wraparound L1 (p=1) or squared L2 (p=2), :func:`geojax.search.torus_distances`.
+
+    dim: angles per vector (dim·bits a multiple of 8) → width = dim·bits/8 bytes.
+    """
+
+    kind = "torus"
+    geometry = "torus"
+
+    def __init__(self, dim: int, *, bits: int = 8, p: int = 1) -> None:
+        _checks.check_positive_int(dim, "dim")
+        _checks.check_choice(bits, "bits", quantize.TORUS_BITS)
+        _checks.check_choice(p, "p", (1, 2))
+        _checks.check_multiple_of(dim * bits, "dim·bits", 8)
+        self.dim, self.bits, self.p = int(dim), int(bits), int(p)
+        self.width = self.dim * self.bits // 8
+        self.scan = scan.torus_scan(self.width, self.bits, self.p)
+
+    def _encode(self, x: np.ndarray) -> jax.Array:
+        return quantize.torus_codes(x, self.bits)
+
+    def coarse(self, codes: np.ndarray) -> jax.Array:
+        return _clifford_features(quantize.torus_unpack(codes, self.bits), float(1 << self.bits))
+
+    def coarse_queries(self, x: ArrayLike) -> jax.Array:
+        return _clifford_features(self.check_vectors(x, "q"), 1.0)
+
+    def state(self) -> tuple[dict, dict]:
+        return {"kind": self.kind, "dim": self.dim, "bits": self.bits, "p": self.p}, {}
+
+
+@jax.jit
+def _clifford_features(t: jax.Array, levels: float) -> jax.Array:
+    """(cos 2πt_k, sin 2πt_k) pairs [N, 2D] of angles t / levels in turns."""
+    angle = (2 * jnp.pi / levels) * t.astype(jnp.float32)
+    return jnp.stack([jnp.cos(angle), jnp.sin(angle)], axis=-1).reshape(t.shape[0], -1)
+
+
+BINARY_METHODS = ("sign", "itq", "tp")
+
+
+class BinaryCodec(Codec):
+    """Packed sign bits searched by Hamming distance: of the vector itself (``method='sign'``, bits = dim,
+    ``quantize.one_bit``), of an ITQ rotation (Gong & Lazebnik 2011 eq. 5, ``binary.itq_fit``) or of a
+    Tensorized Projection (Hong, Meng & Yuan 2018 eq. 9, ``binary.tp_fit`` with ``tp_options``: in_modes,
+    out_modes, rank, beta, iters).
+
+    bits: code bits (a multiple of 8; ``dim`` for 'sign') → width = bits/8 bytes.
+    """
+
+    kind = "binary"
+    geometry = "euclidean"
+
+    def __init__(
+        self, dim: int, *, bits: int | None = None, method: str = "sign", tp_options: dict | None = None
+    ) -> None:
+        _checks.check_positive_int(dim, "dim")
+        _checks.check_choice(method, "method", BINARY_METHODS)
+        bits = dim if bits is None else bits
+        _checks.check_multiple_of(bits, "bits", 8)
+        if method == "sign" and bits != dim:
+            raise ValueError(f"bits must equal dim = {dim} for method 'sign', got {bits}")
+        if (method == "tp") != (tp_options is not None):
+            raise ValueError("tp_options must be given for method 'tp' and only then")
+        self.dim, self.bits, self.method = int(dim), int(bits), method
+        self.tp_options = dict(tp_options or {})
+        self.width = self.bits // 8
+        self.model: binary.ITQ | binary.TP | None = None
+        self.scan = scan.hamming_scan(self.width)
+
+    @property
+    def is_trained(self) -> bool:
+        return self.method == "sign" or self.model is not None
+
+    def train(self, x: ArrayLike, *, key: jax.Array | None = None) -> None:
+        x = check_vectors(x, "x", self.dim)
+        key = jax.random.key(0) if key is None else key
+        if self.method == "itq":
+            self.model = binary.itq_fit(x, self.bits, key=key)
+        elif self.method == "tp":
+            self.model = binary.tp_fit(x, self.bits, key=key, **self.tp_options)
+
+    def _encode(self, x: np.ndarray) -> jax.Array:
+        return quantize.one_bit(x) if self.method == "sign" else binary.encode(self.model, x)
+
+    def coarse(self, codes: np.ndarray) -> jax.Array:
+        return 2.0 * quantize.unpack_bits(jnp.asarray(codes)).astype(jnp.float32) - 1.0
+
+    def state(self) -> tuple[dict, dict]:
+        params = {"kind": self.kind, "dim": self.dim, "bits": self.bits, "method": self.method}
+        params["tp_options"] = self.tp_options if self.method == "tp" else None
+        arrays = {}
+        if self.model is not None:
+            arrays = {"mean": self.model.mean, "objective": self.model.objective}
+            if self.method == "itq":
+                arrays["projection"] = self.model.projection
+            else:
+                arrays.update({f"core{i}": g for i, g in enumerate(self.model.projection.cores)})
+        return params, {name: np.asarray(a) for name, a in arrays.items()}
+
+
+class PQCodec(Codec):
+    """Product-quantisation codes (Jégou et al. 2011 §III): ``m`` sub-vectors of ``dim/m`` floats, each
+    the index of one of 2^nbits centroids (``quantize.pq_fit``); searched by asymmetric distance (eq. 13)
+    from the float query, :func:`geojax.search.pq_distances`.
+
+    geometry: the coarse quantiser's ('euclidean', or 'sphere' for unit-norm embeddings).
+    """
+
+    kind = "pq"
+
+    def __init__(self, dim: int, *, m: int, nbits: int = 8, geometry: str = "euclidean") -> None:
+        _checks.check_positive_int(dim, "dim")
+        _checks.check_positive_int(m, "m")
+        _checks.check_positive_int(nbits, "nbits")
+        _checks.check_choice(geometry, "geometry", ("euclidean", "sphere"))
+        if dim % m:
+            raise ValueError(f"m must divide dim = {dim}, got m = {m}")
+        if nbits > 16:
+            raise ValueError(f"nbits must be at most 16, got {nbits}")
+        self.dim, self.m, self.nbits, self.geometry = int(dim), int(m), int(nbits), geometry
+        self.width = self.m
+        self.code_dtype = np.dtype(np.uint8 if nbits <= 8 else np.uint16)
+        self.pq: quantize.PQ | None = None
+        self.scan = scan.PQ_SCAN
+
+    @property
+    def is_trained(self) -> bool:
+        return self.pq is not None
+
+    @property
+    def aux(self) -> jax.Array:
+        if self.pq is None:
+            raise ValueError("the pq codec must be trained (call train) before searching")
+        return self.pq.codebooks
+
+    def train(self, x: ArrayLike, *, key: jax.Array | None = None) -> None:
+        x = check_vectors(x, "x", self.dim)
+        key = jax.random.key(0) if key is None else key
+        self.pq = quantize.pq_fit(x, m=self.m, nbits=self.nbits, key=key)
+
+    def check_codes(self, codes: ArrayLike, name: str = "codes") -> np.ndarray:
+        codes = super().check_codes(codes, name)
+        _checks.check_index_range(codes, name, 1 << self.nbits, f"{1 << self.nbits} centroids per sub-space")
+        return codes
+
+    def _encode(self, x: np.ndarray) -> jax.Array:
+        return quantize.pq_encode(self.pq, x)
+
+    def queries(self, x: ArrayLike) -> np.ndarray:
+        """PQ searches from the float queries (asymmetric distance): x itself, checked."""
+        return self.check_vectors(x, "q")
+
+    def coarse(self, codes: np.ndarray) -> jax.Array:
+        if len(codes) == 0:
+            return jnp.zeros((0, self.dim), jnp.float32)
+        return _on_sphere(quantize.pq_decode(self.pq, codes), self.geometry)
+
+    def coarse_queries(self, x: ArrayLike) -> jax.Array:
+        return _on_sphere(jnp.asarray(self.check_vectors(x, "q")), self.geometry)
+
+    def state(self) -> tuple[dict, dict]:
+        params = {"kind": self.kind, "dim": self.dim, "m": self.m, "nbits": self.nbits}
+        params["geometry"] = self.geometry
+        arrays = {} if self.pq is None else {"codebooks": np.asarray(self.pq.codebooks)}
+        return params, arrays
+
+
+def _on_sphere(x: jax.Array, geometry: str) -> jax.Array:
+    """x's rows scaled to unit norm for the 'sphere' geometry (zero rows stay zero), else x."""
+    if geometry != "sphere":
+        return x
+    norm = jnp.linalg.norm(x, axis=1, keepdims=True)
+    return x / jnp.where(norm > 0, norm, 1.0)
+
+
+def codec_from_state(params: dict, arrays: dict) -> Codec:
+    """The codec that :meth:`Codec.state` described (an index file's codec part)."""
+    kind = params["kind"]
+    if kind == "torus":
+        return TorusCodec(params["dim"], bits=params["bits"], p=params["p"])
+    if kind == "binary":
+        codec = BinaryCodec(
+            params["dim"], bits=params["bits"], method=params["method"], tp_options=params["tp_options"]
+        )
+        if "mean" in arrays:
+            mean, objective = jnp.asarray(arrays["mean"]), jnp.asarray(arrays["objective"])
+            if codec.method == "itq":
+                codec.model = binary.ITQ(mean, jnp.asarray(arrays["projection"]), objective)
+            else:
+                cores = tuple(jnp.asarray(arrays[f"core{i}"]) for i in range(_count(arrays, "core")))
+                codec.model = binary.TP(mean, tt.TTMatrix(cores), objective)
+        return codec
+    if kind == "pq":
+        codec = PQCodec(params["dim"], m=params["m"], nbits=params["nbits"], geometry=params["geometry"])
+        if "codebooks" in arrays:
+            books = jnp.asarray(arrays["codebooks"])
+            codec.pq = quantize.PQ(codebooks=books, objective=jnp.zeros((books.shape[0], 0)))
+        return codec
+    raise ValueError(f"codec kind must be one of ['torus', 'binary', 'pq'], got {kind!r}")
+
+
+def _count(arrays: dict, prefix: str) -> int:
+    return sum(1 for name in arrays if name.startswith(prefix))

@@ -1,0 +1,390 @@
+"""The exact index: every row scanned, the codec inside, rows sharded across devices and processes.
+
+The codes live on a device mesh axis (``jax.sharding.NamedSharding``, ``db_axis``): each shard holds its rows
+in one buffer, in ascending id order, beside each row's id. A search runs the scans of
+:mod:`geojax.search.scan` on every shard at once (``jax.shard_map``), each device over its own rows only, then
+gathers the per-shard top-k over ``db_axis`` and ranks them by (distance, id)
+(:func:`geojax.search.merge.merge_topk`): the exact global top-k with ties to the lower id, equal to one
+device scanning everything, since every row of the global top-k is in its own shard's top-k by the same
+order (a shard's scan breaks ties by position, which is id order). Queries can be split over a second mesh
+axis (``query_axis``) at the same time.
+
+Several processes (``jax.distributed``) form one index: every process calls :meth:`IndexFlat.add`,
+:meth:`IndexFlat.search`, :meth:`IndexFlat.remove_ids`, ``write_index`` and ``read_index`` together, each with
+its own part of the vectors (its own file or range). A process's rows go to the shards on its own devices and
+take the ids after those of the processes before it, so that the index equals one process holding all rows in
+process order. A shard may span several devices only along ``query_axis``, all of one process.
+
+Memory per device is proportional to its shard: ``width + 4`` bytes per row (code and int32 id) in a buffer
+that grows by doubling (an add writes its rows in place; the buffer is copied only when it grows, so it
+holds at most twice the rows), and a search lays the buffer out once more for its scan (``2·width`` bytes
+per buffer row for that call, the unpacked width for b-bit L2): at most 1e9 / (3·width + 4) rows per GB.
+Ids are int32: at most 2^31 − 1 rows in all.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+from jax.typing import ArrayLike
+
+from geojax import _checks
+from geojax.search import placement, scan
+from geojax.search.codecs import Codec
+from geojax.search.merge import merge_topk
+from geojax.search.placement import NO_ID
+
+_MIN_CAPACITY = 1024
+
+
+def check_ids(ids: ArrayLike | None, n: int) -> np.ndarray | None:
+    """User ids as int64 [n], distinct, in [0, 2^31 − 1); ValueError naming ``ids`` otherwise."""
+    if ids is None:
+        return None
+    _checks.check_rank(ids, "ids", 1)
+    _checks.check_integer(ids, "ids")
+    ids = np.asarray(ids, np.int64)
+    if len(ids) != n:
+        raise ValueError(f"ids must have one entry per row ({n}), got {len(ids)}")
+    if n and (ids.min() < 0 or ids.max() >= NO_ID):
+        raise ValueError(f"ids must lie in [0, {NO_ID}), got [{ids.min()}, {ids.max()}]")
+    if len(np.unique(ids)) != n:
+        raise ValueError("ids must be distinct")
+    return ids
+
+
+def check_k(k, ntotal: int) -> int:
+    _checks.check_k(k, "k", ntotal, "rows in the index")
+    return int(k)
+
+
+class IndexFlat:
+    """Exact top-k search over a codec's codes (:mod:`geojax.search.codecs`), sharded over ``mesh``'s
+    ``db_axis`` (default: every device of every process on one axis); faiss's ``IndexFlat`` shape.
+
+    ``train(x)`` fits the codec (codecs without parameters are trained already), ``add(x, ids=None)`` encodes
+    and appends vectors, ``add_codes`` appends codes made elsewhere, ``search(q, k)`` encodes the queries and
+    returns ``(distances [Q, k], ids [Q, k] int32)`` as ``jax.Array``s, ascending, ties to the lower id:
+    int32 for torus and binary codes, float32 for PQ. The distances are those of
+    :func:`geojax.search.torus_topk`, :func:`geojax.search.hamming_topk` and :func:`geojax.search.pq_topk`.
+    """
+
+    kind = "flat"
+
+    def __init__(
+        self,
+        codec: Codec,
+        *,
+        mesh: jax.sharding.Mesh | None = None,
+        db_axis: str = "db",
+        query_axis: str | None = None,
+    ) -> None:
+        if not isinstance(codec, Codec):
+            raise ValueError(f"codec must be a geojax.search codec, got {type(codec).__name__}")
+        self.codec = codec
+        self.mesh = mesh if mesh is not None else placement.default_mesh(db_axis)
+        placement.check_axes(self.mesh, db_axis, query_axis)
+        self.db_axis, self.query_axis = db_axis, query_axis
+        self._spec = codec.scan
+        operand = jax.eval_shape(self._spec.operand, jax.ShapeDtypeStruct((1, codec.width), codec.code_dtype))
+        self._row_bytes = operand.shape[1] * operand.dtype.itemsize
+        self._shard_of, self._owners = placement.shard_owners(self.mesh, db_axis)
+        self.shards = len(self._owners)
+        self._fns = _Functions(self.mesh, db_axis, query_axis, self._spec)
+        self.reset()
+
+    @property
+    def is_trained(self) -> bool:
+        return self.codec.is_trained
+
+    @property
+    def shard_sizes(self) -> np.ndarray:
+        """Rows held by each shard, in mesh order along ``db_axis`` [shards]."""
+        return self._sizes.copy()
+
+    def reset(self) -> None:
+        """Remove every row (the codec stays trained)."""
+        self._sizes = np.zeros(self.shards, np.int64)
+        self._capacity = 0
+        self._codes = self._ids = None
+        self.ntotal = 0
+        self._next_id = 0
+
+    def train(self, x: ArrayLike, *, key: jax.Array | None = None) -> None:
+        """Fit the codec to training vectors x [N, dim] (``key``: its random initialisation)."""
+        self.codec.train(x, key=key)
+
+    # ------------------------------------------------------------------------------------------------ add
+    def add(self, x: ArrayLike, ids: ArrayLike | None = None) -> None:
+        """Encode and append this process's vectors x [n, dim] (n may be 0). Without ``ids`` they take the
+        ids after the largest so far, in process order; ``ids`` [n] (one process only) distinct and new."""
+        self.add_codes(self.codec.encode(x), ids)
+
+    def add_codes(self, codes: ArrayLike, ids: ArrayLike | None = None) -> None:
+        """Append this process's codes [n, width] made by the codec elsewhere (see :meth:`add`)."""
+        codes = self.codec.check_codes(codes)
+        ids = check_ids(ids, len(codes))
+        counts = placement.process_counts([len(codes)])[:, 0]
+        if self.ntotal + int(counts.sum()) > NO_ID:
+            raise ValueError(f"codes would take the index past {NO_ID} rows (int32 ids)")
+        if ids is None:
+            first = self._next_id + int(counts[: jax.process_index()].sum())
+            ids = np.arange(first, first + len(codes), dtype=np.int64)
+            self._append(codes, ids, counts)
+            self._next_id += int(counts.sum())
+        else:
+            if jax.process_count() > 1:
+                raise ValueError("ids can be given with one process only (several: ids follow process order)")
+            held_codes, held = self._local_rows()
+            if np.isin(ids, held).any():
+                raise ValueError(f"ids must be new: {int(np.isin(ids, held).sum())} are in the index already")
+            if len(ids) and (ids.min() <= (held.max() if len(held) else -1) or np.any(np.diff(ids) < 0)):
+                self._rebuild(np.concatenate([held_codes, codes]), np.concatenate([held, ids]))
+            else:
+                self._append(codes, ids, counts)
+            self._next_id = max(self._next_id, int(ids.max()) + 1 if len(ids) else 0)
+        self.ntotal += int(counts.sum())
+
+    def _rebuild(self, codes: np.ndarray, ids: np.ndarray) -> None:
+        """Replace this process's rows by ``codes`` and ``ids`` (any order; stored by ascending id)."""
+        order = np.argsort(ids, kind="stable")
+        counts = placement.process_counts([len(ids)])[:, 0]
+        self._sizes[:] = 0
+        self._append(codes[order], ids[order], counts)
+
+    def _append(self, codes: np.ndarray, ids: np.ndarray, counts: np.ndarray) -> None:
+        """Write this process's rows (ids ascending, above its shards' ids) to its shards; ``counts``: every
+        process's row count."""
+        pieces = np.zeros(self.shards, np.int64)
+        for proc, count in enumerate(counts):
+            owned = [s for s in range(self.shards) if self._owners[s] == proc]
+            if count and not owned:
+                raise ValueError(
+                    f"process {proc} adds rows but holds no shard of the mesh's {self.db_axis!r}"
+                )
+            pieces[owned] = placement.split(int(count), len(owned))
+        most = int(pieces.max())
+        if most == 0:
+            return
+        need = int((self._sizes + most).max())
+        if need > self._capacity:
+            self._grow(max(need, 2 * self._capacity, _MIN_CAPACITY))
+        mine = [s for s in range(self.shards) if self._owners[s] == jax.process_index()]
+        ends = np.cumsum(pieces[mine])
+        local = {s: slice(int(e - pieces[s]), int(e)) for s, e in zip(mine, ends, strict=True)}
+        new_codes = self._put(
+            lambda s: placement.pad_rows(codes[local[s]], most), (self.shards * most, codes.shape[1])
+        )
+        new_ids = self._put(
+            lambda s: placement.pad_rows(ids[local[s]].astype(np.int32), most, NO_ID), (self.shards * most,)
+        )
+        starts = self._put(lambda s: self._sizes[s : s + 1].astype(np.int32), (self.shards,))
+        self._codes, self._ids = self._fns.write(self._codes, self._ids, new_codes, new_ids, starts)
+        self._sizes += pieces
+
+    def _put(self, shard_data, shape: tuple[int, ...]) -> jax.Array:
+        return placement.put_shards(self.mesh, self.db_axis, self._shard_of, shard_data, shape)
+
+    def _grow(self, capacity: int) -> None:
+        """Reallocate every shard's buffer to ``capacity`` rows, keeping its rows (the one copy an add makes,
+        and only when the buffer is full)."""
+        if self._codes is None:
+            self._codes, self._ids = self._fns.empty(
+                self.shards * capacity, self.codec.width, self.codec.code_dtype
+            )
+        else:
+            self._codes, self._ids = self._fns.grow(self._codes, self._ids, capacity - self._capacity)
+        self._capacity = capacity
+
+    # --------------------------------------------------------------------------------------------- remove
+    def remove_ids(self, ids: ArrayLike) -> int:
+        """Remove the rows with these ids (ids not in the index are ignored); returns how many rows went
+        (over all processes). Every process calls it with the same ids."""
+        _checks.check_rank(ids, "ids", 1)
+        _checks.check_integer(ids, "ids")
+        codes, held = self._local_rows()
+        keep = ~np.isin(held, np.asarray(ids, np.int64))
+        removed = int(placement.process_counts([int((~keep).sum())])[:, 0].sum())
+        if removed:
+            self._rebuild(codes[keep], held[keep])
+            self.ntotal -= removed
+        return removed
+
+    # --------------------------------------------------------------------------------------------- search
+    def search(self, q: ArrayLike, k: int) -> tuple[jax.Array, jax.Array]:
+        """Exact k nearest rows of the whole index for query vectors q [Q, dim] (the same on every
+        process) → (distances [Q, k] ascending, ids [Q, k] int32), ties to the lower id."""
+        if not self.is_trained:
+            raise ValueError("the index must be trained (call train) before searching")
+        queries = self.codec.queries(q)
+        _checks.check_matrix(queries, "q")
+        k = check_k(k, self.ntotal)
+        return self._search(queries, k)
+
+    def _search(self, queries: np.ndarray, k: int) -> tuple[jax.Array, jax.Array]:
+        parts = self.mesh.shape[self.query_axis] if self.query_axis else 1
+        q = len(queries)
+        padded = placement.pad_rows(queries, -(-q // parts) * parts)
+        qarr = jax.make_array_from_callback(
+            padded.shape, NamedSharding(self.mesh, P(self.query_axis)), lambda idx: padded[idx]
+        )
+        per = len(padded) // parts
+        plan = scan.plan(
+            self._capacity,
+            k,
+            self._spec.chunk,
+            min(self._spec.query_block, per),
+            scan.SELECT,
+            self._row_bytes,
+        )
+        rows, cols = self._fns.layout(self._codes, plan)
+        sizes = self._put(lambda s: self._sizes[s : s + 1].astype(np.int32), (self.shards,))
+        d, i = self._fns.search(
+            qarr, rows, cols, self._ids, sizes, self.codec.aux, k=k, group=plan[2], capacity=self._capacity
+        )
+        if d.is_fully_addressable:
+            return d[:q], i[:q]
+        return jnp.asarray(placement.host(d)[:q]), jnp.asarray(placement.host(i)[:q])
+
+    # ----------------------------------------------------------------------------------------------- files
+    def _local_rows(self) -> tuple[np.ndarray, np.ndarray]:
+        """(codes, ids int64) of the shards on this process's devices, ascending ids."""
+        codes, ids, seen = [], [], set()
+        if self._codes is not None:
+            for c, i in zip(self._codes.addressable_shards, self._ids.addressable_shards, strict=True):
+                shard = self._shard_of[c.device]
+                if shard in seen:
+                    continue
+                seen.add(shard)
+                size = int(self._sizes[shard])
+                codes.append(np.asarray(c.data)[:size])
+                ids.append(np.asarray(i.data)[:size])
+        if not ids:
+            return np.zeros((0, self.codec.width), self.codec.code_dtype), np.zeros(0, np.int64)
+        ids_all = np.concatenate(ids).astype(np.int64)
+        order = np.argsort(ids_all, kind="stable")
+        return np.concatenate(codes)[order], ids_all[order]
+
+    def state(self) -> tuple[dict, dict]:
+        """(description, arrays) of this process's part, for ``write_index``."""
+        codes, ids = self._local_rows()
+        meta = {"ntotal": self.ntotal, "next_id": self._next_id, "rows": len(ids)}
+        return meta, {"ids": ids.astype(np.int32), "codes": codes}
+
+    @classmethod
+    def from_state(cls, codec: Codec, meta: dict, arrays: dict, **placement_args) -> IndexFlat:
+        """The index that :meth:`state` described, placed on ``placement_args`` (``mesh``, ``db_axis``,
+        ``query_axis``)."""
+        index = cls(codec, **placement_args)
+        index._load_rows(arrays["codes"], arrays["ids"].astype(np.int64), meta)
+        return index
+
+    def _load_rows(self, codes: np.ndarray, ids: np.ndarray, meta: dict) -> None:
+        counts = placement.process_counts([len(ids), meta["ntotal"]])
+        if len(set(counts[:, 1])) != 1 or counts[:, 0].sum() != meta["ntotal"]:
+            raise ValueError(
+                f"the files read hold {counts[:, 0].tolist()} rows of indexes of {counts[:, 1].tolist()}"
+            )
+        self._append(self.codec.check_codes(codes, "codes in the file"), ids, counts[:, 0])
+        self.ntotal = int(meta["ntotal"])
+        self._next_id = int(meta["next_id"])
+
+
+class _Functions:
+    """The index's compiled steps over its mesh (one set per index: the mesh and scan are fixed)."""
+
+    def __init__(self, mesh, db_axis: str, query_axis: str | None, spec: scan.Scan) -> None:
+        self.mesh, self.db_axis, self.query_axis, self.spec = mesh, db_axis, query_axis, spec
+        db = P(db_axis)
+        self._db = NamedSharding(mesh, db)
+        shard = functools.partial(jax.shard_map, mesh=mesh, check_vma=False)
+        self.write = jax.jit(
+            shard(_write_rows, in_specs=(db,) * 5, out_specs=(db, db)), donate_argnums=(0, 1)
+        )
+
+    def empty(self, rows: int, width: int, dtype) -> tuple[jax.Array, jax.Array]:
+        make = jax.jit(
+            lambda: (jnp.zeros((rows, width), dtype), jnp.full((rows,), NO_ID, jnp.int32)),
+            out_shardings=(self._db, self._db),
+        )
+        return make()
+
+    @functools.partial(jax.jit, static_argnums=(0, 3))
+    def grow(self, codes, ids, extra: int):
+        return jax.shard_map(
+            functools.partial(_grow_rows, extra=extra),
+            mesh=self.mesh,
+            in_specs=(P(self.db_axis),) * 2,
+            out_specs=(P(self.db_axis),) * 2,
+            check_vma=False,
+        )(codes, ids)
+
+    @functools.partial(jax.jit, static_argnums=(0, 2))
+    def layout(self, codes, plan):
+        db = P(self.db_axis)
+        return jax.shard_map(
+            lambda c: scan.layout(self.spec.operand(c), plan),
+            mesh=self.mesh,
+            in_specs=(db,),
+            out_specs=(db, db),
+            check_vma=False,
+        )(codes)
+
+    @functools.partial(jax.jit, static_argnums=0, static_argnames=("k", "group", "capacity"))
+    def search(self, queries, rows, cols, ids, sizes, aux, *, k: int, group: int, capacity: int):
+        db, qs = P(self.db_axis), P(self.query_axis)
+        local = functools.partial(
+            _shard_topk, spec=self.spec, axis=self.db_axis, k=k, group=group, capacity=capacity
+        )
+        return jax.shard_map(
+            local,
+            mesh=self.mesh,
+            in_specs=(qs, db, db, db, db, P()),
+            out_specs=(qs, qs),
+            check_vma=False,
+        )(queries, rows, cols, ids, sizes, aux)
+
+
+def _write_rows(codes, ids, new_codes, new_ids, start):
+    """One shard: ``new_codes`` [m, W] and ``new_ids`` [m] written at row ``start[0]`` of its buffers."""
+    return (
+        lax.dynamic_update_slice(codes, new_codes, (start[0], 0)),
+        lax.dynamic_update_slice(ids, new_ids, (start[0],)),
+    )
+
+
+def _grow_rows(codes, ids, *, extra: int):
+    """One shard's buffers with ``extra`` empty rows appended."""
+    return jnp.pad(codes, ((0, extra), (0, 0))), jnp.pad(ids, (0, extra), constant_values=NO_ID)
+
+
+def _shard_topk(
+    queries, rows, cols, ids, size, aux, *, spec: scan.Scan, axis: str, k: int, group: int, capacity: int
+):
+    """One device: the top-k of its queries over its shard's ``size[0]`` rows, then the exact top-k over all
+    shards of ``axis`` by (distance, id) → (distances [q, k], ids [q, k])."""
+    v, i = scan.blocked(
+        spec.operand(queries),
+        rows,
+        cols,
+        aux,
+        kernel=spec.kernel,
+        prepare=spec.prepare,
+        n=size[0],
+        k=k,
+        group=group,
+        query_block=spec.query_block,
+        exact=spec.exact,
+    )
+    lowest = jnp.finfo(jnp.float32).max if spec.exact else jnp.iinfo(jnp.int32).max
+    gid = jnp.where(v > -lowest, ids[jnp.minimum(i, capacity - 1)], NO_ID)
+    keys = lax.all_gather(-v, axis, axis=1, tiled=True)  # [q, shards·k] distances, shard order
+    gid = lax.all_gather(gid, axis, axis=1, tiled=True)
+    d, g = merge_topk(keys, gid, k)
+    return (d.astype(jnp.int32) if spec.integer else d), g

@@ -1,0 +1,459 @@
+"""The inverted-file index (Jégou et al. 2011 §IV; Sivic & Zisserman 2003): a coarse quantiser files every
+row in one of ``nlist`` lists, and a search scans only the ``nprobe`` lists nearest each query.
+
+Coarse quantiser. Lloyd's k-means on the codec's coarse features (:mod:`geojax.search.codecs`), in the
+embedding's own geometry: on the torus the features are the Clifford pairs (cos 2πt_k, sin 2πt_k) of the
+code's angles and each centroid pair is scaled back to unit length after the mean, i.e. circular means of
+the angles, with assignment by Σ_k 2 − 2 cos 2πΔ_k, an increasing function of the wraparound distance Δ_k
+in every coordinate; on the sphere features and centroids are unit vectors (spherical k-means); otherwise
+Euclidean k-means. Rows are filed by their *codes'* features, so ``add(x)`` and ``add_codes(encode(x))``
+agree; a trained index grows without retraining.
+
+Lists as padded blocks. Each list is a run of blocks of ``block`` rows, rows in ascending id order (the last
+block padded with empty slots). The blocks are dealt round-robin over the mesh's ``db_axis`` devices, so
+every device holds about 1/devices of every list. A search is one jitted program over a batch of queries:
+the nearest ``nprobe`` centroids, the probed lists' blocks on each device (a static number, ``budget``: the
+most any query probes on any device, rounded up to a power of two, so few shapes compile), the distances by
+the codec's flat-scan kernel, the top-k of each block (lower position first, hence lower id), then of all
+candidates by (distance, id) on the device and over the devices (:func:`geojax.search.merge.merge_topk`).
+With ``nprobe = nlist`` every row is a candidate: the result is exactly the flat index's, ties included.
+A query whose probed lists hold fewer than k rows gets id −1 and the largest distance (int32 max, or +inf
+for PQ) in the slots left.
+
+Memory: the host keeps each list's codes and int32 ids (``width + 4`` bytes per row) and each device its
+blocks in the scan's operand form (``width + 4`` bytes per row for torus L1 and Hamming codes, the unpacked
+width for b-bit L2), plus at most one partly filled block per list and device.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.sharding import PartitionSpec as P
+from jax.typing import ArrayLike
+
+from geojax import _checks
+from geojax.search import codecs, placement, scan
+from geojax.search.codecs import Codec
+from geojax.search.flat import check_ids, check_k
+from geojax.search.merge import merge_topk
+from geojax.search.placement import NO_ID
+
+_ASSIGN_ROWS = 8192  # rows per block of the coarse assignment
+_ADD_ROWS = 1 << 16  # rows encoded and filed per step of an add
+_QUERY_BYTES = 16 << 20  # gathered block bytes per query block of a search
+
+
+def _round_pow2(n: int) -> int:
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+@functools.partial(jax.jit, static_argnames=("nprobe",))
+def _nearest_lists(features: jax.Array, centroids: jax.Array, nprobe: int) -> jax.Array:
+    """[n, nprobe] int32: the lists whose centroids are nearest (squared Euclidean on the features), nearest
+    first, ties to the lower list."""
+    score = 2.0 * features @ centroids.T - jnp.sum(jnp.square(centroids), axis=1)
+    return lax.top_k(score, nprobe)[1]
+
+
+def assign(features: jax.Array, centroids: jax.Array) -> np.ndarray:
+    """The nearest list of each row of ``features`` [n, F] (in blocks of rows) → [n] int32."""
+    parts = [
+        _nearest_lists(features[i : i + _ASSIGN_ROWS], centroids, 1)[:, 0]
+        for i in range(0, features.shape[0], _ASSIGN_ROWS)
+    ]
+    return np.asarray(jnp.concatenate(parts)) if parts else np.zeros(0, np.int32)
+
+
+def _project(centroids: jax.Array, geometry: str) -> jax.Array:
+    """Centroids back on the geometry: unit pairs on the torus (circular means), unit rows on the sphere."""
+    if geometry == "euclidean":
+        return centroids
+    shape = centroids.shape
+    grouped = centroids.reshape(shape[0], -1, 2) if geometry == "torus" else centroids
+    norm = jnp.linalg.norm(grouped, axis=-1, keepdims=True)
+    if geometry == "torus":  # an empty direction (all angles cancel) keeps angle 0
+        unit = jnp.where(norm > 0, grouped / jnp.where(norm > 0, norm, 1.0), jnp.array([1.0, 0.0]))
+    else:
+        unit = grouped / jnp.where(norm > 0, norm, 1.0)
+    return unit.reshape(shape)
+
+
+@functools.partial(jax.jit, static_argnames=("nlist", "iters", "geometry"))
+def kmeans(features: jax.Array, key: jax.Array, *, nlist: int, iters: int, geometry: str) -> jax.Array:
+    """Lloyd's k-means on ``features`` [n ≥ nlist, F]: ``nlist`` distinct rows as the start, ``iters``
+    rounds of assignment and mean (empty lists keep their centroid), each mean put back on the geometry
+    → centroids [nlist, F]."""
+    n = features.shape[0]
+    start = features[jax.random.choice(key, n, (nlist,), replace=False)]
+    rows = -(-n // _ASSIGN_ROWS) * _ASSIGN_ROWS
+    padded = jnp.pad(features, ((0, rows - n), (0, 0))).reshape(
+        -1, min(rows, _ASSIGN_ROWS), features.shape[1]
+    )
+    real = (jnp.arange(rows) < n).astype(jnp.float32)
+
+    def step(c, _):
+        a = lax.map(lambda f: _nearest_lists(f, c, 1)[:, 0], padded).reshape(rows)
+        sums = jax.ops.segment_sum(padded.reshape(rows, -1) * real[:, None], a, nlist)
+        counts = jax.ops.segment_sum(real, a, nlist)
+        mean = jnp.where(counts[:, None] > 0, sums / jnp.maximum(counts, 1.0)[:, None], c)
+        return _project(mean, geometry), None
+
+    centroids, _ = lax.scan(step, _project(start, geometry), None, length=iters)
+    return centroids
+
+
+class IndexIVF:
+    """Inverted lists over a codec's codes (module docstring); faiss's ``IndexIVF`` shape.
+
+    nlist: lists; nprobe: lists scanned per query (settable); block: rows per block; iters: k-means
+    rounds; train_rows: the most training rows the quantiser uses (a random subset; faiss's default is
+    256 per list); mesh, db_axis: the devices the blocks are dealt over (one process).
+    """
+
+    kind = "ivf"
+
+    def __init__(
+        self,
+        codec: Codec,
+        nlist: int,
+        *,
+        nprobe: int = 1,
+        block: int = 256,
+        iters: int = 20,
+        train_rows: int | None = None,
+        mesh: jax.sharding.Mesh | None = None,
+        db_axis: str = "db",
+    ) -> None:
+        if not isinstance(codec, Codec):
+            raise ValueError(f"codec must be a geojax.search codec, got {type(codec).__name__}")
+        for value, name in ((nlist, "nlist"), (block, "block"), (iters, "iters")):
+            _checks.check_positive_int(value, name)
+        if train_rows is not None:
+            _checks.check_positive_int(train_rows, "train_rows")
+        if jax.process_count() > 1:
+            raise ValueError("IndexIVF runs in one process (its blocks dealt over that process's devices)")
+        self.codec, self.nlist, self.block, self.iters = codec, int(nlist), int(block), int(iters)
+        self.train_rows = 256 * self.nlist if train_rows is None else int(train_rows)
+        self.mesh = mesh if mesh is not None else placement.default_mesh(db_axis)
+        placement.check_axes(self.mesh, db_axis, None)
+        self.db_axis = db_axis
+        self._shard_of, _ = placement.shard_owners(self.mesh, db_axis)
+        self.shards = self.mesh.shape[db_axis]
+        self.nprobe = nprobe
+        self.centroids: jax.Array | None = None
+        self._search_fns: dict = {}
+        self.reset()
+
+    @property
+    def nprobe(self) -> int:
+        return self._nprobe
+
+    @nprobe.setter
+    def nprobe(self, value: int) -> None:
+        _checks.check_positive_int(value, "nprobe")
+        if value > self.nlist:
+            raise ValueError(f"nprobe must be at most nlist = {self.nlist}, got {value}")
+        self._nprobe = int(value)
+
+    @property
+    def is_trained(self) -> bool:
+        return self.codec.is_trained and self.centroids is not None
+
+    @property
+    def list_sizes(self) -> np.ndarray:
+        """Rows in each list [nlist]."""
+        return np.array([len(i) for i in self._ids], np.int64)
+
+    def reset(self) -> None:
+        """Remove every row (the codec and the quantiser stay trained)."""
+        width, dtype = self.codec.width, self.codec.code_dtype
+        self._codes = [np.zeros((0, width), dtype) for _ in range(self.nlist)]
+        self._ids = [np.zeros(0, np.int32) for _ in range(self.nlist)]
+        self.ntotal = 0
+        self._next_id = 0
+        self._device = None
+
+    # ---------------------------------------------------------------------------------------------- train
+    def train(self, x: ArrayLike, *, key: jax.Array | None = None) -> None:
+        """Fit the codec (unless it is trained already) and the coarse quantiser to x [N ≥ nlist, dim]."""
+        x = codecs.check_vectors(x, "x", self.codec.dim)
+        if len(x) < self.nlist:
+            raise ValueError(
+                f"x must have at least nlist = {self.nlist} rows to train the quantiser, got {len(x)}"
+            )
+        key = jax.random.key(0) if key is None else key
+        codec_key, sample_key, kmeans_key = jax.random.split(key, 3)
+        if not self.codec.is_trained:
+            self.codec.train(x, key=codec_key)
+        if len(x) > self.train_rows:
+            pick = np.sort(
+                np.asarray(jax.random.choice(sample_key, len(x), (self.train_rows,), replace=False))
+            )
+            x = x[pick]
+        features = self.codec.coarse(self.codec.encode(x))
+        self.centroids = kmeans(
+            features, kmeans_key, nlist=self.nlist, iters=self.iters, geometry=self.codec.geometry
+        )
+        self._device = None
+
+    # ------------------------------------------------------------------------------------------------ add
+    def add(self, x: ArrayLike, ids: ArrayLike | None = None) -> None:
+        """Encode and file vectors x [n, dim] (n may be 0), in steps of 65,536 rows; ``ids`` as for
+        :meth:`geojax.search.IndexFlat.add`."""
+        self._check_trained("adding")
+        x = self.codec.check_vectors(x, "x")
+        ids = self._new_ids(ids, len(x))
+        for i in range(0, len(x), _ADD_ROWS):
+            codes = self.codec.encode(x[i : i + _ADD_ROWS])
+            self._file(codes, ids[i : i + _ADD_ROWS])
+
+    def add_codes(self, codes: ArrayLike, ids: ArrayLike | None = None) -> None:
+        """File codes [n, width] made by the codec elsewhere (see :meth:`add`)."""
+        self._check_trained("adding")
+        codes = self.codec.check_codes(codes)
+        ids = self._new_ids(ids, len(codes))
+        for i in range(0, len(codes), _ADD_ROWS):
+            self._file(codes[i : i + _ADD_ROWS], ids[i : i + _ADD_ROWS])
+
+    def _check_trained(self, what: str) -> None:
+        if not self.is_trained:
+            raise ValueError(f"the index must be trained (call train) before {what}")
+
+    def _new_ids(self, ids: ArrayLike | None, n: int) -> np.ndarray:
+        """Checked ids for n new rows (default: after the largest so far); the counter moves past them."""
+        ids = check_ids(ids, n)
+        if self.ntotal + n > NO_ID:
+            raise ValueError(f"the rows would take the index past {NO_ID} rows (int32 ids)")
+        if ids is None:
+            ids = np.arange(self._next_id, self._next_id + n, dtype=np.int64)
+        elif n and self.ntotal:
+            held = np.concatenate(self._ids)
+            if np.isin(ids, held).any():
+                raise ValueError(f"ids must be new: {int(np.isin(ids, held).sum())} are in the index already")
+        if n:
+            self._next_id = max(self._next_id, int(ids.max()) + 1)
+        return ids
+
+    def _file(self, codes: np.ndarray, ids: np.ndarray) -> None:
+        """Append rows to their lists, each list kept in ascending id order."""
+        lists = assign(self.codec.coarse(codes), self.centroids)
+        order = np.argsort(lists, kind="stable")
+        bounds = np.searchsorted(lists[order], np.arange(self.nlist + 1))
+        for j in np.flatnonzero(np.diff(bounds)):
+            rows = order[bounds[j] : bounds[j + 1]]
+            new_ids = np.concatenate([self._ids[j], ids[rows].astype(np.int32)])
+            new_codes = np.concatenate([self._codes[j], codes[rows]])
+            if len(self._ids[j]) and np.any(np.diff(new_ids) < 0):
+                by_id = np.argsort(new_ids, kind="stable")
+                new_ids, new_codes = new_ids[by_id], new_codes[by_id]
+            self._ids[j], self._codes[j] = new_ids, new_codes
+        self.ntotal += len(ids)
+        self._device = None
+
+    def remove_ids(self, ids: ArrayLike) -> int:
+        """Remove the rows with these ids (others are ignored); returns how many went."""
+        _checks.check_rank(ids, "ids", 1)
+        _checks.check_integer(ids, "ids")
+        gone = np.asarray(ids, np.int64)
+        removed = 0
+        for j in range(self.nlist):
+            keep = ~np.isin(self._ids[j], gone)
+            if not keep.all():
+                removed += int((~keep).sum())
+                self._ids[j], self._codes[j] = self._ids[j][keep], self._codes[j][keep]
+        if removed:
+            self.ntotal -= removed
+            self._device = None
+        return removed
+
+    # --------------------------------------------------------------------------------------------- layout
+    def _layout(self) -> _Layout:
+        """The lists as blocks dealt round-robin over the shards, built on the first search after a
+        change."""
+        if self._device is None:
+            self._device = _build_layout(self)
+        return self._device
+
+    # --------------------------------------------------------------------------------------------- search
+    def search(self, q: ArrayLike, k: int) -> tuple[jax.Array, jax.Array]:
+        """The k nearest rows among the ``nprobe`` lists nearest each query vector of q [Q, dim] →
+        (distances [Q, k] ascending, ids [Q, k] int32, −1 where the lists held fewer than k rows), ties to
+        the lower id; the distances of :class:`geojax.search.IndexFlat`."""
+        self._check_trained("searching")
+        queries = self.codec.queries(q)
+        _checks.check_matrix(queries, "q")
+        k = check_k(k, self.ntotal)
+        layout = self._layout()
+        probe = np.asarray(_nearest_lists(self.codec.coarse_queries(q), self.centroids, self.nprobe))
+        budget = min(
+            _round_pow2(int(layout.counts[:, probe].sum(-1).max())), layout.table.shape[1] * self.nprobe
+        )
+        row_bytes = self.block * layout.blocks.shape[-1] * layout.blocks.dtype.itemsize
+        qb = int(max(1, min(len(queries), _QUERY_BYTES // (budget * row_bytes))))
+        fn = self._search_fn(k, budget, qb)
+        return fn(queries, probe, layout.table, layout.blocks, layout.ids, self.codec.aux)
+
+    def _search_fn(self, k: int, budget: int, qb: int):
+        key = (k, budget, qb)
+        if key not in self._search_fns:
+            spec, db = self.codec.scan, P(self.db_axis)
+            local = functools.partial(_shard_search, spec=spec, axis=self.db_axis, k=k, budget=budget, qb=qb)
+            mapped = jax.shard_map(
+                local,
+                mesh=self.mesh,
+                in_specs=(P(), P(), db, db, db, P()),
+                out_specs=(P(), P()),
+                check_vma=False,
+            )
+            self._search_fns[key] = jax.jit(mapped)
+        return self._search_fns[key]
+
+    # ----------------------------------------------------------------------------------------------- files
+    def state(self) -> tuple[dict, dict]:
+        """(description, arrays) for ``write_index``: the quantiser and every list's rows in list order."""
+        meta = {
+            "nlist": self.nlist,
+            "nprobe": self.nprobe,
+            "block": self.block,
+            "iters": self.iters,
+            "train_rows": self.train_rows,
+            "ntotal": self.ntotal,
+            "next_id": self._next_id,
+        }
+        arrays = {
+            "centroids": np.asarray(
+                self.centroids if self.centroids is not None else np.zeros((0, 0), np.float32)
+            ),
+            "list_sizes": self.list_sizes,
+            "ids": np.concatenate(self._ids),
+            "codes": np.concatenate(self._codes),
+        }
+        return meta, arrays
+
+    @classmethod
+    def from_state(cls, codec: Codec, meta: dict, arrays: dict, **placement_args) -> IndexIVF:
+        """The index that :meth:`state` described, placed on ``placement_args`` (``mesh``, ``db_axis``)."""
+        index = cls(
+            codec,
+            meta["nlist"],
+            nprobe=meta["nprobe"],
+            block=meta["block"],
+            iters=meta["iters"],
+            train_rows=meta["train_rows"],
+            **placement_args,
+        )
+        sizes = arrays["list_sizes"]
+        if len(sizes) != index.nlist or sizes.sum() != meta["ntotal"] or len(arrays["ids"]) != meta["ntotal"]:
+            raise ValueError(
+                f"the file's lists hold {int(sizes.sum())} rows; its header describes {meta['ntotal']}"
+            )
+        if arrays["centroids"].size:
+            index.centroids = jnp.asarray(arrays["centroids"])
+        codes = codec.check_codes(arrays["codes"], "codes in the file")
+        cuts = np.cumsum(sizes)[:-1]
+        index._codes = list(np.split(codes, cuts))
+        index._ids = list(np.split(arrays["ids"].astype(np.int32), cuts))
+        index.ntotal, index._next_id = int(meta["ntotal"]), int(meta["next_id"])
+        return index
+
+
+class _Layout:
+    """Device arrays of the dealt blocks: table [shards·nlist, most blocks] (local block numbers, −1 for
+    none), blocks [shards·B_max, block, W'] (the scan's operand), ids [shards·B_max, block] (NO_ID empty);
+    counts [shards, nlist] on the host: blocks of each list on each shard."""
+
+    def __init__(self, table, blocks, ids, counts) -> None:
+        self.table, self.blocks, self.ids, self.counts = table, blocks, ids, counts
+
+
+def _build_layout(index: IndexIVF) -> _Layout:
+    b, shards, nlist = index.block, index.shards, index.nlist
+    sizes = index.list_sizes
+    nblocks = -(-sizes // b)  # blocks per list
+    # Block j of list l goes to shard j mod shards, as that shard's next block.
+    counts = np.stack([(nblocks - s + shards - 1) // shards for s in range(shards)])  # [shards, nlist]
+    most_blocks = max(1, int(counts.sum(1).max()))
+    most_per_list = max(1, int(counts.max()))
+    width = index.codec.width
+    codes = np.zeros((shards, most_blocks, b, width), index.codec.code_dtype)
+    ids = np.full((shards, most_blocks, b), NO_ID, np.int32)
+    table = np.full((shards, nlist, most_per_list), -1, np.int32)
+    first = np.concatenate([np.zeros((shards, 1), np.int64), np.cumsum(counts, 1)], 1)  # [shards, nlist + 1]
+    for lst in np.flatnonzero(sizes):
+        n = int(sizes[lst])
+        pos = np.arange(n)
+        j = pos // b
+        shard = j % shards
+        local = first[shard, lst] + j // shards
+        codes[shard, local, pos % b] = index._codes[lst]
+        ids[shard, local, pos % b] = index._ids[lst]
+        for s in range(shards):
+            table[s, lst, : counts[s, lst]] = first[s, lst] + np.arange(counts[s, lst])
+
+    put = functools.partial(placement.put_shards, index.mesh, index.db_axis, index._shard_of)
+    spec = index.codec.scan
+    operand = [
+        np.asarray(spec.operand(jnp.asarray(codes[s].reshape(most_blocks * b, width)))) for s in range(shards)
+    ]
+    op_width = operand[0].shape[1]
+    return _Layout(
+        put(lambda s: table[s], (shards * nlist, most_per_list)),
+        put(lambda s: operand[s].reshape(most_blocks, b, op_width), (shards * most_blocks, b, op_width)),
+        put(lambda s: ids[s], (shards * most_blocks, b)),
+        counts,
+    )
+
+
+def _shard_search(
+    queries, probe, table, blocks, ids, aux, *, spec: scan.Scan, axis: str, k: int, budget: int, qb: int
+):
+    """One device: the top-k of every query over its blocks of the probed lists, then over all devices of
+    ``axis`` by (distance, id).
+
+    queries [Q, ...] (the codec's scan queries), probe [Q, nprobe] lists, table [nlist, most] this device's
+    block numbers per list (−1: none), blocks [B_max, block, W'] operand rows, ids [B_max, block].
+    """
+    nq = queries.shape[0]
+    b = blocks.shape[1]
+    slots = table[probe].reshape(nq, -1)  # [Q, nprobe·most], −1 where a list has no more blocks here
+    first = jnp.argsort(slots < 0, axis=1, stable=True)[:, :budget]  # the real slots, in probe order
+    slots = jnp.take_along_axis(slots, first, axis=1)
+    operand = spec.operand(queries)
+    pad = -nq % qb
+    operand = jnp.pad(operand, ((0, pad),) + ((0, 0),) * (operand.ndim - 1))
+    slots = jnp.pad(slots, ((0, pad), (0, 0)), constant_values=-1)
+    key_dtype = jnp.float32 if spec.exact else jnp.int32
+    big = jnp.finfo(jnp.float32).max if spec.exact else jnp.iinfo(jnp.int32).max
+    per_block = min(k, b)
+    keep = min(k, budget * per_block)
+
+    def one_block(args):
+        qx, sl = args  # [qb, ...], [qb, budget]
+        safe = jnp.maximum(sl, 0)
+        rows = blocks[safe].reshape(qb, budget * b, -1)
+        row_ids = jnp.where(sl[..., None] >= 0, ids[safe], NO_ID)  # [qb, budget, block]
+        dist = spec.kernel(spec.prepare(aux, qx), rows, False).reshape(qb, budget, b)
+        keys = jnp.where(row_ids < NO_ID, -dist.astype(key_dtype), -big)
+        v, j = lax.top_k(keys, per_block)  # per block: ties to the lower position, i.e. the lower id
+        cand = jnp.take_along_axis(row_ids, j, axis=2)
+        return merge_topk(-v.reshape(qb, -1), cand.reshape(qb, -1), keep)
+
+    d, i = lax.map(one_block, (operand.reshape(-1, qb, *operand.shape[1:]), slots.reshape(-1, qb, budget)))
+    d, i = d.reshape(-1, keep)[:nq], i.reshape(-1, keep)[:nq]
+    if keep < k:  # fewer candidates than k on this device
+        d = jnp.pad(d, ((0, 0), (0, k - keep)), constant_values=big)
+        i = jnp.pad(i, ((0, 0), (0, k - keep)), constant_values=NO_ID)
+    d, i = merge_topk(
+        lax.all_gather(d, axis, axis=1, tiled=True), lax.all_gather(i, axis, axis=1, tiled=True), k
+    )
+    found = i < NO_ID
+    if spec.integer:
+        d = jnp.where(found, d, jnp.iinfo(jnp.int32).max).astype(jnp.int32)
+    else:
+        d = jnp.where(found, d, jnp.inf)
+    return d, jnp.where(found, i, -1)

@@ -1,0 +1,223 @@
+"""geojax.search.IndexIVF: at nprobe = nlist exactly the flat index (ids, distances, ties), at smaller nprobe
+a numpy scan of the probed lists, sharded over 4 fake devices = one device, the circular k-means on the
+torus, adds in steps and growth without retraining, write/read, and every bad input refused unchanged."""
+
+import numpy as np
+import pytest
+from test_index import mesh
+from test_search_kernels import hamming_numpy, pq_numpy
+
+from geojax.search import BinaryCodec, IndexFlat, IndexIVF, PQCodec, TorusCodec, ivf, read_index, write_index
+
+pytestmark = pytest.mark.multidevice
+
+
+def clustered_angles(rng, n, dim, centres, spread=0.04):
+    """Angles in turns near ``centres`` [c, dim] (each row near one centre), wrapped to [0, 1)."""
+    pick = rng.integers(0, len(centres), n)
+    return np.mod(centres[pick] + spread * rng.standard_normal((n, dim)), 1.0).astype(np.float32)
+
+
+def with_duplicates(x):
+    """x with rows 5, 50 and the last equal to row 0, and row 7 equal to row 3: ties across lists' blocks."""
+    x = x.copy()
+    x[[5, 50, len(x) - 1]] = x[0]
+    x[7] = x[3]
+    return x
+
+
+def codecs_and_data(rng):
+    centres = rng.random((6, 16))
+    torus = clustered_angles(rng, 700, 16, centres)
+    signs = np.where(clustered_angles(rng, 700, 32, rng.random((6, 32))) < 0.5, -1.0, 1.0).astype(np.float32)
+    floats = rng.standard_normal((700, 8)).astype(np.float32) + np.repeat(rng.standard_normal((7, 8)), 100, 0)
+    return {
+        "torus8": (TorusCodec(16), with_duplicates(torus)),
+        "torus4-L2": (TorusCodec(16, bits=4, p=2), with_duplicates(torus)),
+        "binary": (BinaryCodec(32), with_duplicates(signs)),
+        "itq": (BinaryCodec(8, bits=16, method="itq"), with_duplicates(floats)),
+        "pq": (PQCodec(8, m=4, nbits=4), with_duplicates(floats)),
+        "pq-sphere": (PQCodec(8, m=4, nbits=4, geometry="sphere"), with_duplicates(floats)),
+    }
+
+
+CASES = ["torus8", "torus4-L2", "binary", "itq", "pq", "pq-sphere"]
+
+
+def built(codec, x, nlist, *, devices=4, block=8, nprobe=None):
+    index = IndexIVF(codec, nlist, nprobe=nprobe or nlist, block=block, mesh=mesh((devices,)))
+    index.train(x)
+    index.add(x[:300])
+    index.add(x[300:])
+    return index
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_full_probe_equals_flat_exactly(case):
+    codec, x = codecs_and_data(np.random.default_rng(0))[case]
+    index = built(codec, x, 9)
+    flat = IndexFlat(codec, mesh=mesh())
+    flat.add(x)
+    q = x[[0, 3, 11, 200, 699]]
+    for k in (1, 10, 40):  # 40 > block: a list's candidates from several blocks
+        want_d, want_i = flat.search(q, k)
+        got_d, got_i = index.search(q, k)
+        np.testing.assert_array_equal(np.asarray(got_i), np.asarray(want_i))
+        np.testing.assert_array_equal(np.asarray(got_d), np.asarray(want_d))
+    d, i = (np.asarray(a)[0] for a in flat.search(q[:1], 40))
+    zero = i[d == 0].tolist()  # the copies of row 0 (and any equal code), ties to the lower id
+    assert zero == sorted(zero) and ({0, 5, 50, 699} <= set(zero) or len(zero) == 40)
+
+
+def probed_numpy(index, q, dist, k):
+    """Reference for nprobe < nlist: the rows of the nprobe lists whose centroids are nearest (numpy),
+    ranked by (distance, id); −1 beyond the candidates."""
+    c = np.asarray(index.centroids, np.float64)
+    f = np.asarray(index.codec.coarse_queries(q), np.float64)
+    score = ((f[:, None] - c[None]) ** 2).sum(-1)
+    lists = np.argsort(score, axis=1, kind="stable")[:, : index.nprobe]
+    out_d, out_i = [], []
+    for row, probe in enumerate(lists):
+        ids = np.sort(np.concatenate([index._ids[j] for j in probe]).astype(np.int64))
+        order = np.lexsort((ids, dist[row, ids]))[:k]
+        out_i.append(np.pad(ids[order], (0, k - len(order)), constant_values=-1))
+        out_d.append(dist[row, ids[order]])
+    return out_d, np.stack(out_i)
+
+
+@pytest.mark.parametrize("case", ["torus8", "binary", "pq"])
+def test_partial_probe_equals_numpy_over_the_probed_lists(case):
+    codec, x = codecs_and_data(np.random.default_rng(1))[case]
+    index = built(codec, x, 12, nprobe=3)
+    q = x[[0, 9, 300, 650]]
+    codes = codec.encode(x)
+    if case == "torus8":
+        dist = np.abs(((codec.encode(q)[:, None].astype(np.int64) - codes[None]) + 128) % 256 - 128).sum(-1)
+    elif case == "binary":
+        dist = hamming_numpy(codec.encode(q), codes)
+    else:
+        dist = pq_numpy(q, np.asarray(codec.pq.codebooks), codes)
+    ref_d, ref_i = probed_numpy(index, q, dist, 20)
+    d, i = index.search(q, 20)
+    np.testing.assert_array_equal(np.asarray(i), ref_i)
+    for row, want in enumerate(ref_d):
+        np.testing.assert_allclose(np.asarray(d)[row, : len(want)], want, rtol=1e-5)
+
+
+@pytest.mark.parametrize("case", ["torus8", "pq"])
+def test_sharded_equals_one_device(case):
+    codec, x = codecs_and_data(np.random.default_rng(2))[case]
+    one, four = (built(codec, x, 10, devices=n, nprobe=4) for n in (1, 4))
+    np.testing.assert_array_equal(np.asarray(one.centroids), np.asarray(four.centroids))
+    q = x[::37]
+    for a, b in zip(one.search(q, 25), four.search(q, 25), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_torus_quantiser_wraps_around():
+    """Two clusters at angle 0 (straddling 0 ≡ 1) and at 0.5: the circular k-means keeps each whole, with
+    centroids at their circular means; k-means on the raw angles would split the first."""
+    rng = np.random.default_rng(3)
+    x = clustered_angles(rng, 600, 8, np.array([[0.0] * 8, [0.5] * 8]), spread=0.05)
+    index = IndexIVF(TorusCodec(8), 2, mesh=mesh((1,)))
+    index.train(x)
+    index.add(x)
+    near_zero = np.abs(((x + 0.5) % 1.0) - 0.5).max(1) < 0.25
+    lists = ivf.assign(index.codec.coarse(index.codec.encode(x)), index.centroids)
+    assert len(set(lists[near_zero])) == 1 and len(set(lists[~near_zero])) == 1
+    assert lists[near_zero][0] != lists[~near_zero][0]
+    c = np.asarray(index.centroids).reshape(2, 8, 2)
+    angles = np.mod(np.arctan2(c[..., 1], c[..., 0]) / (2 * np.pi), 1.0)
+    zero = angles[lists[near_zero][0]]
+    assert np.all(np.minimum(zero, 1 - zero) < 0.02)  # the circular mean, not 0.5
+    assert np.allclose(np.linalg.norm(c, axis=-1), 1.0, atol=1e-5)  # unit pairs
+
+
+def test_adds_in_steps_grow_without_retraining(monkeypatch):
+    monkeypatch.setattr(ivf, "_ADD_ROWS", 64)  # several steps per add
+    rng = np.random.default_rng(4)
+    x = clustered_angles(rng, 900, 16, rng.random((5, 16)))
+    index = IndexIVF(TorusCodec(16), 6, nprobe=6, block=16, mesh=mesh())
+    index.train(x[:200])
+    centroids = np.asarray(index.centroids)
+    for piece in np.split(x, [100, 101, 500]):
+        index.add(piece)
+    np.testing.assert_array_equal(np.asarray(index.centroids), centroids)
+    assert index.ntotal == 900 and index.list_sizes.sum() == 900
+    from_codes = IndexIVF(TorusCodec(16), 6, nprobe=6, block=16, mesh=mesh())
+    from_codes.centroids = index.centroids
+    from_codes.add_codes(TorusCodec(16).encode(x))
+    flat = IndexFlat(TorusCodec(16), mesh=mesh())
+    flat.add(x)
+    for other in (from_codes, flat):
+        for a, b in zip(index.search(x[:7], 30), other.search(x[:7], 30), strict=True):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_fewer_candidates_than_k_give_minus_one():
+    rng = np.random.default_rng(5)
+    x = clustered_angles(rng, 200, 8, np.array([[0.0] * 8, [0.5] * 8]), spread=0.02)
+    index = built(TorusCodec(8), x, 2, nprobe=1)
+    probed = int(ivf.assign(index.codec.coarse_queries(x[:1]), index.centroids)[0])
+    n = int(index.list_sizes[probed])
+    assert 0 < n < 150
+    d, i = (np.asarray(a) for a in index.search(x[:1], 150))
+    assert (i[0, :n] >= 0).all() and np.isin(i[0, :n], index._ids[probed]).all()
+    assert (i[0, n:] == -1).all() and (d[0, n:] == np.iinfo(np.int32).max).all()
+
+
+def test_remove_reset_write_read(tmp_path):
+    codec, x = codecs_and_data(np.random.default_rng(6))["pq"]
+    index = built(codec, x, 8, nprobe=3)
+    assert index.remove_ids(np.array([0, 5, 10_000])) == 2 and index.ntotal == 698
+    d, i = index.search(x[:4], 12)
+    assert not np.isin(np.asarray(i), [0, 5]).any()
+    path = str(tmp_path / "ivf.gjx")
+    write_index(index, path)
+    loaded = read_index(path, kind="ivf", codec="pq", mesh=mesh((2,)))
+    assert (loaded.nlist, loaded.nprobe, loaded.ntotal) == (8, 3, 698)
+    for a, b in zip((d, i), loaded.search(x[:4], 12), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    loaded.add(x[:1])  # grows after reading, ids after the largest
+    assert loaded.ntotal == 699 and 700 in np.concatenate(loaded._ids)
+    with pytest.raises(ValueError, match="holds a 'ivf' index, not the 'flat'"):
+        read_index(path, kind="flat")
+    index.reset()
+    assert index.ntotal == 0 and index.is_trained
+
+
+def test_bad_inputs_refused_and_nothing_changed():
+    rng = np.random.default_rng(7)
+    x = clustered_angles(rng, 100, 8, rng.random((3, 8)))
+    index = IndexIVF(TorusCodec(8), 4, nprobe=2, mesh=mesh())
+    with pytest.raises(ValueError, match="trained"):
+        index.search(x[:1], 1)
+    with pytest.raises(ValueError, match="trained"):
+        index.add(x)
+    with pytest.raises(ValueError, match="at least nlist = 4 rows"):
+        index.train(x[:3])
+    index.train(x)
+    index.add(x)
+    before = [np.asarray(a) for a in index.search(x[:2], 5)]
+    bad = x[:2].copy()
+    bad[1, 3] = np.nan
+    cases = [
+        (lambda: index.search(bad, 5), "q must be finite"),
+        (lambda: index.search(np.where(np.isnan(bad), np.inf, bad), 5), "q must be finite"),
+        (lambda: index.add(bad), "x must be finite"),
+        (lambda: index.add(x[:, :7]), "x must have 8 columns"),
+        (lambda: index.search(x[:1, :6], 5), "q must have 8 columns"),
+        (lambda: index.add_codes(np.zeros((2, 9), np.uint8)), "codes must have 8 columns"),
+        (lambda: index.add_codes(np.zeros((2, 8), np.int32)), "codes"),
+        (lambda: index.search(x[:1], 101), "k must be at most 100"),
+        (lambda: index.add(x[:2], ids=np.array([3, 4])), "ids must be new"),
+        (lambda: setattr(index, "nprobe", 5), "nprobe must be at most nlist = 4"),
+        (lambda: IndexIVF(TorusCodec(8), 0), "nlist"),
+        (lambda: IndexIVF("torus", 4), "codec"),
+    ]
+    for call, message in cases:
+        with pytest.raises(ValueError, match=message):
+            call()
+    assert index.ntotal == 100 and index.nprobe == 2
+    for a, b in zip(before, index.search(x[:2], 5), strict=True):
+        np.testing.assert_array_equal(a, np.asarray(b))
