@@ -1,7 +1,7 @@
 """Reproduction tables for five papers at reduced scale, the papers' numbers beside ours.
 
     python -m train.reproduce <000|001|002|003|004|all> [--scale cpu|paper|quick]
-        [--data digits|npz:PATH|idx:DIR|NAME] [--test-fraction F] [--out DIR]
+        [--data digits|npz:PATH|idx:DIR|NAME] [--test-fraction F] [--out DIR] [--print]
     python -m train.reproduce render [--data SPEC] [--out DIR]
 
 Each paper's claims are tested with the library and the training app as they are (``train.app.run``,
@@ -29,6 +29,15 @@ offline).
 Digits and npz data are split by ``train.data``'s seeded, stratified split with ``--test-fraction`` held out
 (default 0.25; 0.2 turns the 10,000 MNIST test images into 8,000 train / 2,000 test).
 
+``--print`` trains nothing: it lists every training run of the selected papers (at that scale, data
+and ``--out``) as the ``python -m train key=value …`` line it is: the recipe's preset, the run's changes,
+the scale's encoder and length, the seed (or ``seeds=S`` for a several-seeds program) and the run directory
+the sweep reads it back from. The sweep trains exactly the config that line parses to
+(``train.config.from_args``), so a row can be rerun by hand: a run started with its line lands in the
+sweep's folder, and the next sweep reads its report back instead of training it again. The output is a
+shell script (each paper's header a ``#`` comment), e.g. ``python -m train.reproduce all --scale cpu --data
+idx:DIR --print > runs.sh``.
+
 ``render`` trains nothing: it re-judges every stored JSON result in ``--out`` with the current rules from
 its runs and details (claims and tables rewritten, the judging code's version recorded beside the runs' own)
 and renders ``reproduction.md``. Every run records the code version it was trained with
@@ -46,6 +55,7 @@ import contextlib
 import dataclasses
 import glob
 import json
+import logging
 import os
 import shlex
 import sys
@@ -65,6 +75,50 @@ MODULES = {m.PAPER.key: m for m in (torus, atlas, binary, similarities, simo)}
 RUNNERS: dict[str, Callable[[Context], Findings]] = {key: m.findings for key, m in MODULES.items()}
 
 
+def context(
+    key: str,
+    *,
+    scale: Scale,
+    data_spec: str,
+    out: str,
+    test_fraction: float = 0.25,
+    listing: list[str] | None = None,
+) -> Context:
+    """The context of paper ``key``'s runs: the data loaded and split, its run directories under
+    ``out/runs/<data>/<scale>/<key>/``, its output files' tag; with a ``listing`` list, runs are listed there
+    (their command lines), not trained."""
+    ds = data.load(data_spec, test_fraction=test_fraction)
+    tag = data_tag(data_spec)
+    return Context(
+        scale=scale,
+        data=data_spec,
+        dataset=ds,
+        runs_dir=os.path.join(out, "runs", tag or "digits", scale.name, key),
+        out=out,
+        test_fraction=test_fraction,
+        tag="_".join(t for t in (tag, "" if scale.name == "cpu" else scale.name) if t),
+        listing=listing,
+    )
+
+
+def list_runs(key: str, *, scale: Scale, data_spec: str, out: str, test_fraction: float = 0.25) -> list[str]:
+    """The ``python -m train …`` line of every training run of paper ``key``, in the sweep's order, from the
+    paper's own run code in listing mode (nothing trained; [] for a paper that trains nothing)."""
+    if key not in RUNNERS:
+        raise ValueError(f"paper must be one of {list(PAPERS)}, got {key!r}")
+    if not PAPERS[key].trains:
+        return []
+    lines: list[str] = []
+    ctx = context(key, scale=scale, data_spec=data_spec, out=out, test_fraction=test_fraction, listing=lines)
+    level = config.log.level  # the config's notes (a preset's key the run replaces) are for the run itself
+    config.log.setLevel(logging.ERROR)
+    try:
+        MODULES[key].run(ctx)
+    finally:
+        config.log.setLevel(level)
+    return lines
+
+
 def run_paper(
     key: str, *, scale: Scale, data_spec: str, out: str, command: str, test_fraction: float = 0.25
 ) -> dict[str, Any]:
@@ -80,17 +134,8 @@ def run_paper(
     paper = PAPERS[key]
     print(f"{key}: {paper.title} [{scale.name}, data {data_spec}]", flush=True)
     t0 = time.time()
-    ds = data.load(data_spec, test_fraction=test_fraction)
-    tag = data_tag(data_spec)
-    ctx = Context(
-        scale=scale,
-        data=data_spec,
-        dataset=ds,
-        runs_dir=os.path.join(out, "runs", tag or "digits", scale.name, key),
-        out=out,
-        test_fraction=test_fraction,
-        tag="_".join(t for t in (tag, "" if scale.name == "cpu" else scale.name) if t),
-    )
+    ctx = context(key, scale=scale, data_spec=data_spec, out=out, test_fraction=test_fraction)
+    ds = ctx.dataset
     found = RUNNERS[key](ctx)
     result = {
         "claims": [c.to_json() for c in found.claims],
@@ -171,7 +216,8 @@ def judge_stored(out: str, *, data_spec: str | None = None) -> list[dict[str, An
 
 
 def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
-    """The command line; returns each reproduced paper's JSON content."""
+    """The command line; returns each reproduced paper's JSON content (with ``--print``: each paper's
+    ``seed`` and ``commands``, its runs' command lines)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     ap = argparse.ArgumentParser(prog="python -m train.reproduce", description=__doc__.split("\n\n")[0])
     ap.add_argument(
@@ -199,7 +245,16 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
         "with a test split of its own (idx:DIR, tfds) uses that",
     )
     ap.add_argument("--out", default="reproduction", help="output folder (default reproduction/)")
+    ap.add_argument(
+        "--print",
+        action="store_true",
+        help="train nothing: print every training run of the papers (at this --scale, --data and --out) as "
+        "the `python -m train key=value ...` line the sweep trains it with (seeds and run directory "
+        "included), one a line, each paper's header a # comment",
+    )
     args = ap.parse_args(argv)
+    if args.paper == "render" and args.print:
+        ap.error("--print lists the training runs of a paper or all, not of render")
     if args.paper == "render":
         if not os.path.isdir(args.out):
             ap.error(f"--out must be a folder of reproduce_*.json results, got {args.out!r}")
@@ -222,6 +277,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     except ValueError as err:
         ap.error(str(err))
     test_fraction = config.DEFAULTS["test_fraction"] if args.test_fraction is None else args.test_fraction
+    if args.print:
+        return [_print_runs(key, scale, args.data, args.out, test_fraction) for key in keys]
     command = "python -m train.reproduce " + " ".join(shlex.quote(a) for a in argv)
     os.makedirs(args.out, exist_ok=True)
     t0 = time.time()
@@ -242,6 +299,18 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
             print(f"{key}: " + "; ".join(f"{c['claim']}: {c['verdict']}" for c in results[-1]["claims"]))
     print(f"wrote {os.path.join(args.out, 'reproduction.md')} ({time.time() - t0:.0f} s)")
     return results
+
+
+def _print_runs(key: str, scale: Scale, data_spec: str, out: str, test_fraction: float) -> dict[str, Any]:
+    """Print paper ``key``'s header (a ``#`` comment) and its runs' command lines; return them."""
+    lines = list_runs(key, scale=scale, data_spec=data_spec, out=out, test_fraction=test_fraction)
+    what = (
+        f"{len(lines)} training runs" if PAPERS[key].trains else "no training runs (codes fitted to pixels)"
+    )
+    print(f"# {key}: {PAPERS[key].title} [scale {scale.name}, data {data_spec}]: {what}")
+    for line in lines:
+        print(line, flush=True)
+    return {"seed": key, "commands": lines}
 
 
 @contextlib.contextmanager

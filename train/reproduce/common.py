@@ -7,6 +7,7 @@ import dataclasses
 import json
 import math
 import os
+import shlex
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -31,11 +32,13 @@ CHECKPOINT_EVERY = 2000  # steps between a run's checkpoints (an interrupted run
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Paper:
-    """A reproduced paper: its command-line selector, how the text cites it, and the section title."""
+    """A reproduced paper: its command-line selector, how the text cites it, the section title, and whether
+    its reproduction trains models (Hong, Meng & Yuan 2018's only fits codes to the pixels)."""
 
     key: str  # python -m train.reproduce <key>; also the reproduce_<key>.json file name
     citation: str  # author and year
     title: str
+    trains: bool = True
 
 
 PAPERS: dict[str, Paper] = {
@@ -51,6 +54,7 @@ PAPERS: dict[str, Paper] = {
             key="002",
             citation="Hong, Meng & Yuan 2018",
             title="Tensorized Projection vs ITQ binary embedding (Hong, Meng & Yuan, AAAI 2018)",
+            trains=False,
         ),
         Paper(
             key="003",
@@ -316,6 +320,7 @@ class Context:
     test_fraction: float = 0.25  # held-out fraction of digits / npz data (train.data's seeded split)
     tag: str = ""  # output file-name suffix of this data set ("" for digits, see data_tag)
     runs: list[Run] = dataclasses.field(default_factory=list)
+    listing: list[str] | None = None  # listing mode: each run's ``python -m train`` line, nothing trained
 
     def file(self, stem: str, ext: str) -> str:
         """An output file name of this data set: ``<stem>.<ext>`` for digits, ``<stem>_<tag>.<ext>`` else."""
@@ -414,26 +419,58 @@ def scale_note(ctx: Context) -> str:
     )
 
 
+def arg_text(value: Any) -> str:
+    """A config value as ``train.config.from_args`` reads it back exactly: None → ``none``, booleans →
+    ``true`` / ``false``, floats by ``repr`` (the shortest text that parses to the same float), the rest by
+    ``str``."""
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def run_args(ctx: Context, name: str, overrides: dict[str, Any]) -> list[str]:
+    """The ``key=value`` arguments of run ``name`` (a preset plus ``overrides``): the preset, the run's own
+    changes, the scale's keys (:func:`run_keys`) and its run directory ``ctx.runs_dir/name``. The sweep trains
+    ``train.config.from_args`` of exactly these, and ``--print`` shows them as ``python -m train`` lines, so
+    a run started by hand with that line is the sweep's run (and lands where the sweep reads it back)."""
+    values = {**run_keys(ctx, overrides), **overrides, "workdir": os.path.join(ctx.runs_dir, name)}
+    order = ["preset", *overrides, *values]
+    return [f"{k}={arg_text(values[k])}" for k in dict.fromkeys(order) if k in values]
+
+
+def command_line(args: Sequence[str]) -> str:
+    """``python -m train ARGS``, each argument quoted for a POSIX shell where it needs it."""
+    return " ".join(["python -m train", *(shlex.quote(a) for a in args)])
+
+
 def train_recipe(ctx: Context, name: str, **overrides: Any) -> tuple[Run, dict[str, Any] | None]:
     """Train one configuration (a preset by name plus ``overrides``) with the app's own ``train.app.run``
-    in its run directory ``ctx.runs_dir/name``; returns (run, embeddings). A run that an earlier invocation
-    finished (its report.json is there, for the same config) is read back, not trained again; one that was
-    interrupted resumes from its newest checkpoint.
+    in its run directory ``ctx.runs_dir/name``, on the config that :func:`run_args` gives as command-line
+    arguments; returns (run, embeddings). A run that an earlier invocation finished (its report.json is there,
+    for the same config: trained by this sweep, or by hand with its ``python -m train`` line) is read back,
+    not trained again; one that was interrupted resumes from its newest checkpoint.
 
     The embeddings are ``train.evaluate.load_run``'s dict of the run's embeddings.npz (with the trained
     ``similarity``). A run whose training metrics become non-finite (``FloatingPointError`` from the loop) is
-    recorded as diverged and returns no embeddings.
+    recorded as diverged and returns no embeddings. In listing mode (``ctx.listing``) the run's command line
+    is appended there and the run returned untrained (no report, no embeddings).
     """
     if any(r.name == name for r in ctx.runs):
         raise ValueError(f"run name {name!r} is used twice in one reproduction")
-    workdir = os.path.join(ctx.runs_dir, name)
-    cfg = config.make(**{**run_keys(ctx, overrides), **overrides, "workdir": workdir})
-    t0 = time.time()
+    args = run_args(ctx, name, overrides)
+    cfg = config.from_args(args)
     epochs = round(cfg.steps * cfg.batch_size / len(ctx.dataset.train_y), 3)
     run = Run(name=name, overrides=dict(overrides), seed=cfg.seed, steps=cfg.steps, epochs=epochs)
+    if ctx.listing is not None:
+        ctx.listing.append(command_line(args))
+        ctx.runs.append(run)
+        return run, None
+    t0 = time.time()
     current = report.code_version()
     emb: dict[str, Any] | None
-    finished = os.path.join(workdir, "report.json")
+    finished = os.path.join(cfg.workdir, "report.json")
     try:
         saved = loop.check_workdir(cfg) if os.path.exists(finished) else None
         if saved is not None and saved.get("steps") == cfg.steps:  # finished by an earlier invocation

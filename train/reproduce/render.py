@@ -242,7 +242,10 @@ def render(out: str) -> str:
             "Every number below was computed by these commands (train/reproduce/); each verdict is computed "
             "from the numbers by the rule shown beside it. 'does not hold at this scale' reports what we "
             "measured at this size, not a judgement of the paper. Papers and their command-line selectors: "
-            f"{selectors}.",
+            f"{selectors}. Any of these commands with `--print` added trains nothing and lists each of its "
+            "training runs as the `python -m train key=value …` line the sweep trains it with (seed and "
+            "run directory included): one row can be rerun by hand, and the sweep reads that run back as "
+            "its own.",
             "",
             RULES,
             "",
