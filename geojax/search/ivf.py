@@ -13,9 +13,12 @@ Lists as padded blocks. Each list is a run of blocks of ``block`` rows, rows in 
 block padded with empty slots). The blocks are dealt round-robin over the mesh's ``db_axis`` devices, so
 every device holds about 1/devices of every list. A search is one jitted program over a batch of queries:
 the nearest ``nprobe`` centroids, the probed lists' blocks on each device (a static number, ``budget``: the
-most any query probes on any device, rounded up to a power of two, so few shapes compile), the distances by
-the codec's flat-scan kernel, the top-k of each block (lower position first, hence lower id), then of all
-candidates by (distance, id) on the device and over the devices (:func:`geojax.search.merge.merge_topk`).
+most any query probes on any device, rounded up within 25 %, so few shapes compile), the distances by
+the codec's flat-scan kernel (blocks column-major, ``scan.BLOCKS``), each block's top-k by ``lax.top_k``
+(ties to the lower position, i.e. the lower id, as rows ascend by id in a block), and the blocks' best by
+(distance, id), on the device and then over the devices (:func:`geojax.search.merge.topk_blocks`,
+:func:`geojax.search.merge.merge_topk`). (One ``top_k`` over all of a query's candidates ran 15× slower
+on this CPU: XLA did not give it its fast top-k routine.)
 With ``nprobe = nlist`` every row is a candidate: the result is exactly the flat index's, ties included.
 A query whose probed lists hold fewer than k rows gets id −1 and the largest distance (int32 max, or +inf
 for PQ) in the slots left.
@@ -40,16 +43,20 @@ from geojax import _checks
 from geojax.search import codecs, placement, scan
 from geojax.search.codecs import Codec
 from geojax.search.flat import check_ids, check_k
-from geojax.search.merge import merge_topk
+from geojax.search.merge import merge_topk, topk_blocks
 from geojax.search.placement import NO_ID
 
 _ASSIGN_ROWS = 8192  # rows per block of the coarse assignment
 _ADD_ROWS = 1 << 16  # rows encoded and filed per step of an add
-_QUERY_BYTES = 16 << 20  # gathered block bytes per query block of a search
+_QUERY_BYTES = 4 << 20  # gathered block bytes per query block of a search (within the L2 cache)
 
 
-def _round_pow2(n: int) -> int:
-    return 1 << max(0, int(n) - 1).bit_length()
+def _round_up(n: int) -> int:
+    """n rounded up to 4, 5, 6 or 7 times a power of two (within 25 %, so that few shapes compile)."""
+    if n <= 4:
+        return max(1, int(n))
+    step = 1 << (int(n).bit_length() - 3)
+    return -(-int(n) // step) * step
 
 
 @functools.partial(jax.jit, static_argnames=("nprobe",))
@@ -291,10 +298,10 @@ class IndexIVF:
         layout = self._layout()
         probe = np.asarray(_nearest_lists(self.codec.coarse_queries(q), self.centroids, self.nprobe))
         budget = min(
-            _round_pow2(int(layout.counts[:, probe].sum(-1).max())), layout.table.shape[1] * self.nprobe
+            _round_up(int(layout.counts[:, probe].sum(-1).max())), layout.table.shape[1] * self.nprobe
         )
-        row_bytes = self.block * layout.blocks.shape[-1] * layout.blocks.dtype.itemsize
-        qb = int(max(1, min(len(queries), _QUERY_BYTES // (budget * row_bytes))))
+        block_bytes = layout.blocks.shape[1] * layout.blocks.shape[2] * layout.blocks.dtype.itemsize
+        qb = int(max(1, min(len(queries), _QUERY_BYTES // (budget * block_bytes))))
         fn = self._search_fn(k, budget, qb)
         return fn(queries, probe, layout.table, layout.blocks, layout.ids, self.codec.aux)
 
@@ -364,8 +371,9 @@ class IndexIVF:
 
 class _Layout:
     """Device arrays of the dealt blocks: table [shards·nlist, most blocks] (local block numbers, −1 for
-    none), blocks [shards·B_max, block, W'] (the scan's operand), ids [shards·B_max, block] (NO_ID empty);
-    counts [shards, nlist] on the host: blocks of each list on each shard."""
+    none), blocks [shards·B_max, W', block] (the scan's operand, column-major per block), ids
+    [shards·B_max, block] (NO_ID empty); counts [shards, nlist] on the host: blocks of each list on each
+    shard."""
 
     def __init__(self, table, blocks, ids, counts) -> None:
         self.table, self.blocks, self.ids, self.counts = table, blocks, ids, counts
@@ -398,28 +406,43 @@ def _build_layout(index: IndexIVF) -> _Layout:
     put = functools.partial(placement.put_shards, index.mesh, index.db_axis, index._shard_of)
     spec = index.codec.scan
     operand = [
-        np.asarray(spec.operand(jnp.asarray(codes[s].reshape(most_blocks * b, width)))) for s in range(shards)
+        np.asarray(spec.operand(jnp.asarray(codes[s].reshape(most_blocks * b, width))))
+        .reshape(most_blocks, b, -1)
+        .transpose(0, 2, 1)  # each block column-major: the kernel's loops run along its rows
+        for s in range(shards)
     ]
     op_width = operand[0].shape[1]
     return _Layout(
         put(lambda s: table[s], (shards * nlist, most_per_list)),
-        put(lambda s: operand[s].reshape(most_blocks, b, op_width), (shards * most_blocks, b, op_width)),
+        put(lambda s: np.ascontiguousarray(operand[s]), (shards * most_blocks, op_width, b)),
         put(lambda s: ids[s], (shards * most_blocks, b)),
         counts,
     )
 
 
 def _shard_search(
-    queries, probe, table, blocks, ids, aux, *, spec: scan.Scan, axis: str, k: int, budget: int, qb: int
+    queries,
+    probe,
+    table,
+    blocks,
+    ids,
+    aux,
+    *,
+    spec: scan.Scan,
+    axis: str,
+    k: int,
+    budget: int,
+    qb: int,
 ):
     """One device: the top-k of every query over its blocks of the probed lists, then over all devices of
     ``axis`` by (distance, id).
 
     queries [Q, ...] (the codec's scan queries), probe [Q, nprobe] lists, table [nlist, most] this device's
-    block numbers per list (−1: none), blocks [B_max, block, W'] operand rows, ids [B_max, block].
+    block numbers per list (−1: none), blocks [B_max, W', block] operand rows (column-major per block), ids
+    [B_max, block].
     """
     nq = queries.shape[0]
-    b = blocks.shape[1]
+    b = blocks.shape[2]
     slots = table[probe].reshape(nq, -1)  # [Q, nprobe·most], −1 where a list has no more blocks here
     first = jnp.argsort(slots < 0, axis=1, stable=True)[:, :budget]  # the real slots, in probe order
     slots = jnp.take_along_axis(slots, first, axis=1)
@@ -429,19 +452,15 @@ def _shard_search(
     slots = jnp.pad(slots, ((0, pad), (0, 0)), constant_values=-1)
     key_dtype = jnp.float32 if spec.exact else jnp.int32
     big = jnp.finfo(jnp.float32).max if spec.exact else jnp.iinfo(jnp.int32).max
-    per_block = min(k, b)
-    keep = min(k, budget * per_block)
+    keep = min(k, budget * b)
 
     def one_block(args):
         qx, sl = args  # [qb, ...], [qb, budget]
         safe = jnp.maximum(sl, 0)
-        rows = blocks[safe].reshape(qb, budget * b, -1)
         row_ids = jnp.where(sl[..., None] >= 0, ids[safe], NO_ID)  # [qb, budget, block]
-        dist = spec.kernel(spec.prepare(aux, qx), rows, False).reshape(qb, budget, b)
+        dist = spec.kernel(spec.prepare(aux, qx), blocks[safe], scan.BLOCKS)  # [qb, budget, block]
         keys = jnp.where(row_ids < NO_ID, -dist.astype(key_dtype), -big)
-        v, j = lax.top_k(keys, per_block)  # per block: ties to the lower position, i.e. the lower id
-        cand = jnp.take_along_axis(row_ids, j, axis=2)
-        return merge_topk(-v.reshape(qb, -1), cand.reshape(qb, -1), keep)
+        return topk_blocks(keys, row_ids, keep)
 
     d, i = lax.map(one_block, (operand.reshape(-1, qb, *operand.shape[1:]), slots.reshape(-1, qb, budget)))
     d, i = d.reshape(-1, keep)[:nq], i.reshape(-1, keep)[:nq]

@@ -56,24 +56,30 @@ _BLOCK_BYTES = 8 << 20
 # --------------------------------------------------------------------------------------------------------
 # Distance kernels: kernel(qdata [b, W, ...], rows, shared) -> [b, n] distances. With shared=True, rows are
 # one database chunk stored column-major [W, n] (every query of the block against every row: the loops run
-# along contiguous rows, which vectorises); with shared=False, rows are [b, n, W], row i's for query i.
+# along contiguous rows, which vectorises); with shared=False, rows are [b, n, W], row i's for query i; with
+# shared=BLOCKS, rows are blocks of column-major rows per query [b, m, W, n] → [b, m, n] (inverted lists).
 # --------------------------------------------------------------------------------------------------------
 
 _H = 0x80808080  # high bit of each byte
 _LOW_BITS = 0x01010101
 _EVEN_BYTES = 0x00FF00FF
 _MAX_UNROLL = 128
+BLOCKS = "blocks"  # the kernels' third layout: per-query blocks of column-major rows
 
 
 def _sum_columns(term, q: jax.Array, rows: jax.Array, shared: bool, acc_dtype) -> jax.Array:
     """Σ_w term(q[:, w], rows' column w), unrolled for narrow codes, a fori_loop for wide ones.
 
-    Shared rows [W, *S] give [b, *S]; per-query rows [b, n, W] give [b, n].
+    Shared rows [W, *S] give [b, *S]; per-query rows [b, n, W] give [b, n]; per-query blocks
+    [b, m, W, n] (shared = BLOCKS) give [b, m, n].
     """
     width = q.shape[1]
 
     def column(w):
         qw = lax.dynamic_index_in_dim(q, w, axis=1, keepdims=False)
+        if shared == BLOCKS:
+            column_w = lax.dynamic_index_in_dim(rows, w, axis=2, keepdims=False)
+            return term(qw[:, None, None], column_w).astype(acc_dtype)
         if shared:
             qw = qw.reshape(qw.shape[0], *([1] * (rows.ndim - 1)))
             return term(qw, lax.dynamic_index_in_dim(rows, w, axis=0, keepdims=True)).astype(acc_dtype)
@@ -159,12 +165,15 @@ def _pq_kernel(tables: jax.Array, rows: jax.Array, shared: bool) -> jax.Array:
 
     tables: [m, K, b], queries last, so that one code's entries for consecutive queries are contiguous (the
     scan's loop over queries then reads a row of the table); shared rows: codes [m, *S] → [b, *S];
-    otherwise [b, n, m] → [b, n].
+    blocks (shared = BLOCKS): [b, g, m, n] → [b, g, n]; otherwise [b, n, m] → [b, n].
     """
     codes = rows.astype(jnp.int32)
     total = None
     for j in range(tables.shape[0]):
-        if shared:
+        if shared == BLOCKS:
+            b, g, _, n = codes.shape
+            part = jnp.take_along_axis(tables[j].T, codes[:, :, j].reshape(b, g * n), axis=1).reshape(b, g, n)
+        elif shared:
             part = jnp.moveaxis(jnp.take(tables[j], codes[j], axis=0), -1, 0)
         else:
             part = jnp.take_along_axis(tables[j].T, codes[:, :, j], axis=1)
