@@ -5,6 +5,7 @@ import json
 import os
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -69,6 +70,53 @@ def test_torus_report_rows_and_consistency(torus_run):
         p1 = np.mean(torus_run["reference_labels"][np.asarray(nn)[:, 0]] == torus_run["query_labels"])
         assert rows[f"{b}-bit"]["p_at_1"] == pytest.approx(p1)
     assert rows["4-bit"]["p_at_1"] > 0.8
+
+
+@pytest.mark.parametrize("geometry", ["torus_n", "sphere"])
+def test_pq_is_fitted_on_the_8_bit_values(torus_run, geometry, monkeypatch):
+    """Stowell 2026 §5: PQ is trained on the 8-bit quantised values. Every row PQ sees is an 8-bit value (a
+    multiple of 1/256 turn on the torus, a grid cell centre elsewhere), and each PQ row's P@1 is that of a
+    naive ranking of the queries' 8-bit values against the reconstructions of that fit."""
+    run = dict(torus_run, geometry=geometry)
+    if geometry == "sphere":
+        run["query"], run["reference"] = manifolds.sphere(run["query"]), manifolds.sphere(run["reference"])
+    seen = []
+    fit = quantize.pq_fit
+    monkeypatch.setattr(quantize, "pq_fit", lambda x, **kw: seen.append(np.asarray(x)) or fit(x, **kw))
+    key = jax.random.key(2)
+    rep = evaluate.quantised_report(**run, key=key, pq_iters=3, ks=(1,))
+    if geometry == "torus_n":
+        turns = (
+            np.asarray(manifolds.clifford_to_angles(run["query"])),
+            np.asarray(manifolds.clifford_to_angles(run["reference"])),
+        )
+        q8, r8 = (np.round(256 * t) % 256 / 256 for t in turns)  # the uint8 codes' angles
+
+        def dist(a, b):  # squared wraparound distance of turns
+            delta = np.abs(a[:, None] - b[None]) % 1
+            return (np.minimum(delta, 1 - delta) ** 2).sum(-1)
+    else:
+        grid = quantize.grid_fit(run["reference"], nbits=8)
+        q8, r8 = (
+            np.asarray(quantize.grid_decode(grid, quantize.grid_encode(grid, x)))
+            for x in (run["query"], run["reference"])
+        )
+
+        def dist(a, b):
+            return ((a[:, None] - b[None]) ** 2).sum(-1)
+
+    fitted = [(i, name, m, nbits) for i, (name, m, nbits) in enumerate(evaluate.PQ_CONFIGS)]
+    fitted = [f for f in fitted if r8.shape[1] % f[2] == 0 and len(r8) >= 1 << f[3]]
+    assert len(seen) == len(fitted) >= 2
+    for x in seen:
+        np.testing.assert_allclose(x, r8, atol=1e-6)
+    rows = {row["method"]: row for row in rep["rows"]}
+    for i, name, m, nbits in fitted:
+        pq = fit(jnp.asarray(r8), m=m, nbits=nbits, key=jax.random.fold_in(key, i), iters=3)
+        recon = np.asarray(quantize.pq_decode(pq, quantize.pq_encode(pq, jnp.asarray(r8))))
+        nearest = np.argmin(dist(q8, recon), axis=1)  # ties to the lower index
+        p1 = np.mean(run["reference_labels"][nearest] == run["query_labels"])
+        assert rows[name]["p_at_1"] == pytest.approx(p1, abs=1e-6), name
 
 
 def test_sphere_report_and_writers(tmp_path):

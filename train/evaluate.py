@@ -20,9 +20,14 @@ Codes (per geometry):
 - 1-bit: sign bits of the extrinsic coordinates (Clifford form for the torus), ranked by Hamming distance.
 - PQ(a, b): named as in Stowell 2026 Table 3, where the *first* number is bits per sub-space and the second
   the number of sub-spaces (the table's codebook sizes 256D/16D and the paper's code, ``pq_nbits, pq_m``, fix
-  this reading). Fitted on the reference set (flat angles for the torus, extrinsic vectors otherwise);
-  queries are ranked against the reconstructions by asymmetric distance: squared Euclidean
-  (= ``search.pq_distances``) or, on the torus, the squared wraparound distance of the angles.
+  this reading). As Stowell 2026 §5 ("apply[ied] to the 8-bit quantised values"), PQ is fitted and
+  encoded on the 8-bit codes' values: the torus's uint8 codes c (as the grid angles c/256 turns), the other
+  geometries' 8-bit grid cell centres; k-means is Euclidean on those values, as faiss's ``IndexPQ`` in the
+  paper's code. Each query's own 8-bit values are ranked against the reference reconstructions by
+  asymmetric distance (Jégou et al. 2011): squared Euclidean (= ``search.pq_distances``) or, on the torus,
+  the squared wraparound distance of the angles. (The paper's public ``embeddings_eval.py`` instead
+  replaces each query by the reconstruction of its PQ-nearest training vector, and fits the torus's 8-bit
+  grid to the data's range where ``torus_uint8`` has none.)
 """
 
 from __future__ import annotations
@@ -54,6 +59,11 @@ PQ_CONFIGS: tuple[tuple[str, int, int], ...] = (
     ("PQ(4,2)", 2, 4),
 )
 REPORT_NAME = "report_quantised"
+
+
+def uint8_angles(turns: jax.Array) -> jax.Array:
+    """The angles of ``torus_uint8``'s codes, c/256 turns (float32 [N, D]): the 8-bit values PQ fits."""
+    return quantize.torus_uint8(turns).astype(jnp.float32) / 256
 
 
 def _neg(
@@ -187,7 +197,7 @@ def quantised_report(
             codes = quantize.torus_codes(qa, b), quantize.torus_codes(ra, b)
             s = score(*codes, TORUS_L1_SIMILARITY[b])
             rows.append(_row(f"{b}-bit", b * (d // 2), 0, s, nbits=b, note="torus_codes, wraparound L1"))
-        pq_q, pq_r, pq_sim = qa, ra, _torus_angles_sq
+        pq_q, pq_r, pq_sim = uint8_angles(qa), uint8_angles(ra), _torus_angles_sq
     else:
         grid = quantize.grid_fit(r, nbits=8)
         dq = quantize.grid_decode(grid, quantize.grid_encode(grid, q))
@@ -202,7 +212,7 @@ def quantised_report(
                 note=f"grid fitted on reference, {float_sim} on cell centres",
             )
         )
-        pq_q, pq_r, pq_sim = q, r, "neg_sq_euclidean"
+        pq_q, pq_r, pq_sim = dq, dr, "neg_sq_euclidean"
 
     # 1-bit.
     if d % 8 == 0:
@@ -234,7 +244,7 @@ def quantised_report(
                 score(pq_q, recon, pq_sim),
                 m=m,
                 nbits=nbits,
-                note="asymmetric distance to reconstructions",
+                note="fitted on the 8-bit values; asymmetric distance to reconstructions",
             )
         )
     return {
