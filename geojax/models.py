@@ -408,7 +408,8 @@ def encoder(
 
 
 class GeometryHead(nnx.Module):
-    """Stowell 2026 head: Linear(F, 4D) → ReLU → Linear(4D, D), then the geometry projection.
+    """Stowell 2026 head: Linear(F, 4D) → ReLU → Linear(4D, D), then the geometry projection (the head of its
+    public code). ``hidden`` replaces the 4D hidden width (SupContrast's head: F).
 
     h: [N, F] → [N, D'] (D' = 2D for torus_c, else D).
 
@@ -426,12 +427,15 @@ class GeometryHead(nnx.Module):
         dim: int,
         *,
         geometry: str,
+        hidden: int | None = None,
         compute_dtype=None,
         qat_bits: int | None = None,
         qat_noise: bool = False,
         rngs: nnx.Rngs,
     ):
         _checks.check_positive_int(dim, "dim")
+        hidden = 4 * dim if hidden is None else hidden
+        _checks.check_positive_int(hidden, "hidden")
         _checks.check_choice(geometry, "geometry", VECTOR_GEOMETRIES)
         if geometry == "torus_n":
             _checks.check_even(dim, "dim")
@@ -441,8 +445,8 @@ class GeometryHead(nnx.Module):
                 raise ValueError(f"qat_bits needs a torus geometry (torus_c, torus_n), got {geometry!r}")
         elif qat_noise:
             raise ValueError("qat_noise needs qat_bits")
-        self.hidden = nnx.Linear(in_features, 4 * dim, dtype=compute_dtype, rngs=rngs)
-        self.out = nnx.Linear(4 * dim, dim, dtype=compute_dtype, rngs=rngs)
+        self.hidden = nnx.Linear(in_features, hidden, dtype=compute_dtype, rngs=rngs)
+        self.out = nnx.Linear(hidden, dim, dtype=compute_dtype, rngs=rngs)
         self.geometry = geometry
         self.qat_bits = qat_bits
         self.qat_noise = bool(qat_noise)
@@ -535,7 +539,8 @@ class Outputs(NamedTuple):
 class EmbeddingModel(nnx.Module):
     """Encoder + geometry (or atlas) head + optional projection head: x → :class:`Outputs`.
 
-    ``qat_bits`` / ``qat_noise``: quantisation-aware training of a torus head (:class:`GeometryHead`).
+    ``head_hidden``: the geometry head's hidden width (None: 4·dim). ``qat_bits`` / ``qat_noise``:
+    quantisation-aware training of a torus head (:class:`GeometryHead`).
     """
 
     def __init__(
@@ -544,6 +549,7 @@ class EmbeddingModel(nnx.Module):
         *,
         geometry: str,
         dim: int,
+        head_hidden: int | None = None,
         charts: int = 1,
         projection: str = "none",
         projection_dim: int = 64,
@@ -570,6 +576,7 @@ class EmbeddingModel(nnx.Module):
                 feats,
                 dim,
                 geometry=geometry,
+                hidden=head_hidden,
                 compute_dtype=compute_dtype,
                 qat_bits=qat_bits,
                 qat_noise=qat_noise,

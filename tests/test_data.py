@@ -218,6 +218,20 @@ def test_views_do_not_depend_on_how_the_batch_is_split():
     assert float(whole.min()) >= 0 and float(whole.max()) <= 1
 
 
+@pytest.mark.parametrize("kind, flips", [("crop_jitter_gray", False), ("simclr", True)])
+def test_korman_views_never_flip_and_simclr_views_do(kind, flips):
+    """A left-to-right ramp stays non-decreasing through any crop (a bilinear resize of a linear ramp) and
+    colour jitter (positive brightness and contrast factors); only a horizontal flip reverses it."""
+    ramp = jnp.broadcast_to(jnp.linspace(0.1, 0.9, 16)[None, :, None], (16, 16, 1))
+    images = jnp.broadcast_to(ramp, (64, 16, 16, 1))
+    out = np.asarray(data.views(jax.random.key(3), images, jnp.arange(64), n_views=1, kind=kind))[..., 0]
+    steps = np.diff(out, axis=2)
+    rising = np.all(steps >= -1e-6, axis=(1, 2))
+    falling = np.all(steps <= 1e-6, axis=(1, 2)) & ~np.all(np.abs(steps) <= 1e-6, axis=(1, 2))
+    assert np.all(rising | falling)
+    assert falling.any() == flips and rising.any()
+
+
 def test_random_resized_crop_full_box_is_identity_and_grayscale_is_luma():
     x = jnp.asarray(np.random.default_rng(2).uniform(size=(8, 8, 3)).astype(np.float32))
     same = data.random_resized_crop(jax.random.key(0), x, scale=(1.0, 1.0), ratio=(1.0, 1.0))

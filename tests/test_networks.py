@@ -134,15 +134,17 @@ def linear(fin: int, fout: int, bias: bool = True) -> int:
 
 def head_params(cfg: config.Config, features: int) -> dict[str, int]:
     """The heads' parameters, derived from the sources the presets cite: Stowell 2026's public code (Linear(F,
-    4D) → ReLU → Linear(4D, D)); Korman 2021's (one Linear(F, n·d) for the charts and Linear(F, n) for the
-    membership; per chart, and for plain SimCLR, Linear(d, d) → ReLU → Linear(d, P) without biases, the
-    SimCLR head of Chen et al. 2020 with its hidden layer as wide as its input)."""
+    4D) → ReLU → Linear(4D, D)); SupContrast's (Linear(F, F) → ReLU → Linear(F, D)); Korman 2021's (one
+    Linear(F, n·d) for the charts and Linear(F, n) for the membership; per chart, and for plain SimCLR,
+    Linear(d, d) → ReLU → Linear(d, P) without biases, the SimCLR head of Chen et al. 2020 with its hidden
+    layer as wide as its input)."""
     d = cfg.dim
     out = {}
     if cfg.geometry == "atlas":
         out["head"] = linear(features, cfg.charts * d) + linear(features, cfg.charts)
     else:
-        out["head"] = linear(features, 4 * d) + linear(4 * d, d)
+        hidden = features if cfg.head == "supcontrast" else 4 * d
+        out["head"] = linear(features, hidden) + linear(hidden, d)
     if cfg.projection != "none":
         width = models.embedding_width(cfg.geometry, d) if cfg.geometry != "atlas" else d
         per_head = linear(width, width, False) + linear(width, cfg.projection_dim, False)
@@ -193,6 +195,10 @@ def test_every_paper_scale_run_builds_the_papers_network(tmp_path, monkeypatch):
     configs = paper_scale_configs(tmp_path, monkeypatch)
     assert len(configs) > 10 and {c.encoder for c in configs} == {"resnet18"}
     assert {c.width for c in configs} == {None}
+    # The paper scale runs every recipe on ResNet-18, where Feeney & Hughes's authors trained a ResNet-50 (the
+    # presets' own encoder) and Korman 2021's MTriplet an ImageNet GoogLeNet (the preset: the app's MLP).
+    other = {c.preset for c in configs if config.make(preset=c.preset).encoder != c.encoder}
+    assert other == {"supcon_cifar10", "sincere_cifar10", "mtriplet"}
     shape = data_lib.load("digits").image_shape
     distinct = {(c.geometry, c.dim, c.charts, c.projection, c.projection_dim): c for c in configs}
     for cfg in distinct.values():

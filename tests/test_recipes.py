@@ -108,6 +108,45 @@ def test_stowell_cifar_presets_follow_the_public_code():
             assert (cfg.clip, cfg.clip_mode, cfg.ema, cfg.precision) == (100.0, "value", 0.3, "bf16")
 
 
+def test_korman_presets_follow_appendix_a1():
+    """Korman 2021 A.1: no gradient clipping, its augmentations without a flip (the probe's 20 epochs are
+    geojax's: A.1 gives none)."""
+    for preset in ("msimclr", "msimclr_mnist", "mtriplet"):
+        assert config.make(preset=preset).clip is None
+    for preset in ("msimclr", "msimclr_mnist"):
+        cfg = config.make(preset=preset)
+        assert (cfg.augment, cfg.probe_epochs, cfg.optimizer, cfg.lr, cfg.batch_size) == (
+            "crop_jitter_gray",
+            20,
+            "adam",
+            1e-4,
+            128,
+        )
+
+
+def test_feeney_hughes_presets_follow_the_authors_cifar10_runs():
+    """tufts-ml/SupContrast, config_supcon/cifar10_{sincere,supcon}.py and main_supcon.py's defaults."""
+    for preset, lr, tau in (("sincere_cifar10", 0.65, 0.1), ("supcon_cifar10", 0.35, 0.05)):
+        cfg = config.make(preset=preset)
+        assert (cfg.encoder, cfg.dim, cfg.head, cfg.batch_size, cfg.epochs) == (
+            "resnet50",
+            128,
+            "supcontrast",
+            512,
+            800,
+        )
+        assert (cfg.optimizer, cfg.momentum, cfg.l2, cfg.clip, cfg.base_temperature) == (
+            "sgd",
+            0.9,
+            1e-4,
+            None,
+            None,
+        )
+        assert (cfg.lr, cfg.temperature) == (lr, tau)
+        assert cfg.lr_min == pytest.approx(lr * 0.1**3)  # SupContrast: eta_min = lr · lr_decay_rate³
+        assert cfg.warmup == 10 * (50_000 // 512)  # ten epochs of CIFAR-10
+
+
 NEW_PRESETS = {
     # preset: (image shape, classes)
     **{
@@ -133,7 +172,8 @@ SIBLING = {
     "supcon_torus_n_cifar10": "supcon_torus_n_cifar100",
     "supcon_cifar10": "sincere_cifar10",
 }
-SIBLING_MAY_DIFFER = {"dataset", "geometry", "loss"}
+# … and the numbers of a schedule and a loss (SupCon's lr and τ beside SINCERE's, Feeney & Hughes 2024).
+SIBLING_MAY_DIFFER = {"dataset", "geometry", "loss", "lr", "lr_min", "temperature"}
 
 
 def _tiny(preset: str, **kw) -> config.Config:

@@ -11,6 +11,7 @@ import pytest
 
 from train import app as cli
 from train import checkpoint, config, data, loop, step
+from train.errors import UsageError
 
 TINY = dict(width=8, dim=4, batch_size=16, progress=False, eval_batch=512)
 
@@ -117,6 +118,26 @@ def test_clipping_modes_and_optimisers():
     state = tx.init(params)
     _, state = tx.update(g, state, params)
     np.testing.assert_allclose(tx.update(g, state, params)[0]["w"], -1.9 * np.asarray(g["w"]), rtol=1e-6)
+    big = {"w": g["w"] * 1e6}
+    tx = step.make_optimizer(config.make(optimizer="sgd", lr=1.0, warmup=0, schedule="constant", clip=None))
+    np.testing.assert_allclose(
+        tx.update(big, tx.init(params), params)[0]["w"], -np.asarray(big["w"]), rtol=1e-6
+    )
+    # PyTorch's SGD(weight_decay=l2) after clip_grad_norm_: d = clip(g) + l2·w, buf = 0.9·buf + d, w -= lr·buf
+    w = {"w": jnp.asarray([1.0, 2.0, -3.0])}
+    tx = step.make_optimizer(
+        config.make(optimizer="sgd", momentum=0.9, l2=0.1, lr=1.0, warmup=0, schedule="constant", clip=0.5)
+    )
+    state = tx.init(w)
+    clipped = np.asarray(g["w"]) * 0.5 / norm
+    first, state = tx.update(g, state, w)
+    np.testing.assert_allclose(first["w"], -(clipped + 0.1 * np.asarray(w["w"])), rtol=1e-6)
+    second = tx.update(g, state, w)[0]["w"]
+    np.testing.assert_allclose(second, -1.9 * (clipped + 0.1 * np.asarray(w["w"])), rtol=1e-6)
+    with pytest.raises(UsageError, match=r"l2 applies to optimizer=sgd\|rmsprop"):
+        config.make(optimizer="adamw", l2=0.1)
+    with pytest.raises(UsageError, match="clip_mode applies to clip=a threshold"):
+        config.make(clip=None, clip_mode="value")
     for name in ("adam", "adamw", "rmsprop"):
         tx = step.make_optimizer(config.make(optimizer=name, lr=1e-2, warmup=0, schedule="constant"))
         upd = tx.update(g, tx.init(params), params)[0]["w"]

@@ -41,6 +41,7 @@ from train.errors import UsageError
 
 Labels = Literal["class", "instance"]
 Norm = Literal["batch", "group", "none"]
+Head = Literal["stowell", "supcontrast"]
 Optimizer = Literal["adam", "adamw", "sgd", "rmsprop"]
 Schedule = Literal["cosine", "constant"]
 ClipMode = Literal["global_norm", "value"]
@@ -91,12 +92,14 @@ TORUS = When("geometry", TORUS_GEOMETRIES)
 QAT = When("qat_bits", typing.get_args(QatBits))
 CONV = When("encoder", tuple(e for e in ENCODERS if e != "mlp"))
 PROJECTED = When("projection", tuple(p for p in PROJECTIONS if p != "none"))
+CLIPPED = When("clip", (True,), lambda clip: clip is not None, "a threshold")
 ADAMW = When("optimizer", ("adamw",))
 MOMENTUM = When("optimizer", ("sgd", "rmsprop"))
 COSINE = When("schedule", ("cosine",))
 M_PER_CLASS = When("sampler", ("m_per_class",))
 CLASS_SUBSAMPLED = When("sampler", ("class_subsampled",))
 PROBE = When("probe", typing.get_args(Probe))
+SELECT = When("select_best", (True,))
 OWN_SPLIT = When("dataset", ("digits", "npz"), dataset_source, "digits|npz:PATH")
 TFDS = When("dataset", ("tfds",), dataset_source, f"{'|'.join(TFDS_NAMES)}|tfds:NAME")
 
@@ -158,6 +161,12 @@ class Config:
     geometry: Geometry = model("torus_n", "where embeddings live")
     dim: int = model(64, "D before projection (torus_c gives 2D extrinsic values); an atlas's chart dim d")
     charts: int = model(1, "atlas charts n", when=ATLAS)
+    head: Head = model(
+        "stowell",
+        "geometry head: stowell, Linear(F, 4·dim) → ReLU → Linear(4·dim, dim) (Stowell 2026's code); "
+        "supcontrast, Linear(F, F) → ReLU → Linear(F, dim) (SupContrast's); F: the encoder's features",
+        when=VECTORS,
+    )
     projection: ProjectionName = model("none", "projection head: mlp (SimCLR) or mixed (MSimCLR, atlas only)")
     projection_dim: int = model(64, "projection head output width", when=PROJECTED)
     qat_bits: QatBits | None = model(None, "train the torus head through the b-bit grid", when=TORUS)
@@ -203,14 +212,21 @@ class Config:
     optimizer: Optimizer = optimisation("adamw", "optimiser")
     lr: float = optimisation(1e-3, "peak learning rate")
     weight_decay: float = optimisation(1e-4, "decoupled weight decay", when=ADAMW)
+    l2: float = optimisation(
+        0.0, "coupled weight decay: l2·w added to the gradient (PyTorch SGD's weight_decay)", when=MOMENTUM
+    )
     momentum: float = optimisation(
         0.0, "momentum (0 = none, as PyTorch's and optax's default)", when=MOMENTUM
     )
     schedule: Schedule = optimisation("cosine", "learning-rate schedule after the linear warm-up")
     lr_min: float = optimisation(0.0, "final learning rate (PyTorch's eta_min)", when=COSINE)
     warmup: int = optimisation(100, "linear warm-up steps (at most steps/2)")
-    clip: float = optimisation(100.0, "gradient clipping threshold (Stowell 2026 clips at 100)")
-    clip_mode: ClipMode = optimisation("global_norm", "optax.clip_by_global_norm, or element-wise optax.clip")
+    clip: float | None = optimisation(
+        100.0, "gradient clipping threshold (Stowell 2026 clips at 100; none: no clipping)"
+    )
+    clip_mode: ClipMode = optimisation(
+        "global_norm", "optax.clip_by_global_norm, or element-wise optax.clip", when=CLIPPED
+    )
     ema: float | None = optimisation(
         None, "decay per epoch of an EMA of the weights, which the report evaluates (none: no EMA)"
     )
@@ -223,7 +239,11 @@ class Config:
     sampler: Sampler = batches("random", "batch sampler")
     m_per_class: int = batches(4, "images per class (MTriplet: 8 classes × 4)", when=M_PER_CLASS)
     class_fraction: float = batches(0.4, "fraction of classes per batch (< 0.5)", when=CLASS_SUBSAMPLED)
-    augment: Augmentation = batches("shift", "view augmentation: shift (±1 px + contrast), simclr, or none")
+    augment: Augmentation = batches(
+        "shift",
+        "view augmentation: shift (±1 px + contrast), simclr (SupContrast's CIFAR views), crop_jitter_gray "
+        "(Korman 2021 A.1: no flip), or none",
+    )
     seed: int = batches(0, "seed of the initialisation, the batches and the augmentations")
     seeds: int = batches(
         1, "train seeds seed … seed+seeds−1 as replicas in one program (stacked, vmapped); report: their mean"
@@ -232,6 +252,15 @@ class Config:
     knn_k: int = evaluation(5, "k of the reported kNN accuracy")
     probe: Probe | None = evaluation(None, "linear (frozen-feature classifier) or piecewise (one per chart)")
     probe_epochs: int = evaluation(1, "probe training epochs", when=PROBE)
+    select_best: bool = evaluation(
+        False,
+        "hold out val_fraction of the training set, measure its P@1 every val_every steps and report the "
+        "weights of the best evaluation (early stopping, Stowell 2026 §5)",
+    )
+    val_fraction: float = evaluation(
+        0.1, "held-out validation fraction of the training set (stratified, fixed split)", when=SELECT
+    )
+    val_every: int | None = evaluation(None, "steps between validations (none: one epoch)", when=SELECT)
     # run
     workdir: str | None = run(None, "run directory (none: new, under runs/); an existing one resumes")
     parallel: str = run("shard_map", "data-parallel mode: shard_map or pmap")
@@ -271,8 +300,15 @@ class Config:
 # code (SupCon-Framework, branch torus, configs/train): batch 200, SGD lr 0.1 without momentum, cosine
 # annealing to 0.01, no warm-up, an EMA of the weights (decay 0.3 per epoch) for evaluation, mixed precision,
 # SimCLR views.
-# Deviations: trained from scratch (the code starts from ImageNet weights); §5 names Adam, the code SGD:
-# geojax follows the code.
+# Network: ResNet-18 with the CIFAR stem on the images' own 32 × 32 and the code's head, Linear(512, 4D) →
+# ReLU → Linear(4D, D).
+# Deviations: trained from scratch on the CIFAR-stem ResNet-18 (the code starts torchvision's ImageNet
+# ResNet-18, 7×7 stem and max-pool, from ImageNet weights on 224 × 224 crops); §5 names Adam, the code SGD:
+# geojax follows the code; the views are SupContrast's CIFAR set (`augment=simclr`), where the code crops 0.15
+# to 1 of the area, rotates (±90°), jitters with hue at p 0.9 and does not flip.
+# Early stopping (§5; the code keeps the epoch of the best P@1): `select_best` validates P@1 each epoch on
+# 10 % of the training set held out (5,000 CIFAR images) and reports the best epoch's weights, where the
+# code selects on the test set itself.
 STOWELL_2026 = {
     "loss": "supcon",
     "temperature": 0.1,
@@ -295,6 +331,8 @@ STOWELL_2026 = {
     "precision": "bf16",
     "augment": "simclr",
     "eval_batch": 500,
+    "select_best": True,
+    "val_fraction": 0.1,
 }
 # On the bundled digits (offline, the app's default): the paper's objective (SupCon × τ/0.07, KoLeo with the
 # code's ε, at weight 0.1) with geojax's short recipe (an MLP, AdamW 1e-3, 1,500 steps, ±1 px shifts).
@@ -303,10 +341,13 @@ STOWELL_2026_DIGITS = {"base_temperature": 0.07, "koleo": 0.1, "koleo_eps": 1e-6
 # Korman 2021, manifold (atlas) target spaces.
 # MSimCLR (§3.1, appendix A.1): NT-Xent on q-mixed projection heads with instance positives (two views per
 # image), τ = 1, λ1 = 20, λ2 = 0.1 (A.1, MNIST / Fashion-MNIST), batch 128, Adam lr 1e-4 with PyTorch's β
-# (A.1), 100 epochs (A.1), SimCLR augmentations (A.1: colour jitter 0.5 with p 0.8, grayscale p 0.2, random
-# resized crop), ResNet-18 (A.1), piecewise linear evaluation (§3.1).
-# Deviations: a constant learning rate after geojax's 100-step warm-up is not the paper's (it gives none):
-# warm-up 0 here; on the digits preset an MLP replaces the ResNet-18 (8×8 images).
+# (A.1), 100 epochs (A.1), no gradient clipping (A.1 names none), A.1's augmentations (colour jitter 0.5 with
+# p 0.8, grayscale p 0.2, random resized crop; no flip: `augment=crop_jitter_gray`, the crop's area 0.08 to 1
+# from SimCLR, which A.1 follows), ResNet-18 (A.1), piecewise linear evaluation (§3.1). The paper gives no
+# schedule: a constant rate, no warm-up. From the public code (neurve): per-chart projection heads
+# Linear(d, d) → ReLU → Linear(d, 64) without biases.
+# Deviations: the probe trains 20 epochs, geojax's choice (the paper gives no number; the public code trains
+# it for as many epochs as the encoder, 100); on the digits preset an MLP replaces the ResNet-18 (8×8 images).
 KORMAN_2021_MSIMCLR = {
     "geometry": "atlas",
     "charts": 16,
@@ -323,13 +364,14 @@ KORMAN_2021_MSIMCLR = {
     "schedule": "constant",
     "warmup": 0,
     "epochs": 100,
-    "augment": "simclr",
+    "clip": None,
+    "augment": "crop_jitter_gray",
     "probe": "piecewise",
     "probe_epochs": 20,
 }
 # MTriplet (§3.2, §3.2.1): batch-all triplet (margin 0.2) on −d_M (eq. 7, d0 the Euclidean distance of the
 # pre-sigmoid coordinates), batches of 8 classes × 4 images, λ1 = 1, λ2 = 0.1, RMSProp lr 1e-5, 300 epochs,
-# d = 2, n = 16, one view per image.
+# d = 2, n = 16, one view per image, no gradient clipping (the paper names none).
 # Deviations: no ImageNet-pretrained GoogLeNet (the app's encoders from scratch); optax's RMSProp (decay 0.9,
 # ε inside the root) where PyTorch's has α = 0.99; no random resized crop or flip (±1 px shifts).
 KORMAN_2021_MTRIPLET = {
@@ -351,26 +393,48 @@ KORMAN_2021_MTRIPLET = {
     "warmup": 0,
     "epochs": 300,
     "views": 1,
+    "clip": None,
 }
 
 # Feeney & Hughes 2024, similarity functions × contrastive losses: SupCon vs SINCERE on the hypersphere
 # (cosine; negative arc length by similarity=neg_arc_length), evaluated by 1NN / 5NN. The blog gives no
-# training sizes: SupContrast's CIFAR-10 recipe (ResNet-18, D = 128, batch 512, SimCLR views, 100 epochs).
+# training sizes; they are the authors' SupContrast fork's CIFAR-10 runs (tufts-ml/SupContrast,
+# config_supcon/cifar10_sincere.py and cifar10_supcon.py with main_supcon.py's defaults): ResNet-50 with the
+# CIFAR stem, its head Linear(2048, 2048) → ReLU → Linear(2048, 128) normalised (`head=supcontrast`; the
+# embedding the kNN reads), batch 512, SupContrast's CIFAR views, 800 epochs, SGD with momentum 0.9 and
+# coupled weight decay 1e-4 (`l2`), cosine annealing to lr/1000 after a 10-epoch linear warm-up (on for
+# batches over 256), no clipping; SINCERE lr 0.65 with τ = 0.1, SupCon lr 0.35 with τ = 0.05 (its SupConLoss
+# with base_temperature = τ: no τ/τ_base factor).
+# Deviations: the warm-up rises from 0 (SupContrast's from 0.01) over 970 steps (10 epochs of CIFAR-10's
+# 50,000 images at batch 512) and the cosine steps every step, where SupContrast sets it once per epoch.
 FEENEY_HUGHES_2024 = {"geometry": "sphere"}
-SUPCONTRAST_CIFAR10 = {
+SINCERE_CIFAR10 = {
     "dataset": "cifar10",
-    "encoder": "resnet18",
+    "encoder": "resnet50",
     "dim": 128,
+    "head": "supcontrast",
     "batch_size": 512,
-    "epochs": 100,
+    "epochs": 800,
     "augment": "simclr",
+    "optimizer": "sgd",
+    "momentum": 0.9,
+    "l2": 1e-4,
+    "schedule": "cosine",
+    "warmup": 970,
+    "clip": None,
+    "lr": 0.65,
+    "lr_min": 0.65e-3,
+    "temperature": 0.1,
     "precision": "bf16",
     "eval_batch": 500,
 }
+SUPCON_CIFAR10 = {**SINCERE_CIFAR10, "lr": 0.35, "lr_min": 0.35e-3, "temperature": 0.05}
 
 # Bouhsine et al. 2024, SimO: the loss on Euclidean embeddings (Method), batches of fewer than half the
 # classes (Ablation study), a linear classifier on the frozen encoder trained for one epoch (Results).
-# The paper gives no D, batch or schedule: D = 16, batch 128, geojax's optimiser.
+# The paper gives no embedding dimension (it says only that SimO needs "smaller batch sizes and embedding
+# dimensions", Conclusion), no batch size, encoder or schedule: D = 16, batch 128, geojax's AdamW schedule
+# are geojax's choices; on CIFAR-10 a ResNet-18 for 100 epochs with SupContrast's CIFAR views.
 BOUHSINE_2024 = {
     "geometry": "euclidean",
     "dim": 16,
@@ -398,11 +462,19 @@ PRESETS: dict[str, dict[str, Any]] = {
     # Feeney & Hughes 2024
     "supcon": FEENEY_HUGHES_2024,
     "sincere": {**FEENEY_HUGHES_2024, "loss": "sincere"},
-    "supcon_cifar10": {**FEENEY_HUGHES_2024, **SUPCONTRAST_CIFAR10},
-    "sincere_cifar10": {**FEENEY_HUGHES_2024, **SUPCONTRAST_CIFAR10, "loss": "sincere"},
+    "supcon_cifar10": {**FEENEY_HUGHES_2024, **SUPCON_CIFAR10},
+    "sincere_cifar10": {**FEENEY_HUGHES_2024, **SINCERE_CIFAR10, "loss": "sincere"},
     # Bouhsine et al. 2024
     "simo": BOUHSINE_2024,
-    "simo_cifar10": {**BOUHSINE_2024, **SUPCONTRAST_CIFAR10, "dim": 16, "batch_size": 128},
+    "simo_cifar10": {
+        **BOUHSINE_2024,
+        "dataset": "cifar10",
+        "encoder": "resnet18",
+        "epochs": 100,
+        "augment": "simclr",
+        "precision": "bf16",
+        "eval_batch": 500,
+    },
 }
 
 FIELDS: dict[str, dataclasses.Field] = {f.name: f for f in dataclasses.fields(Config)}
@@ -618,6 +690,7 @@ _POSITIVE_INTS = (
     "checkpoint_every",
     "log_every",
     "probe_epochs",
+    "val_every",
     "width",
     "devices",
     "steps_per_call",
@@ -632,10 +705,10 @@ def validate(cfg: Config) -> None:
         value = getattr(cfg, name)
         if value is not None and value < 1:
             raise UsageError(f"{name} must be a positive integer, got {value}")
-    for name in ("lr", "temperature", "clip", "simo_eps", "checkpoint_minutes"):
+    for name in ("lr", "temperature", "simo_eps", "checkpoint_minutes"):
         if not getattr(cfg, name) > 0:
             raise UsageError(f"{name} must be positive, got {getattr(cfg, name)}")
-    for name in ("base_temperature", "koleo_eps", "epochs"):
+    for name in ("base_temperature", "koleo_eps", "epochs", "clip"):
         value = getattr(cfg, name)
         if value is not None and not value > 0:
             raise UsageError(f"{name} must be positive, got {value}")
@@ -643,11 +716,12 @@ def validate(cfg: Config) -> None:
         raise UsageError(f"ema (decay per epoch) must be in (0, 1), got {cfg.ema}")
     if not 0 <= cfg.lr_min <= cfg.lr:
         raise UsageError(f"lr_min must be in [0, lr={cfg.lr}], got {cfg.lr_min}")
-    for name in ("koleo", "mmd", "membership", "weight_decay", "momentum", "warmup"):
+    for name in ("koleo", "mmd", "membership", "weight_decay", "l2", "momentum", "warmup"):
         if not getattr(cfg, name) >= 0:
             raise UsageError(f"{name} must be non-negative, got {getattr(cfg, name)}")
-    if not 0 < cfg.test_fraction < 1:
-        raise UsageError(f"test_fraction must be in (0, 1), got {cfg.test_fraction}")
+    for name in ("test_fraction", "val_fraction"):
+        if not 0 < getattr(cfg, name) < 1:
+            raise UsageError(f"{name} must be in (0, 1), got {getattr(cfg, name)}")
     if not 0 < cfg.class_fraction < 0.5:
         raise UsageError(
             f"class_fraction must be in (0, 0.5) (fewer than half the classes), got {cfg.class_fraction}"

@@ -43,7 +43,7 @@ from train.errors import UsageError
 TFDS_NAMES = ("mnist", "fashion_mnist", "cifar10", "cifar100")
 DATASETS = ("digits", *TFDS_NAMES)  # by name; any other: tfds:NAME, or a local file npz:PATH
 Sampler = Literal["random", "m_per_class", "class_subsampled"]
-Augmentation = Literal["shift", "simclr", "none"]
+Augmentation = Literal["shift", "simclr", "crop_jitter_gray", "none"]
 SAMPLERS: tuple[str, ...] = get_args(Sampler)
 SPLIT_SEED = 0  # the digits / npz train-test split is fixed, whatever the training seed
 T = TypeVar("T")
@@ -98,6 +98,19 @@ def _split(images: np.ndarray, labels: np.ndarray, name: str, test_fraction: flo
         images, labels, test_size=test_fraction, random_state=SPLIT_SEED, stratify=stratify
     )
     return Dataset(name, tr_x, tr_y.astype(np.int32), te_x, te_y.astype(np.int32))
+
+
+def hold_out(ds: Dataset, fraction: float) -> tuple[Dataset, Dataset]:
+    """Carve a validation split from ``ds``'s training set: (``ds`` with the rest as its training set,
+    the validation set as a Dataset whose queries (``test_*``) are the held-out images and whose references
+    (``train_*``) are the rest). Stratified and fixed (SPLIT_SEED, as the digits / npz test split), whatever
+    the training seed: every seed of a configuration validates on the same images."""
+    if not 0 < fraction < 1:
+        raise ValueError(f"fraction must be in (0, 1), got {fraction}")
+    val = _split(ds.train_x, ds.train_y, f"{ds.name} (validation)", fraction)
+    if len(val.test_y) == 0 or len(val.train_y) == 0:
+        raise ValueError(f"fraction {fraction} of {len(ds.train_y)} training images leaves an empty split")
+    return dataclasses.replace(ds, train_x=val.train_x, train_y=val.train_y), val
 
 
 def _digits(test_fraction: float) -> Dataset:
@@ -381,7 +394,8 @@ def shift(key: jax.Array, x: jax.Array) -> jax.Array:
 
 
 def random_resized_crop(key: jax.Array, x: jax.Array, *, scale=(0.2, 1.0), ratio=(3 / 4, 4 / 3)) -> jax.Array:
-    """Crop a random box of area fraction U(scale) and aspect ratio log-U(ratio), resized back bilinearly."""
+    """Crop a random box of area fraction U(scale) and aspect ratio log-U(ratio), resized back bilinearly
+    (torchvision's RandomResizedCrop; the default area, 0.2 to 1, is SupContrast's CIFAR crop)."""
     h, w, _ = x.shape
     k1, k2, k3, k4 = jax.random.split(key, 4)
     area = jax.random.uniform(k1, (), minval=scale[0], maxval=scale[1]) * h * w
@@ -415,14 +429,29 @@ def color_jitter(key: jax.Array, x: jax.Array, *, strength: float = 0.5) -> jax.
     return jnp.clip(x, 0.0, 1.0)
 
 
-def simclr(key: jax.Array, x: jax.Array) -> jax.Array:
-    """SimCLR's augmentation set: random resized crop, horizontal flip (p 0.5), colour jitter strength 0.5
-    (p 0.8) and grayscale (p 0.2) (Korman 2021, appendix A.1)."""
+def _crop_flip_jitter_gray(key: jax.Array, x: jax.Array, *, crop_scale: tuple[float, float], flip: bool):
+    """Random resized crop of area U(crop_scale), [horizontal flip (p 0.5),] colour jitter strength 0.5
+    (p 0.8), grayscale (p 0.2)."""
     k1, k2, k3, k4, k5 = jax.random.split(key, 5)
-    x = random_resized_crop(k1, x)
-    x = jnp.where(jax.random.bernoulli(k2, 0.5), x[:, ::-1], x)
+    x = random_resized_crop(k1, x, scale=crop_scale)
+    if flip:
+        x = jnp.where(jax.random.bernoulli(k2, 0.5), x[:, ::-1], x)
     x = jnp.where(jax.random.bernoulli(k3, 0.8), color_jitter(k4, x), x)
     return jnp.where(jax.random.bernoulli(k5, 0.2), _gray(x), x)
+
+
+def simclr(key: jax.Array, x: jax.Array) -> jax.Array:
+    """SupContrast's CIFAR views (its ``main_supcon.py``; the SimCLR set of Chen et al. 2020): random resized
+    crop of area 0.2 to 1, horizontal flip (p 0.5), colour jitter strength 0.5 (p 0.8; brightness, contrast
+    and saturation 0.4, no hue) and grayscale (p 0.2)."""
+    return _crop_flip_jitter_gray(key, x, crop_scale=(0.2, 1.0), flip=True)
+
+
+def crop_jitter_gray(key: jax.Array, x: jax.Array) -> jax.Array:
+    """Korman 2021 appendix A.1's list: colour jitter strength 0.5 (p 0.8), grayscale (p 0.2) and a random
+    resized crop, no flip. The crop's area, 0.08 to 1, is that of SimCLR (Chen et al. 2020, appendix A), the
+    augmentation A.1 says it uses."""
+    return _crop_flip_jitter_gray(key, x, crop_scale=(0.08, 1.0), flip=False)
 
 
 def identity(key: jax.Array, x: jax.Array) -> jax.Array:
@@ -431,7 +460,7 @@ def identity(key: jax.Array, x: jax.Array) -> jax.Array:
     return x
 
 
-AUGMENTATIONS = {"shift": shift, "simclr": simclr, "none": identity}
+AUGMENTATIONS = {"shift": shift, "simclr": simclr, "crop_jitter_gray": crop_jitter_gray, "none": identity}
 assert tuple(AUGMENTATIONS) == get_args(Augmentation)
 
 

@@ -35,8 +35,8 @@ from flax import nnx
 from jax.experimental import multihost_utils
 from tqdm.auto import tqdm
 
-from geojax import parallel
-from train import checkpoint, config, data, files, step
+from geojax import metrics, parallel
+from train import checkpoint, config, data, files, report, step
 from train.config import Config
 from train.errors import UsageError
 
@@ -242,6 +242,99 @@ def _checkpoint_every(cfg: Config) -> int:
     return cfg.checkpoint_every or max(1, cfg.steps // 10)
 
 
+@jax.jit
+def _keep_better(best: step.State, state: step.State, better: jax.Array) -> step.State:
+    """``state``'s entries where ``better`` (one flag, or one per replica on the leading axis), else
+    ``best``'s: a new copy (``state`` is donated to the next call)."""
+
+    def pick(b, s):
+        flag = better.reshape(better.shape + (1,) * (s.ndim - better.ndim))
+        return jnp.where(flag, s, b)
+
+    return jax.tree.map(pick, best, state)
+
+
+class _Selector:
+    """Best-epoch selection (``select_best``; Stowell 2026 §5's early stopping): P@1 of the held-out
+    validation images against the rest of the training set every ``val_every`` steps (default one epoch),
+    each replica's weights of its best evaluation kept (on device and in ``best/``), the history in
+    ``selection.json``. A resumed run keeps the evaluations up to its checkpoint's step."""
+
+    def __init__(self, cfg: Config, workdir: str, graphdef: nnx.GraphDef, val: data.Dataset, start: int):
+        self.cfg, self.graphdef, self.val = cfg, graphdef, val
+        self.per_epoch = step.steps_per_epoch(cfg, len(val.train_y))
+        self.every = cfg.val_every or self.per_epoch
+        self.path = os.path.join(workdir, "selection.json")
+        self.ckpt = checkpoint.Checkpointer(os.path.join(workdir, "best"), keep=1)
+        self.history: list[dict[str, Any]] = []
+        if os.path.exists(self.path):
+            with open(self.path) as f:
+                self.history = [h for h in json.load(f)["history"] if h["step"] <= start]
+        self.best: step.State | None = None
+        self.start = start
+
+    def restore_best(self, like: step.State) -> None:
+        """Read the kept weights back on resume (when an earlier evaluation kept some)."""
+        if self.history:
+            self.best = self.ckpt.restore(like)
+
+    def due(self, first: int, done: int) -> bool:
+        return done // self.every > first // self.every or done == self.cfg.steps
+
+    def pending(self) -> bool:
+        """Whether the resumed step is an evaluation point whose evaluation is not recorded (stopped between
+        the checkpoint and the record)."""
+        return self.start > 0 and self.due(self.start - 1, self.start) and self.start not in self.steps()
+
+    def steps(self) -> list[int]:
+        return [h["step"] for h in self.history]
+
+    def scores(self) -> np.ndarray:
+        """[evaluations, replicas] validation P@1."""
+        return np.asarray([h["precision_at_1"] for h in self.history], np.float64).reshape(
+            len(self.history), self.cfg.seeds
+        )
+
+    def _p1(self, state: step.State) -> list[float]:
+        out = []
+        for index in range(self.cfg.seeds):
+            own = state if self.cfg.seeds == 1 else step.replica(state, index)
+            kw = dict(batch=self.cfg.eval_batch, precision=self.cfg.precision)
+            query = step.embed(self.graphdef, own, self.val.test_x, **kw)
+            reference = step.embed(self.graphdef, own, self.val.train_x, **kw)
+            q, sim = report._retrieval_inputs(self.cfg, query)
+            r, _ = report._retrieval_inputs(self.cfg, reference)
+            out.append(metrics.precision_at_1(q, self.val.test_y, r, self.val.train_y, similarity=sim))
+        return [float(v) for v in out]
+
+    def evaluate(self, state: step.State, done: int) -> bool:
+        """Validate ``state`` (of step ``done``); returns whether a replica improved (its weights are then
+        kept: the caller saves a regular checkpoint of ``done`` first, so a resume never starts before the
+        kept weights' step)."""
+        p1 = self._p1(step.local_copy(state) if jax.process_count() > 1 else state)
+        before = self.scores().max(axis=0) if self.history else np.full(self.cfg.seeds, -np.inf)
+        better = np.asarray(p1) > before
+        self.history.append({"step": done, "epoch": round(done / self.per_epoch, 3), "precision_at_1": p1})
+        if better.any():
+            flags = jnp.asarray(better if self.cfg.seeds > 1 else better[0])
+            self.best = _keep_better(state if self.best is None else self.best, state, flags)
+        return bool(better.any())
+
+    def record(self) -> dict[str, Any]:
+        """selection.json: every evaluation and, per seed, the kept evaluation's step, epoch and P@1."""
+        scores = self.scores()
+        best = [self.history[int(i)] for i in scores.argmax(axis=0)] if self.history else []
+        return {
+            "val_images": len(self.val.test_y),
+            "every_steps": self.every,
+            "best": [
+                {"step": h["step"], "epoch": h["epoch"], "precision_at_1": h["precision_at_1"][k]}
+                for k, h in enumerate(best)
+            ],
+            "history": self.history,
+        }
+
+
 def train(cfg: Config, *, stop_at: int | None = None) -> TrainResult:
     """Train (resuming from the workdir's latest checkpoint) until ``cfg.steps`` (or ``stop_at``, which
     simulates a run killed after that step). SIGINT / SIGTERM save a checkpoint of the current step and raise
@@ -251,6 +344,9 @@ def train(cfg: Config, *, stop_at: int | None = None) -> TrainResult:
     t_start = time.time()
     # Everything that can reject the run (data, device count) is checked before the workdir is touched.
     ds = data.load(cfg.dataset, test_fraction=cfg.test_fraction, data_dir=cfg.data_dir)
+    val = None
+    if cfg.select_best:  # train on the rest; the report's reference set is the rest too
+        ds, val = data.hold_out(ds, cfg.val_fraction)
     _check_data(cfg, ds)
     cfg = step.resolve(cfg, len(ds.train_y))
     if cfg.devices is not None and cfg.devices > jax.device_count():
@@ -286,6 +382,9 @@ def train(cfg: Config, *, stop_at: int | None = None) -> TrainResult:
     log_path = os.path.join(workdir, "metrics.jsonl") if lead else os.devnull
     if lead:
         _trim_log(log_path, start)
+    selector = None if val is None else _Selector(cfg, workdir, graphdef, val, start)
+    if selector is not None:
+        selector.restore_best(state)
     per_device = step.make_step(cfg, graphdef, tx, ema=step.ema_decay(cfg, len(ds.train_y)))
     batches = step.make_batches(cfg)
     label_tables = data.label_tables(ds.train_y)
@@ -315,6 +414,8 @@ def train(cfg: Config, *, stop_at: int | None = None) -> TrainResult:
     window = _Window()
     every, last_save = _checkpoint_every(cfg), time.time()
     t_train, first_step_s = time.time(), math.nan
+    if selector is not None and selector.pending():
+        _select(selector, state, start, ckpt, lead, saved_now=True)
     with open(log_path, "a") as log, _stop_signals() as caught, contextlib.closing(feeds):
         for (first, length), batch in zip(calls, feeds, strict=True):
             state, metrics = run(length)(state, tables, batch)
@@ -347,16 +448,25 @@ def train(cfg: Config, *, stop_at: int | None = None) -> TrainResult:
                 log.flush()
             overdue = time.time() - last_save > 60 * cfg.checkpoint_minutes
             stop = bool(caught)  # read once: a signal arriving after the save is handled at the next call
-            if done // every > first // every or done == cfg.steps or overdue or stop:
+            saved_now = done // every > first // every or done == cfg.steps or overdue or stop
+            if saved_now:
                 ckpt.save(done, state)
                 last_save = time.time()
+            if selector is not None and selector.due(first, done):
+                _select(selector, state, done, ckpt, lead, saved_now=saved_now)
             bar.update(length)
             if stop:
                 bar.close()
                 ckpt.close()
+                if selector is not None:
+                    selector.ckpt.close()
                 raise Interrupted(caught[0], done, workdir)
     bar.close()
     ckpt.close()
+    if selector is not None:
+        selector.ckpt.close()
+        if selector.best is not None and end == cfg.steps:  # the kept weights (at the run's last step)
+            state = {**selector.best, "step": state["step"]}
     state = jax.block_until_ready(state)
     train_s = time.time() - t_train
     timing = {
@@ -373,6 +483,17 @@ def train(cfg: Config, *, stop_at: int | None = None) -> TrainResult:
     if jax.process_count() > 1:
         state = step.local_copy(state)
     return TrainResult(workdir, cfg, graphdef, state, ds, timing)
+
+
+def _select(selector: _Selector, state: step.State, done: int, ckpt, lead: bool, *, saved_now: bool) -> None:
+    """Validate step ``done``; when a replica improved, keep its weights: a regular checkpoint of ``done``
+    first (unless just saved), then ``best/``, then the record."""
+    if selector.evaluate(state, done):
+        if not saved_now:
+            ckpt.save(done, state)
+        selector.ckpt.save(done, selector.best)
+    if lead:
+        files.write_json(selector.path, selector.record())
 
 
 def _say_resume(cfg: Config, saved: dict[str, Any], start: int) -> None:

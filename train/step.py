@@ -63,6 +63,7 @@ def build_model(
         enc,
         geometry=cfg.geometry,
         dim=cfg.dim,
+        head_hidden=enc.features if cfg.head == "supcontrast" else None,
         charts=cfg.charts,
         projection=cfg.projection,
         projection_dim=cfg.projection_dim,
@@ -95,7 +96,9 @@ def schedule(cfg: Config) -> optax.Schedule:
 
 
 def make_optimizer(cfg: Config) -> optax.GradientTransformation:
-    """optax.chain(clip_by_global_norm(c) | clip(c), optimiser); Stowell 2026 clips the global norm at 100."""
+    """optax.chain(clip_by_global_norm(c) | clip(c) (none without ``clip``), [l2·w added to the gradient,]
+    optimiser): PyTorch's order, clipping the loss's gradient before SGD / RMSprop adds its coupled weight
+    decay (``l2``, PyTorch's ``weight_decay``)."""
     lr = schedule(cfg)
     opt = {
         "adam": lambda: optax.adam(lr),
@@ -103,8 +106,13 @@ def make_optimizer(cfg: Config) -> optax.GradientTransformation:
         "sgd": lambda: optax.sgd(lr, momentum=cfg.momentum or None),
         "rmsprop": lambda: optax.rmsprop(lr, momentum=cfg.momentum or None),
     }[cfg.optimizer]()
-    clip = optax.clip_by_global_norm(cfg.clip) if cfg.clip_mode == "global_norm" else optax.clip(cfg.clip)
-    return optax.chain(clip, opt)
+    parts = []
+    if cfg.clip is not None:
+        clip_mode = cfg.clip_mode == "global_norm"
+        parts.append(optax.clip_by_global_norm(cfg.clip) if clip_mode else optax.clip(cfg.clip))
+    if cfg.optimizer in ("sgd", "rmsprop") and cfg.l2:
+        parts.append(optax.add_decayed_weights(cfg.l2))
+    return optax.chain(*parts, opt)
 
 
 def init_state(
