@@ -409,7 +409,8 @@ def encoder(
 
 class GeometryHead(nnx.Module):
     """Stowell 2026 head: Linear(F, 4D) → ReLU → Linear(4D, D), then the geometry projection (the head of its
-    public code). ``hidden`` replaces the 4D hidden width (SupContrast's head: F).
+    public code). ``hidden`` replaces the 4D hidden width (SupContrast's head: F); ``hidden=0`` leaves one
+    Linear(F, D) (Korman 2021's public code maps its trunk to the code so).
 
     h: [N, F] → [N, D'] (D' = 2D for torus_c, else D).
 
@@ -435,7 +436,8 @@ class GeometryHead(nnx.Module):
     ):
         _checks.check_positive_int(dim, "dim")
         hidden = 4 * dim if hidden is None else hidden
-        _checks.check_positive_int(hidden, "hidden")
+        if hidden:
+            _checks.check_positive_int(hidden, "hidden")
         _checks.check_choice(geometry, "geometry", VECTOR_GEOMETRIES)
         if geometry == "torus_n":
             _checks.check_even(dim, "dim")
@@ -445,15 +447,15 @@ class GeometryHead(nnx.Module):
                 raise ValueError(f"qat_bits needs a torus geometry (torus_c, torus_n), got {geometry!r}")
         elif qat_noise:
             raise ValueError("qat_noise needs qat_bits")
-        self.hidden = nnx.Linear(in_features, hidden, dtype=compute_dtype, rngs=rngs)
-        self.out = nnx.Linear(hidden, dim, dtype=compute_dtype, rngs=rngs)
+        self.hidden = nnx.Linear(in_features, hidden, dtype=compute_dtype, rngs=rngs) if hidden else None
+        self.out = nnx.Linear(hidden or in_features, dim, dtype=compute_dtype, rngs=rngs)
         self.geometry = geometry
         self.qat_bits = qat_bits
         self.qat_noise = bool(qat_noise)
         self.deterministic = False
 
     def __call__(self, h: jax.Array) -> jax.Array:
-        raw = self.out(nnx.relu(self.hidden(h)))
+        raw = self.out(h if self.hidden is None else nnx.relu(self.hidden(h)))
         if self.qat_bits is None:
             return project(raw, self.geometry)
         angles = raw.astype(jnp.float32)
@@ -539,8 +541,8 @@ class Outputs(NamedTuple):
 class EmbeddingModel(nnx.Module):
     """Encoder + geometry (or atlas) head + optional projection head: x → :class:`Outputs`.
 
-    ``head_hidden``: the geometry head's hidden width (None: 4·dim). ``qat_bits`` / ``qat_noise``:
-    quantisation-aware training of a torus head (:class:`GeometryHead`).
+    ``head_hidden``: the geometry head's hidden width (None: 4·dim; 0: one linear layer). ``qat_bits`` /
+    ``qat_noise``: quantisation-aware training of a torus head (:class:`GeometryHead`).
     """
 
     def __init__(

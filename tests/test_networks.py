@@ -143,13 +143,19 @@ def head_params(cfg: config.Config, features: int) -> dict[str, int]:
     if cfg.geometry == "atlas":
         out["head"] = linear(features, cfg.charts * d) + linear(features, cfg.charts)
     else:
-        hidden = features if cfg.head == "supcontrast" else 4 * d
-        out["head"] = linear(features, hidden) + linear(hidden, d)
+        hidden = {"stowell": 4 * d, "supcontrast": features, "linear": 0}[cfg.head]
+        out["head"] = linear(features, hidden) + linear(hidden, d) if hidden else linear(features, d)
     if cfg.projection != "none":
         width = models.embedding_width(cfg.geometry, d) if cfg.geometry != "atlas" else d
         per_head = linear(width, width, False) + linear(width, cfg.projection_dim, False)
         out["projection"] = per_head * (cfg.charts if cfg.projection == "mixed" else 1)
     return out
+
+
+@pytest.mark.parametrize("head", ["stowell", "supcontrast", "linear"])
+def test_geometry_heads(head):
+    """Each geometry head's layers: Stowell 2026's, SupContrast's and Korman 2021's code's."""
+    check_network(config.make(encoder="resnet18", geometry="sphere", dim=16, head=head), (32, 32, 3))
 
 
 def check_network(cfg: config.Config, shape: tuple[int, int, int]) -> None:

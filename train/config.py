@@ -41,7 +41,7 @@ from train.errors import UsageError
 
 Labels = Literal["class", "instance"]
 Norm = Literal["batch", "group", "none"]
-Head = Literal["stowell", "supcontrast"]
+Head = Literal["stowell", "supcontrast", "linear"]
 Optimizer = Literal["adam", "adamw", "sgd", "rmsprop"]
 Schedule = Literal["cosine", "constant"]
 ClipMode = Literal["global_norm", "value"]
@@ -164,7 +164,8 @@ class Config:
     head: Head = model(
         "stowell",
         "geometry head: stowell, Linear(F, 4·dim) → ReLU → Linear(4·dim, dim) (Stowell 2026's code); "
-        "supcontrast, Linear(F, F) → ReLU → Linear(F, dim) (SupContrast's); F: the encoder's features",
+        "supcontrast, Linear(F, F) → ReLU → Linear(F, dim) (SupContrast's); linear, Linear(F, dim) (Korman "
+        "2021's code); F: the encoder's features",
         when=VECTORS,
     )
     projection: ProjectionName = model("none", "projection head: mlp (SimCLR) or mixed (MSimCLR, atlas only)")

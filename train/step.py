@@ -63,7 +63,7 @@ def build_model(
         enc,
         geometry=cfg.geometry,
         dim=cfg.dim,
-        head_hidden=enc.features if cfg.head == "supcontrast" else None,
+        head_hidden={"stowell": None, "supcontrast": enc.features, "linear": 0}[cfg.head],
         charts=cfg.charts,
         projection=cfg.projection,
         projection_dim=cfg.projection_dim,
