@@ -176,6 +176,14 @@ class IndexIVF:
         """Rows in each list [nlist]."""
         return np.array([len(i) for i in self._ids], np.int64)
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes the index holds for its rows: the host's lists, and the devices' blocks, ids and block
+        tables (laid out now if a change is pending)."""
+        layout = self._layout()
+        host = sum(c.nbytes for c in self._codes) + sum(i.nbytes for i in self._ids)
+        return host + layout.blocks.nbytes + layout.ids.nbytes + layout.table.nbytes
+
     def reset(self) -> None:
         """Remove every row (the codec and the quantiser stay trained)."""
         width, dtype = self.codec.width, self.codec.code_dtype
