@@ -449,12 +449,31 @@ def test_run_keys_set_the_scales_encoder_and_length():
     paper = keys("paper", preset="simo_cifar10")
     assert paper["encoder"] == "resnet18" and "width" not in paper and "precision" not in paper
     assert "probe_epochs" not in paper  # the recipe's one epoch
+    assert keys("paper", preset="sincere_cifar10")["encoder"] == "resnet50"  # the recipe's own network
     assert "probe_epochs" not in keys("cpu", preset="supcon_cifar10")  # no probe: the key is not used
+    assert keys("paper", preset="mtriplet")["encoder"] == "resnet18"  # the stand-in for GoogLeNet
 
 
-def test_paper_scale_runs_each_papers_recipe_with_resnet18(tmp_path, monkeypatch):
-    """Every run of the paper scale is a valid config: ResNet-18, the recipe's length, 10 steps per call (the
-    runs are recorded, not trained: each is reported as diverged, which the analyses must also survive)."""
+def test_run_length_counts_epochs_on_the_images_left_after_the_validation_split():
+    """A select_best recipe trains on the training split less its held-out validation images: the sweep's
+    steps are the recipe's epochs over those (as the training loop resolves them), not over the split."""
+    ds = data_lib.load("digits")
+    ctx = common.Context(scale=common.SCALES["paper"], data="digits", dataset=ds, runs_dir="", out="")
+    recipe = {"preset": "supcon_sphere_cifar100", "batch_size": 32}
+    cfg = config.make(**recipe, dataset="digits")
+    assert cfg.select_best and cfg.val_fraction == 0.1 and cfg.epochs == 100
+    rest = len(data_lib.hold_out(ds, 0.1)[0].train_y)  # the loop's own split
+    assert rest // 32 < len(ds.train_y) // 32  # fewer steps per epoch than the whole split gives
+    assert common.training_images(cfg, ds) == rest
+    assert common.run_keys(ctx, recipe)["steps"] == 100 * (rest // 32)
+    plain = config.make(preset="msimclr_mnist", dataset="digits")
+    assert common.training_images(plain, ds) == len(ds.train_y)
+
+
+def test_paper_scale_runs_each_papers_recipe_with_its_own_network(tmp_path, monkeypatch):
+    """Every run of the paper scale is a valid config: the recipe's network (ResNet-18, Feeney & Hughes's
+    ResNet-50; ResNet-18 for MTriplet's GoogLeNet), the recipe's length, 10 steps per call (the runs are
+    recorded, not trained: each is reported as diverged, which the analyses must also survive)."""
     from train import app
     from train.reproduce.__main__ import run_paper
 
@@ -469,8 +488,12 @@ def test_paper_scale_runs_each_papers_recipe_with_resnet18(tmp_path, monkeypatch
     for key in ("000", "001", "003", "004"):
         res = run_paper(key, scale=scale, data_spec="digits", out=str(tmp_path), command="c")
         assert res["claims"] and all(r["diverged"] for r in res["runs"])
-    assert {c.encoder for c in asked} == {"resnet18"} and {c.steps_per_call for c in asked} == {10}
+    assert {c.steps_per_call for c in asked} == {10}
     by_preset = {c.preset: c for c in asked}
+    assert {p: c.encoder for p, c in by_preset.items() if c.encoder != "resnet18"} == {
+        "supcon_cifar10": "resnet50",
+        "sincere_cifar10": "resnet50",
+    }
     assert set(by_preset) >= {"supcon_sphere_cifar100", "msimclr_mnist", "mtriplet", "sincere_cifar10"}
     n_train = len(data_lib.load("digits").train_y)
     msimclr = by_preset["msimclr_mnist"]  # Korman 2021 A.1: 100 epochs of batch 128

@@ -87,7 +87,8 @@ def test_printed_lines_parse_to_the_configs_the_sweep_trains(
     # The runs are the sweep's: its run directories, the data, the scale's encoder, every seed of each paper.
     assert all(os.path.dirname(w).startswith(str(tmp_path / "out dir" / "runs")) for w in printed)
     assert {c.dataset for c in printed.values()} == {spec}
-    assert {c.encoder for c in printed.values()} == {common.SCALES[scale].encoder}
+    encoders = {"paper": {"resnet18", "resnet50"}}.get(scale, {common.SCALES[scale].encoder})  # paper: own
+    assert {c.encoder for c in printed.values()} == encoders
     s = common.SCALES[scale]
     seeds = {c.seed + i for c in printed.values() for i in range(c.seeds)}
     assert seeds == set(range(max(s.seeds, s.torus_seeds, s.atlas_seeds, s.simo_seeds, s.unstable_seeds)))

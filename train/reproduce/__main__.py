@@ -17,8 +17,10 @@ the runs that finished and resumes the ones that were interrupted, so a sweep ca
 invocations (and machines sharing the folder).
 
 Every run is the paper's recipe (an app preset) on the chosen data. ``--scale paper`` runs it as the paper
-does (ResNet-18, the recipe's epochs; a GPU's work); ``cpu`` (the default) with an MLP encoder in fp32, for
-the recipe's epochs or 480,000 training images per run, whichever is less (8 epochs of Fashion-MNIST);
+does (the recipe's own network, ResNet-18 or ResNet-50, and its epochs; a GPU's work; Korman 2021's MTriplet
+on a ResNet-18 from scratch, not the paper's ImageNet-pretrained GoogLeNet); ``cpu`` (the default) with an
+MLP encoder in fp32, for the recipe's epochs or 480,000 training images per run, whichever is less (8 epochs
+of Fashion-MNIST);
 ``quick`` smaller still (minutes per paper).
 
 Data: ``digits`` (scikit-learn's bundled 8×8 digits, offline; the default), ``npz:PATH`` (``images`` and

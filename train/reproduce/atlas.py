@@ -19,6 +19,7 @@ from train.reproduce.common import (
     Run,
     above,
     mean_sd,
+    recipe_encoder,
     scale_note,
     train_recipe,
     train_seeds,
@@ -37,6 +38,12 @@ TABLE2 = {
     "Fashion-MNIST": {1: "36.1 ± 10.8", 4: "62.5 ± 1.2", 16: "68.5 ± 2.2", 32: "72.1 ± 1.0"},
 }
 TABLE2_SIMCLR = {"MNIST": "15.3 ± 6.8", "Fashion-MNIST": "39.8 ± 9.3"}
+
+
+def encoder_name(scale_encoder: str | None, preset: str) -> str:
+    """The encoder a run of ``preset`` builds at a scale whose encoder is ``scale_encoder`` (None: the
+    recipe's own, common.recipe_encoder)."""
+    return scale_encoder or recipe_encoder(config.make(preset=preset))
 
 
 def run(ctx: Context) -> dict[str, Any]:
@@ -251,7 +258,7 @@ def findings(ctx: Context) -> Findings:
         plots.plot_charts(picture[1], os.path.join(ctx.out, plot), title=picture[0].name)
     return Findings(
         claims=claims(n),
-        tables=detail_tables(n, ctx.runs, ctx.dataset.name, s.encoder),
+        tables=detail_tables(n, ctx.runs, ctx.dataset.name, encoder_name(s.encoder, "msimclr_mnist")),
         details=n,
         plots=[plot] if picture is not None else [],
         notes=[
@@ -261,8 +268,9 @@ def findings(ctx: Context) -> Findings:
             "code and SimCLR's MLP projection head (the loss on its output) in place of the atlas and its "
             "mixed heads, evaluated by a linear probe on the code.",
             f"MTriplet: the 'mtriplet' preset ({PAPER.citation} §3.2.1: batch-all, margin 0.2, 8 classes "
-            "× 4, λ1 = 1, λ2 = 0.1, RMSProp 1e-5, 300 epochs) from scratch; the paper fine-tunes an "
-            "ImageNet-pretrained GoogLeNet on CUB-200 and Stanford Cars.",
+            f"× 4, λ1 = 1, λ2 = 0.1, RMSProp 1e-5, 300 epochs) on {encoder_name(s.encoder, 'mtriplet')} "
+            "from scratch, where the paper fine-tunes an ImageNet-pretrained GoogLeNet on CUB-200 and "
+            "Stanford Cars (227 × 227 crops), a network geojax does not build.",
             scale_note(ctx),
             f"Retrieval (R@1) ranks by d_M ({PAPER.citation} eq. 7) on the chart coordinates; piecewise "
             "linear accuracy uses one linear classifier per chart on the compressed code (train.probe).",
@@ -275,4 +283,5 @@ def findings(ctx: Context) -> Findings:
 def judge(result: dict[str, Any], runs: list[Run]) -> tuple[list[Claim], list[tuple[str, str]]]:
     """The claims and tables of a stored reproduce_001 JSON under the current rules (no training)."""
     n = numbers(result)
-    return claims(n), detail_tables(n, runs, result["data"]["name"], result["scale"].get("encoder", "mlp"))
+    encoder = encoder_name(result["scale"].get("encoder", "mlp"), "msimclr_mnist")
+    return claims(n), detail_tables(n, runs, result["data"]["name"], encoder)

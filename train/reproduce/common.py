@@ -28,6 +28,11 @@ LEVEL = 0.95  # the confidence level of every interval a verdict is judged on
 # 83 min on two CPU cores.
 CPU_IMAGES = 480_000
 CHECKPOINT_EVERY = 2000  # steps between a run's checkpoints (an interrupted run loses at most these)
+# The paper scale's network for a recipe whose preset builds none of its paper's networks: Korman 2021's
+# MTriplet fine-tunes an ImageNet-pretrained GoogLeNet on 227 × 227 crops (§3.2.1), which geojax does not
+# build; its preset's encoder is the app's MLP. The stand-in is the ResNet-18 of the paper's MSimCLR runs on
+# MNIST and Fashion-MNIST (appendix A.1), trained from scratch.
+STAND_IN = "resnet18"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -81,7 +86,8 @@ class Scale:
     """
 
     name: str
-    encoder: str  # every run's encoder: "mlp" (of ``width``, in fp32) or the papers' "resnet18"
+    encoder: str | None  # every run's encoder: "mlp" (of ``width``, in fp32), or None: each recipe's own
+    # network (its preset's encoder; STAND_IN where the preset builds none of its paper's networks)
     width: int | None  # MLP encoder width (None: no MLP at this scale)
     images: int | None  # at most this many training images per run (None: the recipe's epochs)
     probe_epochs: int | None  # linear / piecewise-linear probe epochs (None: the recipe's)
@@ -109,7 +115,7 @@ class Scale:
 SCALES: dict[str, Scale] = {
     "paper": Scale(
         name="paper",
-        encoder="resnet18",
+        encoder=None,
         width=None,
         images=None,
         probe_epochs=None,
@@ -243,7 +249,7 @@ class Run:
     overrides: dict[str, Any]  # config keys given on top of the scale's defaults
     seed: int
     steps: int
-    epochs: float  # passes over the training split (steps × batch / training images)
+    epochs: float  # passes over the images it trains on (steps × batch / training_images)
     diverged: bool = False
     report: dict[str, Any] | None = None  # the app's report without workdir / device; None when diverged
     error: str | None = None  # the divergence message
@@ -375,23 +381,40 @@ def clean(v: Any) -> Any:
 
 def run_keys(ctx: Context, overrides: dict[str, Any]) -> dict[str, Any]:
     """The keys every run of ``ctx`` gets beside its ``overrides`` (a preset plus changes): the data set, the
-    scale's encoder (an MLP of the scale's width in fp32, or the recipe's precision), its length (the recipe's
-    epochs, or the scale's share of them), quiet logging; the held-out fraction and the probe's epochs only
-    when the run uses them (the config refuses keys a run does not use)."""
+    encoder (the scale's MLP of its width in fp32, or the recipe's own network in its own precision:
+    :func:`recipe_encoder`), its length (the recipe's epochs over the images it trains on, or the scale's
+    share of them), quiet logging; the held-out fraction and the probe's epochs only when the run uses them
+    (the config refuses keys a run does not use)."""
     s = ctx.scale
     keys: dict[str, Any] = {
         "dataset": ctx.data,
-        "encoder": s.encoder,
+        "encoder": s.encoder or recipe_encoder(config.make(**overrides)),
         "steps_per_call": s.steps_per_call,
         "progress": False,
     }
     if s.encoder == "mlp":
         keys |= {"width": s.width, "precision": "fp32"}
     cfg = config.make(**{**keys, **overrides})
-    steps = run_steps(cfg, len(ctx.dataset.train_y), s.images)
+    steps = run_steps(cfg, training_images(cfg, ctx.dataset), s.images)
     keys |= {"steps": steps, "log_every": min(25, steps), "checkpoint_every": min(steps, CHECKPOINT_EVERY)}
     optional = {"test_fraction": ctx.test_fraction, "probe_epochs": s.probe_epochs}
     return keys | {k: v for k, v in optional.items() if v is not None and config.applies(k, cfg)}
+
+
+def recipe_encoder(cfg: config.Config) -> str:
+    """The network a recipe's paper trains: its preset's encoder, or STAND_IN where the preset's is the app's
+    MLP (a recipe whose paper network geojax does not build: Korman 2021's MTriplet)."""
+    return STAND_IN if cfg.encoder == "mlp" else cfg.encoder
+
+
+def training_images(cfg: config.Config, dataset: data.Dataset) -> int:
+    """Images a run of ``cfg`` trains on: ``dataset``'s training split, less the validation split that
+    ``select_best`` holds out of it (train.data.hold_out, as the training loop carves it)."""
+    n = len(dataset.train_y)
+    if not cfg.select_best:
+        return n
+    labels_only = dataclasses.replace(dataset, train_x=np.arange(n)[:, None])  # the split reads the labels
+    return len(data.hold_out(labels_only, cfg.val_fraction)[0].train_y)
 
 
 def run_steps(cfg: config.Config, n_train: int, images: int | None) -> int:
@@ -406,8 +429,13 @@ def scale_note(ctx: Context) -> str:
     s = ctx.scale
     if s.encoder == "mlp":
         what = f"the recipes with an MLP encoder (width {s.width}, fp32) in place of the papers' ResNet-18"
+    elif s.encoder is None:
+        what = (
+            "the recipes with each one's own network (its preset's encoder; where geojax builds none of its "
+            f"paper's networks, {STAND_IN} from scratch)"
+        )
     else:
-        what = f"the recipes with the papers' encoder ({s.encoder})"
+        what = f"the recipes with encoder {s.encoder}"
     probe = "" if s.probe_epochs is None else f"; probes trained for {s.probe_epochs} epochs"
     if s.images is None:
         return f"Scale {s.name}: {what}, each for its recipe's epochs{probe}."
@@ -461,7 +489,7 @@ def train_recipe(ctx: Context, name: str, **overrides: Any) -> tuple[Run, dict[s
         raise ValueError(f"run name {name!r} is used twice in one reproduction")
     args = run_args(ctx, name, overrides)
     cfg = config.from_args(args)
-    epochs = round(cfg.steps * cfg.batch_size / len(ctx.dataset.train_y), 3)
+    epochs = round(cfg.steps * cfg.batch_size / training_images(cfg, ctx.dataset), 3)
     run = Run(name=name, overrides=dict(overrides), seed=cfg.seed, steps=cfg.steps, epochs=epochs)
     if ctx.listing is not None:
         ctx.listing.append(command_line(args))

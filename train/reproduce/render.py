@@ -249,10 +249,14 @@ def render(out: str) -> str:
             "",
             RULES,
             "",
-            "Scales (`--scale`): `paper` runs each paper's recipe with the papers' network and length "
-            "(ResNet-18, the recipe's epochs; a GPU's work: [paper_scale.md](paper_scale.md)) on the chosen "
-            "data, which is the paper's own only where the paper used it (of these five, Korman 2021 alone "
-            "reports Fashion-MNIST and MNIST). `cpu` runs the same recipes with an MLP encoder in fp32 for "
+            "Scales (`--scale`): `paper` runs each paper's recipe with its own network and length (the "
+            "recipe's epochs; a GPU's work: [paper_scale.md](paper_scale.md)): ResNet-18 for Stowell 2026 "
+            "and Korman 2021's MSimCLR, ResNet-50 for Feeney & Hughes 2024, ResNet-18 for Bouhsine et al. "
+            "2024 (geojax's choice: the paper names none) and, for Korman 2021's MTriplet, ResNet-18 from "
+            "scratch in place of the paper's ImageNet-pretrained GoogLeNet, which geojax does not build; on "
+            "the chosen data, which is the paper's own only where the paper used it (of these five, Korman "
+            "2021 alone reports Fashion-MNIST and MNIST). "
+            "`cpu` runs the same recipes with an MLP encoder in fp32 for "
             "the recipe's epochs or 480,000 training images per run, whichever is less (on Fashion-MNIST: 8 "
             "epochs, against 100 in most recipes and 300 in MTriplet's). Seeds per configuration are those "
             "each section lists (torusC: two per dimension and clipping setting at the cpu scale).",
