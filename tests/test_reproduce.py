@@ -500,7 +500,8 @@ def test_paper_scale_runs_each_papers_recipe_with_its_own_network(tmp_path, monk
     assert msimclr.steps == 100 * (n_train // 128) and msimclr.probe_epochs == 20
     msimclr_charts = {c.charts for c in asked if c.preset == "msimclr_mnist" and c.geometry == "atlas"}
     assert sorted(msimclr_charts) == [1, 4, 16, 32]
-    assert [c.seeds for c in asked if c.preset == "msimclr_mnist" and c.geometry == "euclidean"] == [3]
+    simclr = [c for c in asked if c.preset == "msimclr_mnist" and c.geometry == "euclidean"]
+    assert [(c.seeds, c.head, c.projection) for c in simclr] == [(3, "linear", "mlp")]  # Korman's f: X → R^d
     assert by_preset["simo_cifar10"].probe_epochs == 1  # Bouhsine et al. 2024: one probe epoch
 
 

@@ -60,14 +60,17 @@ def run(ctx: Context) -> dict[str, Any]:
         simclr[n] = [r for r, _ in runs]
         if n == max(CLAIM_CHARTS) and runs[0][1] is not None:
             picture = runs[0]
-    # Table 2's baseline, plain SimCLR: the same recipe with a d-dimensional Euclidean code and SimCLR's MLP
-    # projection head in place of the atlas and its mixed heads; a linear probe on the code.
+    # Table 2's baseline, plain SimCLR: the same recipe with a d-dimensional Euclidean code in place of the
+    # atlas, the trunk mapped to it by one linear layer (the paper's encoder f: X → R^d, §3.1; the public
+    # code's Linear(F, d)) and SimCLR's MLP projection head in place of the mixed heads; a linear probe on the
+    # code.
     baseline = train_seeds(
         ctx,
         f"simclr-d{ATLAS_DIM}",
         s.atlas_seeds,
         preset="msimclr_mnist",
         geometry="euclidean",
+        head="linear",
         projection="mlp",
         probe="linear",
     )
@@ -265,8 +268,10 @@ def findings(ctx: Context) -> Findings:
             f"MSimCLR: the 'msimclr_mnist' preset ({PAPER.citation} §3.1, appendix A.1: batch 128, τ = 1, "
             f"λ1 = 20, λ2 = 0.1, Adam 1e-4, SimCLR augmentations, 100 epochs) at d = {ATLAS_DIM} on "
             f"{ctx.dataset.name}, from scratch. Plain SimCLR: the same recipe with a {ATLAS_DIM}-d Euclidean "
-            "code and SimCLR's MLP projection head (the loss on its output) in place of the atlas and its "
-            "mixed heads, evaluated by a linear probe on the code.",
+            f"code, the trunk's features mapped to it by one linear layer ({PAPER.citation} §3.1's encoder "
+            "f: X → R^d; its public code's Linear(F, d)) in place of the atlas's chart heads, and SimCLR's "
+            "projection head Linear(d, d) → ReLU → Linear(d, 64) without biases (the loss on its output) in "
+            "place of the mixed heads, evaluated by a linear probe on the code.",
             f"MTriplet: the 'mtriplet' preset ({PAPER.citation} §3.2.1: batch-all, margin 0.2, 8 classes "
             f"× 4, λ1 = 1, λ2 = 0.1, RMSProp 1e-5, 300 epochs) on {encoder_name(s.encoder, 'mtriplet')} "
             "from scratch, where the paper fine-tunes an ImageNet-pretrained GoogLeNet on CUB-200 and "
