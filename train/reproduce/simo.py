@@ -61,8 +61,8 @@ def class_structure(emb: dict[str, Any]) -> dict[str, Any]:
 
 def run(ctx: Context) -> dict[int, dict[str, list[tuple[Run, dict[str, Any] | None]]]]:
     """Training: the 'simo_cifar10' preset (Bouhsine et al. 2024's loss on SupContrast's CIFAR-10 recipe) at
-    each D of scale.simo_dims (the preset's D = 16, and a smaller one where classes have less room to stay
-    apart; the paper's text gives no dimension), with and without its orthogonality term, scale.simo_seeds
+    each D of scale.simo_dims (the preset's D = 16, geojax's choice: the paper names none; and a smaller one
+    where classes have less room to stay apart), with and without its orthogonality term, scale.simo_seeds
     seeds each; per D and variant the runs with their embeddings."""
     return {
         dim: {
@@ -176,8 +176,8 @@ def findings(ctx: Context) -> Findings:
         tables=[("Runs", runs_table(ctx.runs))],
         details=details,
         notes=[
-            "Recipe: the app's simo_cifar10 preset (D = 16, our choice: the paper's text gives no embedding "
-            "dimension; batch 128 of fewer than half the classes, "
+            "Recipe: the app's simo_cifar10 preset (D = 16, batch 128, AdamW: geojax's choices, the paper "
+            "gives no embedding dimension, batch size or optimiser; batches of fewer than half the classes, "
             f"SimCLR views, 100 epochs, a one-epoch linear probe) on {ctx.dataset.name}. " + scale_note(ctx),
             "The ablation is the same preset with simo_orthogonality=false (geojax.losses.simo with "
             "orthogonality=False: every o_ij replaced by 1); everything else is unchanged.",
