@@ -319,6 +319,23 @@ def test_every_preset_runs_on_digits_and_writes_its_outputs(preset, tmp_path):
         assert 0 <= saved["linear_probe_accuracy"] <= 1
 
 
+def test_a_select_best_run_reports_its_chosen_evaluation(tmp_path):
+    """report.json names the evaluation whose weights it reports: selection.json's best entry per seed; a run
+    without select_best reports none."""
+    workdir = tmp_path / "selected"
+    rep = cli.run(
+        config.make(**TINY, steps=6, select_best=True, val_every=2, workdir=str(workdir), devices=1)
+    )
+    with open(workdir / "report.json") as f:
+        saved = json.load(f)
+    with open(workdir / "selection.json") as f:
+        best = json.load(f)["best"]
+    assert len(best) == 1 and best[0]["step"] in (2, 4, 6)
+    assert saved["selection"] == rep["selection"] == best
+    plain = cli.run(config.make(**TINY, steps=2, workdir=str(tmp_path / "plain"), devices=1))
+    assert "selection" not in plain
+
+
 def test_raw_baseline_is_computed_once_per_data_set(monkeypatch):
     """The raw-pixel baseline equals geojax.metrics on the pixels; a second data set object with the same
     arrays reuses it, one with other labels does not."""

@@ -1,6 +1,8 @@
 """Train, evaluate, write a run directory: what ``python -m train``, reproduction, tests and notebooks call.
 
-The run directory gets config.json, metrics.jsonl, checkpoints/, curve.png, embeddings.npz and report.json.
+The run directory gets config.json, metrics.jsonl, checkpoints/, curve.png, embeddings.npz and report.json
+(with ``select_best``: best/ and selection.json too, and the report's ``selection``, the chosen evaluation's
+step, epoch and validation P@1 per seed).
 Rerunning with the same ``workdir`` resumes from its latest checkpoint. A several-seeds run (``seeds=S``)
 reports the mean over its replicas, ``<key>_std`` beside each number and ``per_seed``, the S single-seed
 reports in seed order; its embeddings.npz holds the first seed's embeddings.
@@ -56,6 +58,10 @@ def run(cfg: config.Config, *, stop_at: int | None = None) -> dict | None:
         "device": jax.devices()[0].device_kind,
         "workdir": workdir,
     }
+    selection = os.path.join(workdir, "selection.json")
+    if cfg.select_best and os.path.exists(selection):  # the evaluation whose weights were reported, per seed
+        with open(selection) as f:
+            out["selection"] = json.load(f)["best"]
     if jax.process_index() == 0:
         report.write_embeddings(os.path.join(workdir, "embeddings.npz"), cfg, *first, ds)  # the first seed's
         plots.plot_curve(os.path.join(workdir, "metrics.jsonl"), os.path.join(workdir, "curve.png"))

@@ -302,8 +302,8 @@ class _Selector:
             kw = dict(batch=self.cfg.eval_batch, precision=self.cfg.precision)
             query = step.embed(self.graphdef, own, self.val.test_x, **kw)
             reference = step.embed(self.graphdef, own, self.val.train_x, **kw)
-            q, sim = report._retrieval_inputs(self.cfg, query)
-            r, _ = report._retrieval_inputs(self.cfg, reference)
+            q, sim = report.retrieval_inputs(self.cfg, query)
+            r, _ = report.retrieval_inputs(self.cfg, reference)
             out.append(metrics.precision_at_1(q, self.val.test_y, r, self.val.train_y, similarity=sim))
         return [float(v) for v in out]
 

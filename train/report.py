@@ -50,7 +50,7 @@ def _neg_manifold_distance(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray
     return -similarity_lib.manifold_distance(a[0], a[1], b[0], b[1], no_overlap=np.inf)
 
 
-def _retrieval_inputs(cfg: Config, out: Outputs) -> tuple[Any, Any]:
+def retrieval_inputs(cfg: Config, out: Outputs) -> tuple[Any, Any]:
     """(array or (coords, q), similarity) that rank ``out`` (geojax.similarity.retrieval_similarity)."""
     name = similarity_lib.retrieval_similarity(cfg.geometry, cfg.similarity)
     if name == "manifold":
@@ -88,8 +88,8 @@ def raw_baseline(ds: Dataset, knn_k: int) -> dict[str, float]:
 
 def retrieval_report(cfg: Config, query: Outputs, reference: Outputs, ds: Dataset) -> dict[str, Any]:
     """Retrieval metrics of test vs train, circular variance, baselines and the preset's probe."""
-    q, sim = _retrieval_inputs(cfg, query)
-    r, _ = _retrieval_inputs(cfg, reference)
+    q, sim = retrieval_inputs(cfg, query)
+    r, _ = retrieval_inputs(cfg, reference)
     args = (q, ds.test_y, r, ds.train_y)
     # Korman 2021 §3.2 reports R@1, 2, 4, 8 for an atlas (the rest: python -m train.evaluate).
     ks = (1, 2, 4, 8) if cfg.geometry == "atlas" else ()
