@@ -13,7 +13,7 @@ import jax
 import numpy as np
 import pytest
 
-from train import config, plots, report
+from train import config, plots, report, results, version
 from train import data as data_lib
 from train.reproduce import common, render, simo
 from train.reproduce.__main__ import _compilation_cache, main
@@ -167,13 +167,16 @@ def test_code_hash_follows_the_code_files(tmp_path):
     (tmp_path / "geojax" / "a.py").write_text("x = 1\n")
     (tmp_path / "train" / "b.py").write_text("y = 2\n")
     (tmp_path / "train" / "reproduce" / "c.py").write_text("z = 3\n")
-    before = report.code_hash(tmp_path)
+    before = version.code_hash(tmp_path)
     (tmp_path / "train" / "reproduce" / "c.py").write_text("z = 4\n")  # the analyses: not the runs' code
     (tmp_path / "README.md").write_text("docs\n")
-    assert report.code_hash(tmp_path) == before
+    assert version.code_hash(tmp_path) == before
     (tmp_path / "geojax" / "a.py").write_text("x = 2\n")
-    assert report.code_hash(tmp_path) != before
+    assert version.code_hash(tmp_path) != before
     assert set(report.code_version()) == {"code_hash", "commit", "dirty"}
+    # one record: the benchmarks' results files carry the runs' own code version
+    assert results.machine_info()["code_version"] == report.code_version() == version.code_version()
+    assert "commit" not in results.machine_info()
 
 
 def test_mean_sd_and_bootstrap():

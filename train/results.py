@@ -5,9 +5,11 @@
 writes ``benchmarks/results/losses.json`` atomically (``name`` may carry a suffix for a variant, e.g.
 ``"search_gpu"``) holding ``figures`` beside ``machine``: the CPU model, core count, accelerator model,
 memory, the versions of Python, jax, jaxlib, torch, faiss and pytorch-metric-learning (those importable), the
-git commit of the checkout, the date (UTC) and the 1-, 5- and 15-minute load averages read *before* the run
-(:func:`machine_info` is called when the benchmark starts, so its own threads are not counted). README quotes
-figures from these files only; a test checks that every figure it quotes is in the file it names.
+code version (``train.version.code_version``, the record every run's report.json carries: a hash of the
+package files, the git commit and whether the checkout differs from it), the date (UTC) and the 1-, 5- and
+15-minute load averages read *before* the run (:func:`machine_info` is called when the benchmark starts, so
+its own threads are not counted). README quotes figures from these files only; a test checks that every
+figure it quotes is in the file it names.
 """
 
 from __future__ import annotations
@@ -18,11 +20,11 @@ import importlib.metadata
 import json
 import os
 import platform
-import subprocess
 from pathlib import Path
 from typing import Any
 
 from train.files import json_safe, write_text
+from train.version import code_version
 
 RESULTS_DIR = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 PACKAGES = ("jax", "jaxlib", "flax", "optax", "numpy", "torch", "faiss-cpu", "pytorch-metric-learning")
@@ -37,21 +39,6 @@ def _cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
-
-
-def _commit() -> str | None:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            cwd=Path(__file__).resolve().parent,
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None
 
 
 def _versions() -> dict[str, str]:
@@ -82,7 +69,7 @@ def machine_info() -> dict[str, Any]:
         "device_count": len(devices),
         "python": platform.python_version(),
         "versions": _versions(),
-        "commit": _commit(),
+        "code_version": code_version(),
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "load_before": [round(x, 2) for x in os.getloadavg()],
     }
