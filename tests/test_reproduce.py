@@ -15,7 +15,7 @@ import pytest
 
 from train import config, plots, report, results, version
 from train import data as data_lib
-from train.reproduce import common, render, simo
+from train.reproduce import common, render, simo, torus
 from train.reproduce.__main__ import _compilation_cache, main
 
 CLAIM_KEYS = {"claim", "ours", "paper", "source", "rule", "verdict"}
@@ -264,6 +264,9 @@ def test_render_cites_papers_and_escapes_cells(tmp_path):
     for c in res["claims"]:
         assert f"| Stowell 2026 | {c['claim']} | {c['verdict']} |" in text
     assert "\\|P@1(torusN) − P@1(sphere)\\| ≤ 2 pts" in text  # a '|' inside a cell is escaped
+    # the recipe table: one row per paper on the page, its deviations stated once
+    assert text.count("| Stowell 2026 | best epoch on 10 % held out of training") == 1
+    assert "| Korman 2021 | no clipping" not in text  # not on this page
     for title, table in res["tables"]:
         assert f"### {title}\n\n{table.rstrip()}\n" in text
 
@@ -424,9 +427,44 @@ def test_render_mode_rejudges_stored_results_without_training(outputs, tmp_path,
     monkeypatch.setattr(app, "run", refuse)
     judged = {r["seed"]: r for r in main(["render", "--out", str(folder)])}
     assert set(judged) == set(results)
+    page = (folder / "reproduction.md").read_text(encoding="utf-8")
+    for key in results:
+        assert (f"| {common.PAPERS[key].citation} | {common.PAPERS[key].recipe} |" in page) is (key != "002")
     for seed, res in results.items():
         assert judged[seed]["claims"] == res["claims"] and judged[seed]["tables"] == res["tables"], seed
         assert judged[seed]["judged"]["code_version"] == report.code_version()
+
+
+def test_render_drops_the_table2_copy_older_korman_results_stored(tmp_path):
+    """A Korman 2021 result stored by an older version kept a copy of Table 2 in its details (with population
+    sds); `render` keeps the details the current analysis reads and the table shows sample sds."""
+    docs = os.path.join(os.path.dirname(__file__), os.pardir, "docs")
+    with open(os.path.join(docs, "reproduce_001_fashion_mnist.json"), encoding="utf-8") as f:
+        res = json.load(f)
+    res["details"]["table2"] = [{"charts n": 16, "ours": "68.4 ± 1.8"}]  # as the old layout stored it
+    (tmp_path / "reproduce_001_fashion_mnist.json").write_text(json.dumps(res), encoding="utf-8")
+    (judged,) = main(["render", "--out", str(tmp_path)])
+    assert "table2" not in judged["details"]
+    assert judged["details"] == {k: v for k, v in res["details"].items() if k != "table2"}
+    acc = judged["details"]["piecewise_linear_accuracy"]["16"]
+    want = f"{100 * np.mean(acc):.1f} ± {100 * np.std(acc, ddof=1):.1f}"
+    assert any(f"| 16 | 90.4 ± 3.0 | 68.5 ± 2.2 | {want} |" in t for _, t in judged["tables"])
+
+
+def test_rendering_again_changes_no_stored_result(tmp_path):
+    """`render` is idempotent: a second pass leaves every stored result as the first made it (Stowell 2026's
+    note on run states is held once)."""
+    docs = os.path.join(os.path.dirname(__file__), os.pardir, "docs")
+    with open(os.path.join(docs, "reproduce_000.json"), encoding="utf-8") as f:
+        res = json.load(f)
+    res["notes"] += [torus.RUN_STATES, torus.RUN_STATES]  # as repeated renders once left it
+    (tmp_path / "reproduce_000.json").write_text(json.dumps(res), encoding="utf-8")
+    (first,) = main(["render", "--out", str(tmp_path)])
+    (second,) = main(["render", "--out", str(tmp_path)])
+    assert first["notes"].count(torus.RUN_STATES) == 1
+    assert {k: v for k, v in first.items() if k != "judged"} == {
+        k: v for k, v in second.items() if k != "judged"
+    }
 
 
 def test_run_length_is_the_recipes_epochs_or_the_scales_share():

@@ -200,6 +200,8 @@ def judge_stored(out: str, *, data_spec: str | None = None) -> list[dict[str, An
                 result["details"]["pca_probe"] = atlas.pca_probe(
                     loaded, dim=atlas.ATLAS_DIM, epochs=epochs, seeds=result["scale"]["atlas_seeds"]
                 )
+        if result["seed"] == "001":  # analyse's numbers alone: copies of Table 2 older versions stored go
+            result["details"] = atlas.numbers(result)
         runs = [Run.from_json(r) for r in result["runs"]]
         claims, tables = MODULES[result["seed"]].judge(result, runs)
         result |= {

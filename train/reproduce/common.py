@@ -44,16 +44,28 @@ class Paper:
     citation: str  # author and year
     title: str
     trains: bool = True
+    recipe: str = ""  # where the recipe's values come from and how it deviates, in one line (the page's
+    # recipe table; the presets' comments in train/config.py give the detail)
 
 
 PAPERS: dict[str, Paper] = {
     p.key: p
     for p in (
-        Paper(key="000", citation="Stowell 2026", title="Torus embeddings (Stowell 2026, arXiv 2603.03135)"),
+        Paper(
+            key="000",
+            citation="Stowell 2026",
+            title="Torus embeddings (Stowell 2026, arXiv 2603.03135)",
+            recipe="best epoch on 10 % held out of training (the public code selects on the test set); PQ on "
+            "the 8-bit values; CIFAR-stem ResNet-18 from scratch (the code: ImageNet ResNet-18, pretrained, "
+            "224 px)",
+        ),
         Paper(
             key="001",
             citation="Korman 2021",
             title="Atlas / manifold target spaces: MSimCLR and MTriplet (Korman 2021, arXiv 2106.07062)",
+            recipe="no clipping; A.1's crop, jitter, grayscale without a flip (crop area 0.08–1, SimCLR's); "
+            "the heads of the public code; probe 20 epochs (geojax's; the paper gives none, its public code: "
+            "100); MTriplet from scratch on a ResNet-18 (the paper: ImageNet-pretrained GoogLeNet, 227 px)",
         ),
         Paper(
             key="002",
@@ -65,11 +77,14 @@ PAPERS: dict[str, Paper] = {
             key="003",
             citation="Feeney & Hughes 2024",
             title="SupCon vs SINCERE, cosine vs negative arc length (Feeney & Hughes 2024, blog)",
+            recipe="the authors' fork: ResNet-50, SGD 0.9 with weight decay 1e-4, lr 0.65 / 0.35, τ 0.1 / "
+            "0.05, batch 512, 800 epochs",
         ),
         Paper(
             key="004",
             citation="Bouhsine et al. 2024",
             title="SimO loss and its orthogonality ablation (Bouhsine et al. 2024)",
+            recipe="D = 16, batch 128, AdamW: geojax's choices",
         ),
     )
 }

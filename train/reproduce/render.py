@@ -184,6 +184,13 @@ LEGACY = (
 )
 
 
+def recipe_table(keys: Sequence[str]) -> str:
+    """The recipes against their papers, one row per paper of ``keys`` that trains: where its values come
+    from and each deviation, stated once (the presets' comments in train/config.py give the detail)."""
+    rows = [[PAPERS[k].citation, PAPERS[k].recipe] for k in keys if PAPERS[k].trains]
+    return tables.markdown_table(["paper", "recipe: sources and deviations"], rows, align="ll")
+
+
 def _data_name(res: Mapping[str, Any]) -> str:
     """A part of the page: the data set and the scale."""
     return f"{res['data']['name']}, {res['scale']['name']}"
@@ -260,6 +267,8 @@ def render(out: str) -> str:
             "the recipe's epochs or 480,000 training images per run, whichever is less (on Fashion-MNIST: 8 "
             "epochs, against 100 in most recipes and 300 in MTriplet's). Seeds per configuration are those "
             "each section lists (torusC: two per dimension and clipping setting at the cpu scale).",
+            "",
+            recipe_table(keys),
             *(["", LEGACY] if any(r["scale"]["name"] == "full" for r in results) else []),
             "",
             "Data: `digits` is scikit-learn's bundled 8×8 digits (the default; no download). Fashion-MNIST "

@@ -432,9 +432,9 @@ def findings(ctx: Context) -> Findings:
 
 def judge(result: dict[str, Any], runs: list[Run]) -> tuple[list[Claim], list[tuple[str, str]]]:
     """The claims and tables of a stored reproduce_000 JSON under the current rules (no training); its notes'
-    old definition of a failed run is replaced by the current one."""
+    old definition of a failed run is replaced by the current one, which it holds once however often it is
+    judged."""
     n = numbers(result)
-    result["notes"] = [note for note in result["notes"] if not note.startswith("A run 'failed'")] + [
-        RUN_STATES
-    ]
+    old = [note for note in result["notes"] if note.startswith("A run 'failed'") or note == RUN_STATES]
+    result["notes"] = [note for note in result["notes"] if note not in old] + [RUN_STATES]
     return claims(n), detail_tables(n, runs)
