@@ -32,7 +32,7 @@ CPU (default: geojax 10 steps per call against PyTorch eager):
 - ``mlp``: the digits recipe, MLP 64 → 512 → 512, Stowell 2026's head (512 → 4D → D, D = 64) with the
   torusN projection, SupCon (τ = 0.1) + 0.1 · KoLeo per view, AdamW, global-norm clipping at 100, 256
   images × 2 views per step from the 1,347 digits;
-- ``cnn``: the small CNN (32, 64, 128 channels, 3×3, max-pool) on 28×28×1 images (MNIST-sized, 4,096
+- ``cnn``: the small CNN (32 and 64 channels, 3×3, max-pool, 256 dense) on 28×28×1 images (MNIST-sized, 4,096
   synthetic uint8 images), the same head and objective, 128 images × 2 views per step.
 
 ``--gpu`` (default: geojax at 1 and 10 steps per call, every PyTorch mode, replicas 1, 3 and 8): Stowell
@@ -221,20 +221,21 @@ def torch_encoder(cfg: config.Config, shape: tuple[int, int, int]) -> Any:
             def __init__(self):
                 super().__init__()
                 width = cfg.width or 32
-                widths = (c, width, 2 * width, 4 * width)
+                widths = (c, width, 2 * width)
                 pairs = zip(widths[:-1], widths[1:], strict=True)
                 self.convs = nn.ModuleList(nn.Conv2d(a, b, 3, padding=1) for a, b in pairs)
                 size, self.pools = min(h, w), []
-                for _ in range(3):
+                for _ in range(2):
                     self.pools.append(size > 4)
                     size = size // 2 if size > 4 else size
-                self.features = widths[-1]
+                self.dense = nn.Linear(size * size * widths[-1], 8 * width)
+                self.features = 8 * width
 
             def forward(self, x):
                 for conv, pool in zip(self.convs, self.pools, strict=True):
                     x = conv(x)
                     x = (nn.functional.max_pool2d(x, 2) if pool else x).relu()
-                return x.mean(dim=(2, 3))
+                return self.dense(x.permute(0, 2, 3, 1).flatten(1)).relu()  # geojax's (H, W, C) order
 
         return SmallCNN()
     if cfg.encoder != "resnet18" or (cfg.norm or "batch") != "batch":

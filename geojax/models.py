@@ -34,8 +34,8 @@ EncoderName = Literal["mlp", "cnn", "resnet18", "resnet50"]
 ProjectionName = Literal["none", "mlp", "mixed"]
 ENCODERS: tuple[str, ...] = get_args(EncoderName)
 # Each encoder's own width (what ``encoder(width=None)`` builds): the MLP's hidden width; the small CNN's
-# first stage (stages w, 2w, 4w); the ResNets' base width, 64 as He et al. (2016) and torchvision's ResNet-18
-# and ResNet-50 (stages 64, 128, 256, 512; the bottleneck's outputs ×4).
+# first stage (convolutions w, 2w, then 8w dense features); the ResNets' base width, 64 as He et al. (2016)
+# and torchvision's ResNet-18 and ResNet-50 (stages 64, 128, 256, 512; the bottleneck's outputs ×4).
 OWN_WIDTHS: dict[str, int] = {"mlp": 512, "cnn": 32, "resnet18": 64, "resnet50": 64}
 PROJECTIONS: tuple[str, ...] = get_args(ProjectionName)
 
@@ -210,10 +210,13 @@ _max_pool_2x2.defvjp(_max_pool_2x2_fwd, _max_pool_2x2_bwd)
 
 
 class SmallCNN(nnx.Module):
-    """Small VGG-style CNN for 8×8, 28×28 or 32×32 images. x: [N, H, W, C] → [N, 4·width].
+    """Small CNN for 8×8 to 32×32 images. x: [N, H, W, C] → [N, 8·width].
 
-    Three stages of 3×3 conv → norm → ReLU with widths (w, 2w, 4w); a 2×2 max-pool follows a stage while
-    the feature map is larger than 4×4; global average pooling at the end. ReLU runs after the pool, which
+    Two stages of 3×3 conv → norm → ReLU with widths (w, 2w), each followed by a 2×2 max-pool while the
+    feature map is larger than 4×4; the last map is flattened (its layout kept: where a garment's sleeve or
+    collar is matters) into Linear → ReLU with 8w features: LeNet-5's conv–pool–conv–pool–dense shape
+    (LeCun et al. 1998) with 3×3 kernels and max-pooling. At w = 32 on a 28×28 image it costs 4.6 M
+    multiply-adds (0.2 M, 3.6 M and 0.8 M per layer). ReLU runs after the pool, which
     gives the same values (max and ReLU commute) on a quarter of the elements. A one-channel image's
     convolution is :func:`tap_conv` (faster on CPU).
     """
@@ -231,8 +234,9 @@ class SmallCNN(nnx.Module):
     ):
         _checks.check_positive_int(in_channels, "in_channels")
         _checks.check_positive_int(image_size, "image_size")
+        _checks.check_positive_int(width, "width")
         _checks.check_choice(norm, "norm", ("batch", "group", "none"))
-        widths = (in_channels, width, 2 * width, 4 * width)
+        widths = (in_channels, width, 2 * width)
         self.convs = nnx.List(
             [
                 nnx.Conv(
@@ -251,18 +255,19 @@ class SmallCNN(nnx.Module):
             [_norm(norm, b, axis_name=axis_name, compute_dtype=compute_dtype, rngs=rngs) for b in widths[1:]]
         )
         size, pools = image_size, []
-        for _ in range(3):
+        for _ in range(2):
             pools.append(size > 4)
             size = size // 2 if size > 4 else size
         self.pools = tuple(pools)
-        self.features = widths[-1]
+        self.dense = nnx.Linear(size * size * widths[-1], 8 * width, dtype=compute_dtype, rngs=rngs)
+        self.features = 8 * width
 
     def __call__(self, x: jax.Array) -> jax.Array:
         h = x
         for conv, norm, pool in zip(self.convs, self.norms, self.pools, strict=True):
             h = norm(conv(h))
             h = nnx.relu(_max_pool_2x2(h) if pool else h)
-        return h.mean(axis=(1, 2))
+        return nnx.relu(self.dense(h.reshape(h.shape[0], -1)))
 
 
 class _BasicBlock(nnx.Module):

@@ -183,11 +183,11 @@ def test_prefetch_keeps_order_raises_errors_and_stops_its_thread():
     assert len(produced) <= 4 + 3 + 2
 
 
-def _translations(x):
-    """The nine ±1-pixel zero-filled translations of x [H, W, C]."""
+def _translations(x, pad=1):
+    """The (2·pad + 1)² zero-filled translations of x [H, W, C] by up to ``pad`` pixels each way."""
     h, w, _ = x.shape
-    p = np.pad(x, ((1, 1), (1, 1), (0, 0)))
-    return [p[dy : dy + h, dx : dx + w] for dy in range(3) for dx in range(3)]
+    p = np.pad(x, ((pad, pad), (pad, pad), (0, 0)))
+    return [p[dy : dy + h, dx : dx + w] for dy in range(2 * pad + 1) for dx in range(2 * pad + 1)]
 
 
 def test_shift_is_a_one_pixel_translation_times_a_contrast_factor():
@@ -201,6 +201,24 @@ def test_shift_is_a_one_pixel_translation_times_a_contrast_factor():
             fits.append((np.max(np.abs(v - s * t)), s))
         err, s = min(fits)
         assert err < 1e-5 and 0.8 <= s <= 1.2
+
+
+def test_crop_flip_is_a_two_pixel_translation_then_maybe_a_mirror_image():
+    x = np.random.default_rng(3).uniform(size=(64, 7, 9, 1)).astype(np.float32)
+    out = np.asarray(
+        data.views(jax.random.key(1), jnp.asarray(x), jnp.arange(64), n_views=1, kind="crop_flip")
+    )
+    flips, offsets = [], set()
+    for v, image in zip(out, x, strict=True):
+        candidates = [(t, False) for t in _translations(image, 2)] + [
+            (t[:, ::-1], True) for t in _translations(image, 2)
+        ]
+        matches = [(i % 25, flip) for i, (t, flip) in enumerate(candidates) if np.array_equal(v, t)]
+        assert len(matches) == 1
+        offsets.add(matches[0][0])
+        flips.append(matches[0][1])
+    assert 16 <= sum(flips) <= 48  # p = 0.5 over 64 draws
+    assert len(offsets) > 12  # the offsets vary (25 possible)
 
 
 def test_views_do_not_depend_on_how_the_batch_is_split():

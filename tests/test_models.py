@@ -143,23 +143,28 @@ def test_bad_arguments_raise():
         models.encoder("cnn", input_shape=(8, 8), rngs=nnx.Rngs(0))
 
 
-@pytest.mark.parametrize(("size", "channels"), [(8, 2), (28, 2), (28, 1)])
-def test_small_cnn_is_conv_relu_maxpool_stack(size, channels):
-    # Reference: lax convolutions + bias → ReLU → reduce_window 2×2 max-pool while larger than 4×4 → mean,
-    # with the module's own parameters; values and parameter gradients to 1e-5. One channel: the first
-    # convolution is tap_conv.
+@pytest.mark.parametrize(
+    ("size", "channels", "pools"), [(8, 2, (True, False)), (28, 2, (True, True)), (28, 1, (True, True))]
+)
+def test_small_cnn_is_conv_relu_maxpool_stack_then_dense(size, channels, pools):
+    # Reference: lax convolutions + bias → ReLU → reduce_window 2×2 max-pool while the map is larger than 4×4
+    # (8×8: 8 → 4, then none; 28×28: 28 → 14 → 7), flattened (H, W, C) → dense + bias → ReLU, with the
+    # module's own parameters; values and parameter gradients to 1e-5. One channel: the first convolution is
+    # tap_conv.
     cnn = models.SmallCNN(channels, image_size=size, width=4, rngs=nnx.Rngs(0))
     x = jax.random.uniform(jax.random.key(1), (3, size, size, channels))
     params = nnx.state(cnn, nnx.Param)
+    assert cnn.features == 32
 
     def reference(params, x):
         h = x
-        for conv, pool in zip(params["convs"].values(), cnn.pools, strict=True):
+        for conv, pool in zip(params["convs"].values(), pools, strict=True):
             h = jax.lax.conv_general_dilated(h, conv["kernel"][...], (1, 1), "SAME", dimension_numbers=_NHWC)
             h = jax.nn.relu(h + conv["bias"][...])
             if pool:
                 h = jax.lax.reduce_window(h, -jnp.inf, jax.lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
-        return h.mean(axis=(1, 2))
+        dense = params["dense"]
+        return jax.nn.relu(h.reshape(len(h), -1) @ dense["kernel"][...] + dense["bias"][...])
 
     graphdef = nnx.graphdef(cnn)
 

@@ -123,7 +123,8 @@ def test_own_widths_of_the_small_encoders():
     mlp = nnx.eval_shape(lambda: models.encoder("mlp", input_shape=(28, 28, 1), rngs=nnx.Rngs(0)))
     assert [layer.kernel.shape for layer in mlp.layers] == [(784, 512), (512, 512)]
     cnn = nnx.eval_shape(lambda: models.encoder("cnn", input_shape=(28, 28, 1), rngs=nnx.Rngs(0)))
-    assert [c.kernel.shape for c in cnn.convs] == [(3, 3, 1, 32), (3, 3, 32, 64), (3, 3, 64, 128)]
+    assert [c.kernel.shape for c in cnn.convs] == [(3, 3, 1, 32), (3, 3, 32, 64)]
+    assert cnn.dense.kernel.shape == (7 * 7 * 64, 256) and cnn.features == 256  # 28 → 14 → 7, then 8w
     with pytest.raises(ValueError, match="width"):
         models.encoder("cnn", input_shape=(28, 28, 1), width=0, rngs=nnx.Rngs(0))
 

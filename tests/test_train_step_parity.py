@@ -1,8 +1,8 @@
 """The PyTorch twin of the train step (benchmarks/train_step.py) computes what geojax's step computes, so the
 benchmark times the same work: from the same weights and batch (fp32, CPU) the same loss, the same gradients
-and the same updated weights, with the clipping active. Two recipes: Stowell 2026's CIFAR one (ResNet-18
+and the same updated weights, with the clipping active. Three recipes: Stowell 2026's CIFAR one (ResNet-18
 with batch norm, SupCon × τ/τ_base + KoLeo, SGD, element-wise clipping) at a small width, and the digits one
-(MLP, AdamW, global-norm clipping)."""
+(AdamW, global-norm clipping) with the MLP and with the small CNN."""
 
 from __future__ import annotations
 
@@ -31,6 +31,8 @@ RECIPES = {
         (32, 32, 3),
     ),
     "mlp": (dict(preset="supcon_torus_n", width=32, warmup=0), (6, 6, 3)),  # lr at step 0: the rate
+    # the small CNN on one channel (tap_conv), 12 → 6 → 3 before the dense layer: the flattening order counts
+    "cnn": (dict(preset="supcon_torus_n", encoder="cnn", width=4, warmup=0), (12, 12, 1)),
 }
 
 

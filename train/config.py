@@ -242,8 +242,8 @@ class Config:
     class_fraction: float = batches(0.4, "fraction of classes per batch (< 0.5)", when=CLASS_SUBSAMPLED)
     augment: Augmentation = batches(
         "shift",
-        "view augmentation: shift (±1 px + contrast), simclr (SupContrast's CIFAR views), crop_jitter_gray "
-        "(Korman 2021 A.1: no flip), or none",
+        "view augmentation: shift (±1 px + contrast), crop_flip (±2 px crop, flip), simclr (SupContrast's "
+        "CIFAR views), crop_jitter_gray (Korman 2021 A.1: no flip), or none",
     )
     seed: int = batches(0, "seed of the initialisation, the batches and the augmentations")
     seeds: int = batches(
@@ -446,10 +446,19 @@ BOUHSINE_2024 = {
     "batch_size": 128,
 }
 
+# geojax's recipe for 28×28 images on a CPU (not a paper's): the small CNN (convolutions 32 and 64, 256 dense
+# features) with batch norm, one view per image (SupCon's positives are the batch's other images of the class,
+# Khosla et al. 2020 §3.2, so a second view only doubles the cost), ±2 px crops with flips (mirror-symmetric
+# classes: Fashion-MNIST, not digits), 12 epochs of AdamW 1e-3 with a cosine schedule. On two CPU cores it
+# trains Fashion-MNIST in under 10 minutes (benchmarks/cpu_recipe.py).
+CPU_SMALL_IMAGES = {"encoder": "cnn", "norm": "batch", "views": 1, "augment": "crop_flip", "epochs": 12}
+
 PRESETS: dict[str, dict[str, Any]] = {
     # Stowell 2026
     "supcon_torus_n": STOWELL_2026_DIGITS,
     "supcon_sphere": {**STOWELL_2026_DIGITS, "geometry": "sphere"},
+    # Stowell 2026's objective, sphere at D = 16 (§5), on geojax's CPU recipe for 28×28 images
+    "supcon_sphere_cpu": {**STOWELL_2026_DIGITS, "geometry": "sphere", "dim": 16, **CPU_SMALL_IMAGES},
     "supcon_torus_c": {**STOWELL_2026_DIGITS, "geometry": "torus_c", "dim": 32},
     **{
         f"supcon_{geometry}_{data}": {**STOWELL_2026, "geometry": geometry, "dataset": data}

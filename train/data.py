@@ -43,7 +43,7 @@ from train.errors import UsageError
 TFDS_NAMES = ("mnist", "fashion_mnist", "cifar10", "cifar100")
 DATASETS = ("digits", *TFDS_NAMES)  # by name; any other: tfds:NAME, or a local file npz:PATH
 Sampler = Literal["random", "m_per_class", "class_subsampled"]
-Augmentation = Literal["shift", "simclr", "crop_jitter_gray", "none"]
+Augmentation = Literal["shift", "crop_flip", "simclr", "crop_jitter_gray", "none"]
 SAMPLERS: tuple[str, ...] = get_args(Sampler)
 SPLIT_SEED = 0  # the digits / npz train-test split is fixed, whatever the training seed
 T = TypeVar("T")
@@ -383,14 +383,27 @@ def prefetch(items: Iterable[T], depth: int = 2) -> Iterator[T]:
 # --------------------------------------------------------------------------------------------------------
 
 
+def _translate(key: jax.Array, x: jax.Array, pad: int) -> jax.Array:
+    """Random translation by up to ``pad`` pixels each way, zero fill (a random crop of the padded image)."""
+    h, w, c = x.shape
+    off = jax.random.randint(key, (2,), 0, 2 * pad + 1)
+    padded = jnp.pad(x, ((pad, pad), (pad, pad), (0, 0)))
+    return jax.lax.dynamic_slice(padded, (off[0], off[1], 0), (h, w, c))
+
+
 def shift(key: jax.Array, x: jax.Array) -> jax.Array:
     """Small-image augmentation: random ±1 pixel translation (zero fill) and contrast ×U(0.8, 1.2)."""
-    h, w, c = x.shape
     k1, k2 = jax.random.split(key)
-    off = jax.random.randint(k1, (2,), 0, 3)
-    padded = jnp.pad(x, ((1, 1), (1, 1), (0, 0)))
-    out = jax.lax.dynamic_slice(padded, (off[0], off[1], 0), (h, w, c))
-    return jnp.clip(out * jax.random.uniform(k2, (), minval=0.8, maxval=1.2), 0.0, 1.0)
+    return jnp.clip(_translate(k1, x, 1) * jax.random.uniform(k2, (), minval=0.8, maxval=1.2), 0.0, 1.0)
+
+
+def crop_flip(key: jax.Array, x: jax.Array) -> jax.Array:
+    """Random crop of the image padded by 2 pixels (±2 px translation, zero fill) and a horizontal flip with
+    probability 0.5: the standard augmentation of small natural images (He et al. 2016's CIFAR recipe pads 4
+    pixels of 32), for data whose classes are mirror-symmetric (Fashion-MNIST, CIFAR; not digits)."""
+    k1, k2 = jax.random.split(key)
+    x = _translate(k1, x, 2)
+    return jnp.where(jax.random.bernoulli(k2, 0.5), x[:, ::-1], x)
 
 
 def random_resized_crop(key: jax.Array, x: jax.Array, *, scale=(0.2, 1.0), ratio=(3 / 4, 4 / 3)) -> jax.Array:
@@ -460,7 +473,13 @@ def identity(key: jax.Array, x: jax.Array) -> jax.Array:
     return x
 
 
-AUGMENTATIONS = {"shift": shift, "simclr": simclr, "crop_jitter_gray": crop_jitter_gray, "none": identity}
+AUGMENTATIONS = {
+    "shift": shift,
+    "crop_flip": crop_flip,
+    "simclr": simclr,
+    "crop_jitter_gray": crop_jitter_gray,
+    "none": identity,
+}
 assert tuple(AUGMENTATIONS) == get_args(Augmentation)
 
 

@@ -1,0 +1,110 @@
+"""geojax's CPU recipe for 28×28 images: P@1 and training time of SupCon on the sphere at D = 16 on two cores.
+
+    python benchmarks/cpu_recipe.py --data idx:DIR [--seeds 0 1 2] [--preset NAME] [KEY=VALUE ...]
+    python benchmarks/cpu_recipe.py --quick     # bundled digits, 30 steps: a smoke run, writes nothing
+
+Each seed is one ``python -m train preset=supcon_sphere_cpu dataset=DATA seed=S`` in a fresh process
+(the app's own command line; extra ``KEY=VALUE`` arguments are passed on), evaluated as the app evaluates
+every run: the test images as queries against the training images (Fashion-MNIST: 10,000 against 60,000),
+P@1 and kNN@5 on the embeddings, beside the raw-pixel 1-NN of the same split. Training time is the app's
+``train_s`` (from the first step, compilation included, to the last; evaluation apart). The target
+(Fashion-MNIST): every seed P@1 ≥ 0.90 in ≤ 600 s of training. A full run writes
+``benchmarks/results/cpu_recipe.json`` with the machine and the load before and after; run it on a
+quiet machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from train.results import add_out_argument, destination, machine_info, write_result  # noqa: E402
+from train.tables import markdown_table  # noqa: E402
+
+TARGET_P1, TARGET_S = 0.90, 600.0
+
+
+def train_once(args: list[str]) -> dict:
+    """Run ``python -m train ARGS`` in a fresh process; its report.json."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "train", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=Path(__file__).resolve().parents[1],
+        env=os.environ,
+    )
+    if proc.returncode:
+        raise RuntimeError(f"python -m train {' '.join(args)} failed:\n{proc.stderr[-3000:]}")
+    workdir = next(a.split("=", 1)[1] for a in args if a.startswith("workdir="))
+    with open(os.path.join(workdir, "report.json")) as f:
+        return json.load(f)
+
+
+def row(seed: int, rep: dict) -> dict:
+    t = rep["timing"]
+    return {
+        "seed": seed,
+        "precision_at_1": rep["precision_at_1"],
+        "knn_accuracy": rep["knn_accuracy"],
+        "raw_pixel_1nn": rep["baseline_raw_1nn"]["precision_at_1"],
+        "train_s": t["train_s"],
+        "steps": t.get("steps_run"),
+        "steps_per_s": t["steps_per_s"],
+        "eval_s": t["eval_s"],
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", default="digits", help="the app's dataset= value (Fashion-MNIST: idx:DIR)")
+    ap.add_argument("--preset", default="supcon_sphere_cpu")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--quick", action="store_true", help="one seed, 30 steps, digits: a smoke run")
+    add_out_argument(ap)
+    args, extra = ap.parse_known_args()
+    if any("=" not in a for a in extra):
+        ap.error(f"extra arguments must be KEY=VALUE, got {extra}")
+    seeds = args.seeds[:1] if args.quick else args.seeds
+    if args.quick:
+        extra = [*extra, "steps=30", "augment=shift"]  # digits are not mirror-symmetric
+    machine = machine_info()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for seed in seeds:
+            line = [f"preset={args.preset}", f"dataset={args.data}", f"seed={seed}", "progress=false", *extra]
+            rep = train_once([*line, f"workdir={tmp}/seed{seed}"])
+            rows.append(row(seed, rep))
+            print(json.dumps(rows[-1]), flush=True)
+    p1 = [r["precision_at_1"] for r in rows]
+    summary = {
+        "precision_at_1_mean": statistics.mean(p1),
+        "precision_at_1_sd": statistics.stdev(p1) if len(p1) > 1 else None,  # sample sd (ddof 1)
+        "precision_at_1_min": min(p1),
+        "raw_pixel_1nn": rows[0]["raw_pixel_1nn"],
+        "train_s_max": max(r["train_s"] for r in rows),
+        "target_met": all(r["precision_at_1"] >= TARGET_P1 and r["train_s"] <= TARGET_S for r in rows),
+    }
+    cols = ["seed", "precision_at_1", "knn_accuracy", "raw_pixel_1nn", "train_s", "steps", "steps_per_s"]
+    print(markdown_table(cols, [[r[c] for c in cols] for r in rows]))
+    print(
+        f"P@1 {summary['precision_at_1_mean']:.4f} (min {summary['precision_at_1_min']:.4f}; raw pixels "
+        f"{summary['raw_pixel_1nn']:.4f}); training ≤ {summary['train_s_max']:.0f} s; target (every seed "
+        f"P@1 ≥ {TARGET_P1} in ≤ {TARGET_S:.0f} s): {'met' if summary['target_met'] else 'not met'}"
+    )
+    out = destination(args.out, quick=args.quick)
+    if out is not None:
+        figures = {"preset": args.preset, "data": args.data, "extra": extra, "rows": rows, "summary": summary}
+        print(write_result("cpu_recipe", figures, argv=sys.argv, machine=machine, folder=out))
+
+
+if __name__ == "__main__":
+    main()
