@@ -1,7 +1,7 @@
 """Exact top-k search over compact codes: geojax.search vs faiss-cpu, timed in the same run.
 
-    python benchmarks/search.py            # issue 4 sizes: 1,000 queries × 1,000,000 codes
-    python benchmarks/search.py --quick    # small sizes, seconds
+    python benchmarks/search.py            # 1,000 queries × 1,000,000 codes
+    python benchmarks/search.py --quick    # small sizes, seconds (writes no result unless --out)
     python benchmarks/search.py --rows N   # fewer database rows (memory), stated in the output
     python benchmarks/search.py --cpu-devices 2   # opt in: search.use_cpu_cores(2) before JAX starts
     python benchmarks/search.py --torus-bits --rows 200000 --queries 200   # the b-bit torus table instead
@@ -33,6 +33,11 @@ With --torus-bits, a table instead times the packed b-bit torus scan (``search.t
 b = 8, 4, 2, 1 on 64 angles: 64·b/8 bytes per code) against the 8-bit scan, against faiss
 IndexBinaryFlat on the same number of bytes, and against the C99 header ``train/csearch/geojax_torus.h``
 (one thread, built with the system C compiler through ctypes), with the results checked equal.
+
+Each run writes what it prints, unrounded, with the machine record (``train.results``) to
+``benchmarks/results/``: ``search.json`` (the comparison and its floors), ``search_index_devices.json``
+(--index-devices) or ``search_torus_bits.json`` (--torus-bits); ``_gpu`` is appended on a GPU host and
+``_cpu_devices_N`` with --cpu-devices outside --index-devices. --out FOLDER writes there instead.
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from geojax import quantize, search  # noqa: E402
 from train.csearch import clib  # noqa: E402
+from train.results import add_out_argument, destination, machine_info, write_result  # noqa: E402
 from train.tables import markdown_table  # noqa: E402
 from train.timing import Timing, measure  # noqa: E402
 
@@ -68,8 +74,17 @@ class Work(NamedTuple):
     query_block: int
 
 
-# search, faiss peer, geojax, faiss (None: absent), check, the work of geojax's call
-Row = tuple[str, str, Timing, Timing | None, str, Work]
+class Row(NamedTuple):
+    """One row of the faiss comparison: the search, its faiss peer, both timings (peer None: faiss absent),
+    the check as printed, the check's figures (recalls, equality) and the work of geojax's call."""
+
+    search: str
+    peer_name: str
+    ours: Timing
+    peer: Timing | None
+    note: str
+    checks: dict[str, float | bool]
+    work: Work
 
 
 def interleaved(fns: dict, *, repeat: int) -> dict[str, Timing]:
@@ -158,12 +173,17 @@ def hamming_row(rng, faiss, *, nq: int, n: int, k: int, tune: dict, repeat: int)
     if peer is None:
         sub = slice(0, min(nq, 20))
         ref = np.sort(scan(qb[sub], dbb, hamming), axis=1)[:, :k]
-        note = f"distances equal numpy scan on {ref.shape[0]} queries: {bool((gd[sub] == ref).all())}"
+        checks = {"numpy_queries": ref.shape[0], "distances_equal_numpy": bool((gd[sub] == ref).all())}
+        note = f"distances equal numpy scan on {ref.shape[0]} queries: {checks['distances_equal_numpy']}"
     else:
         fd, fi = peer.result
-        note = f"distances identical: {bool((gd == fd).all())}; indices equal: {float((gi == fi).mean()):.4f}"
+        checks = {"distances_identical": bool((gd == fd).all()), "indices_equal": float((gi == fi).mean())}
+        note = (
+            f"distances identical: {checks['distances_identical']}; "
+            f"indices equal: {checks['indices_equal']:.4f}"
+        )
     work = Work(8 * 3 + 1, 32, tune.get("query_block", 1024))  # per word XOR, popcount, add; a group min
-    return "Hamming 256-bit top-k", "IndexBinaryFlat", ours, peer, note, work
+    return Row("Hamming 256-bit top-k", "IndexBinaryFlat", ours, peer, note, checks, work)
 
 
 def wrap_l1_row(rng, faiss, *, nq: int, n: int, k: int, tune: dict, repeat: int) -> Row:
@@ -182,13 +202,21 @@ def wrap_l1_row(rng, faiss, *, nq: int, n: int, k: int, tune: dict, repeat: int)
     ours, peer = times["ours"], times.get("peer")
     sub = slice(0, min(nq, 20))
     ref_i = np.argsort(scan(q8[sub], db8, wrap_l1), axis=1, kind="stable")[:, :k]
-    exact = bool((np.asarray(ours.result[1])[sub] == ref_i).all())
-    note = f"equals numpy scan on {ref_i.shape[0]} queries: {exact}"
+    checks = {
+        "numpy_queries": ref_i.shape[0],
+        "equal_numpy": bool((np.asarray(ours.result[1])[sub] == ref_i).all()),
+    }
+    note = f"equals numpy scan on {ref_i.shape[0]} queries: {checks['equal_numpy']}"
     # per word: 10 SWAR operations for the lane distances (the query's own terms hoisted, an AND of an XOR as
     # x86's one three-input logic operation), 4 to add byte pairs, 1 to accumulate; per row 3 to add the
     # 16-bit halves and 1 group minimum
     work = Work(16 * 15 + 4, 64, tune.get("query_block", 256))
-    return "uint8 wrap-L1 64-byte top-k", "IndexScalarQuantizer(QT_8bit) L2", ours, peer, note, work
+    return Row(
+        "uint8 wrap-L1 64-byte top-k", "IndexScalarQuantizer(QT_8bit) L2", ours, peer, note, checks, work
+    )
+
+
+PQ_NAME, PQ_PEER = "PQ(m=8, nbits=8) ADC top-k", "IndexPQ (same codebooks+codes)"
 
 
 def pq_row(rng, faiss, *, nq: int, n: int, k: int, tune: dict, repeat: int) -> Row:
@@ -206,9 +234,9 @@ def pq_row(rng, faiss, *, nq: int, n: int, k: int, tune: dict, repeat: int) -> R
     topk = partial(search.pq_topk, **tune)
     if faiss is None:
         ours = interleaved({"ours": (topk, (qj, own, own_codes, k))}, repeat=repeat)["ours"]
-        r_o = recall_at(np.asarray(ours.result[1]), truth)
-        note = f"recall@{k}: geojax with its own pq_fit codebooks and codes {r_o:.4f}"
-        return "PQ(m=8, nbits=8) ADC top-k", "IndexPQ (same codebooks+codes)", ours, None, note, pq_work(tune)
+        checks = {"recall_own_pq_fit": recall_at(np.asarray(ours.result[1]), truth)}
+        note = f"recall@{k}: geojax with its own pq_fit codebooks and codes {checks['recall_own_pq_fit']:.4f}"
+        return Row(PQ_NAME, PQ_PEER, ours, None, note, checks, pq_work(tune))
     ipq = faiss.IndexPQ(d, m, nbits)
     ipq.train(xb[:n_train])
     ipq.add(xb)
@@ -223,15 +251,21 @@ def pq_row(rng, faiss, *, nq: int, n: int, k: int, tune: dict, repeat: int) -> R
     gi = np.asarray(ours.result[1])
     sub = slice(0, min(nq, 20))
     adc = scan(xq[sub], codes, partial(adc_distance, cb))
-    same = bool((np.argsort(adc, axis=1, kind="stable")[:, :k] == gi[sub]).all())
-    r_f, r_g = recall_at(fi, truth), recall_at(gi, truth)
-    r_o = recall_at(np.asarray(topk(qj, own, own_codes, k)[1]), truth)
+    checks = {
+        "numpy_queries": adc.shape[0],
+        "same_topk_as_numpy": bool((np.argsort(adc, axis=1, kind="stable")[:, :k] == gi[sub]).all()),
+        "recall_geojax": recall_at(gi, truth),
+        "recall_faiss": recall_at(fi, truth),
+        "indices_equal": float((gi == fi).mean()),
+        "recall_own_pq_fit": recall_at(np.asarray(topk(qj, own, own_codes, k)[1]), truth),
+    }
     note = (
-        f"top-k = numpy ADC scan on {adc.shape[0]} queries: {same}; "
-        f"recall@{k}: geojax {r_g:.4f}, faiss {r_f:.4f} (Δ {r_g - r_f:+.4f}); "
-        f"indices equal {float((gi == fi).mean()):.4f}; own pq_fit recall {r_o:.4f}"
+        f"top-k = numpy ADC scan on {adc.shape[0]} queries: {checks['same_topk_as_numpy']}; "
+        f"recall@{k}: geojax {checks['recall_geojax']:.4f}, faiss {checks['recall_faiss']:.4f} "
+        f"(Δ {checks['recall_geojax'] - checks['recall_faiss']:+.4f}); "
+        f"indices equal {checks['indices_equal']:.4f}; own pq_fit recall {checks['recall_own_pq_fit']:.4f}"
     )
-    return "PQ(m=8, nbits=8) ADC top-k", "IndexPQ (same codebooks+codes)", ours, peer, note, pq_work(tune)
+    return Row(PQ_NAME, PQ_PEER, ours, peer, note, checks, pq_work(tune))
 
 
 def pq_work(tune: dict) -> Work:
@@ -269,10 +303,10 @@ def floors(work: Work, *, nq: int, n: int, bandwidth: float, ops: float) -> tupl
     return n * work.row_bytes * passes / bandwidth, nq * n * work.lane_ops / ops
 
 
-def index_devices_table(rng, *, nq: int, n: int, k: int, repeat: int) -> list[list]:
-    """geojax.search.IndexFlat over the first 1, 2, 4 … devices (and all): seconds and queries/s per codec,
-    the results checked equal to the one-device index's. The query vectors encode exactly to random codes
-    (angles code/256; ±1 per bit)."""
+def index_devices_table(rng, *, nq: int, n: int, k: int, repeat: int) -> list[dict]:
+    """geojax.search.IndexFlat over the first 1, 2, 4 … devices (and all): per codec and device count the
+    best seconds of ``repeat`` searches, queries/s, the speed-up over one device and whether the results equal
+    the one-device index's. The query vectors encode exactly to random codes (angles code/256; ±1 per bit)."""
     counts = sorted({min(1 << i, jax.device_count()) for i in range(jax.device_count().bit_length())})
     bits = rng.integers(0, 2, (nq, 256)).astype(np.float32)
     data = {
@@ -295,7 +329,7 @@ def index_devices_table(rng, *, nq: int, n: int, k: int, repeat: int) -> list[li
         rng.standard_normal((nq, 64)).astype(np.float32),
         rng.integers(0, 256, (n, 8), dtype=np.uint8),
     )
-    cells = []
+    records = []
     for kind, (codec, q, codes) in data.items():
         base = first = None
         for count in counts:
@@ -305,23 +339,40 @@ def index_devices_table(rng, *, nq: int, n: int, k: int, repeat: int) -> list[li
             timing = measure(idx.search, q, k, repeats=repeat)
             first = timing.result if first is None else first
             base = timing.best if base is None else base
-            same = all(np.array_equal(a, b) for a, b in zip(timing.result, first, strict=True))
-            cells.append(
-                [
-                    kind,
-                    count,
-                    f"{timing.best:.3f}",
-                    f"{nq / timing.best:,.0f}",
-                    f"{base / timing.best:.2f}×",
-                    same,
-                ]
+            records.append(
+                {
+                    "codes": kind,
+                    "devices": count,
+                    "seconds": timing.best,
+                    "queries_per_s": nq / timing.best,
+                    "speed_up": base / timing.best,
+                    "equal_to_one_device": all(
+                        np.array_equal(a, b) for a, b in zip(timing.result, first, strict=True)
+                    ),
+                }
             )
             del idx
-    return cells
+    return records
 
 
-def torus_bits_table(rng, faiss, *, nq: int, n: int, k: int, tune: dict, repeat: int) -> list[list]:
-    """Packed b-bit torus top-k on 64 angles: geojax, faiss IndexBinaryFlat on the same bytes, and C."""
+def index_devices_cells(records: list[dict]) -> list[list]:
+    """The printed rows of :func:`index_devices_table`'s records."""
+    return [
+        [
+            r["codes"],
+            r["devices"],
+            f"{r['seconds']:.3f}",
+            f"{r['queries_per_s']:,.0f}",
+            f"{r['speed_up']:.2f}×",
+            r["equal_to_one_device"],
+        ]
+        for r in records
+    ]
+
+
+def torus_bits_table(rng, faiss, *, nq: int, n: int, k: int, tune: dict, repeat: int) -> list[dict]:
+    """Packed b-bit torus top-k on 64 angles, per b = 8, 4, 2, 1: geojax's best seconds, faiss
+    IndexBinaryFlat's on the same bytes and the C header's queries/s (None where absent), with the checks."""
     import tempfile
 
     angles = 64
@@ -330,7 +381,7 @@ def torus_bits_table(rng, faiss, *, nq: int, n: int, k: int, tune: dict, repeat:
     lib = None
     if clib.compiler() is not None:
         lib = clib.Library(tempfile.mkdtemp(prefix="gjt-bench-"), extra_flags=("-march=native",))
-    cells, base = [], None
+    records, base = [], None
     for bits in (8, 4, 2, 1):
         q, db = np.asarray(quantize.torus_codes(t_q, bits)), np.asarray(quantize.torus_codes(t_db, bits))
         nbytes = q.shape[1]
@@ -343,42 +394,145 @@ def torus_bits_table(rng, faiss, *, nq: int, n: int, k: int, tune: dict, repeat:
         )
         gd, gi = (np.asarray(a) for a in ours.result)
         base = ours.best if bits == 8 else base
-        peer = c_time = None
-        checks = []
+        peer = c_qps = c_equal = None
         if faiss is not None:
             index = faiss.IndexBinaryFlat(8 * nbytes)
             index.add(db)
-            peer = measure(index.search, q, k, repeats=repeat)
+            peer = measure(index.search, q, k, repeats=repeat).best
         if lib is not None:
             sub = min(nq, 50)  # the C scan is single-threaded: time it on fewer queries, report per query
             c = measure(partial(lib.topk, bits=bits), q[:sub], db, k, repeats=1)
-            c_time = c.best / sub * nq
-            checks.append(
-                f"C = geojax: {bool((c.result[1] == gi[:sub]).all() and (c.result[0] == gd[:sub]).all())}"
-            )
-        cells.append(
-            [
-                f"{bits}-bit × {angles}",
-                nbytes,
-                f"{ours.best:.3f}",
-                f"{nq / ours.best:,.0f}",
-                f"{ours.best / (n * nq * nbytes * 8) * 1e12:.2f}",
-                f"{base / ours.best:.2f}×",
-                None if peer is None else f"{peer.best:.3f}",
-                None if peer is None else f"{peer.best / ours.best:.2f}×",
-                None if c_time is None else f"{nq / c_time:,.0f}",
-                "; ".join(checks),
-            ]
+            c_qps = sub / c.best
+            c_equal = bool((c.result[1] == gi[:sub]).all() and (c.result[0] == gd[:sub]).all())
+        records.append(
+            {
+                "bits": bits,
+                "angles": angles,
+                "bytes": nbytes,
+                "geojax_s": ours.best,
+                "geojax_queries_per_s": nq / ours.best,
+                "ps_per_code_bit": ours.best / (n * nq * nbytes * 8) * 1e12,
+                "speed_vs_8_bit": base / ours.best,
+                "faiss_binary_s": peer,
+                "ratio": None if peer is None else peer / ours.best,
+                "c_queries_per_s": c_qps,
+                "c_equal_geojax": c_equal,
+            }
         )
-    return cells
+    return records
+
+
+def torus_bits_cells(records: list[dict]) -> list[list]:
+    """The printed rows of :func:`torus_bits_table`'s records."""
+    return [
+        [
+            f"{r['bits']}-bit × {r['angles']}",
+            r["bytes"],
+            f"{r['geojax_s']:.3f}",
+            f"{r['geojax_queries_per_s']:,.0f}",
+            f"{r['ps_per_code_bit']:.2f}",
+            f"{r['speed_vs_8_bit']:.2f}×",
+            None if r["faiss_binary_s"] is None else f"{r['faiss_binary_s']:.3f}",
+            None if r["ratio"] is None else f"{r['ratio']:.2f}×",
+            None if r["c_queries_per_s"] is None else f"{r['c_queries_per_s']:,.0f}",
+            "" if r["c_equal_geojax"] is None else f"C = geojax: {r['c_equal_geojax']}",
+        ]
+        for r in records
+    ]
+
+
+def search_record(row: Row, *, nq: int, n: int, bandwidth: float, ops: float) -> dict:
+    """One faiss-comparison row's figures: medians of wall-clock and CPU seconds (all rounds kept), the
+    ratios faiss / geojax, the check's figures and the floors of geojax's call on this CPU."""
+    ours, peer = row.ours, row.peer
+    memory, lanes = floors(row.work, nq=nq, n=n, bandwidth=bandwidth, ops=ops)
+    return {
+        "search": row.search,
+        "faiss_peer": row.peer_name,
+        "geojax_s": ours.median,
+        "faiss_s": None if peer is None else peer.median,
+        "ratio": None if peer is None else peer.median / ours.median,
+        "geojax_cpu_s": ours.cpu_median,
+        "faiss_cpu_s": None if peer is None else peer.cpu_median,
+        "cpu_ratio": None if peer is None else peer.cpu_median / ours.cpu_median,
+        "geojax_rounds_s": list(ours.seconds),
+        "faiss_rounds_s": None if peer is None else list(peer.seconds),
+        "check": row.note,
+        "checks": row.checks,
+        "lane_ops_per_pair": row.work.lane_ops,
+        "row_bytes": row.work.row_bytes,
+        "query_block": row.work.query_block,
+        "memory_floor_s": memory,
+        "lane_op_floor_s": lanes,
+        "of_floor": max(memory, lanes) / ours.median,
+    }
+
+
+def search_cells(records: list[dict]) -> list[list]:
+    """The printed rows of :func:`search_record`'s records."""
+    return [
+        [
+            r["search"],
+            r["faiss_peer"],
+            f"{r['geojax_s']:.3f}",
+            None if r["faiss_s"] is None else f"{r['faiss_s']:.3f}",
+            None if r["ratio"] is None else f"**{r['ratio']:.2f}×**",
+            f"{r['geojax_cpu_s']:.2f}",
+            None if r["faiss_cpu_s"] is None else f"{r['faiss_cpu_s']:.2f}",
+            f"{r['memory_floor_s']:.3f}",
+            f"{r['lane_ops_per_pair']} → {r['lane_op_floor_s']:.3f}",
+            f"{r['of_floor']:.2f}",
+            r["check"],
+        ]
+        for r in records
+    ]
+
+
+def result_name(*, torus_bits: bool, index_devices: bool, cpu_devices: int | None, platform: str) -> str:
+    """The results file's stem: ``search``, ``search_torus_bits`` or ``search_index_devices``, with ``_gpu``
+    on a GPU and, outside --index-devices (whose devices are its subject), ``_cpu_devices_N`` when given."""
+    name = "search_torus_bits" if torus_bits else "search_index_devices" if index_devices else "search"
+    if platform == "gpu":
+        name += "_gpu"
+    if cpu_devices is not None and not index_devices:
+        name += f"_cpu_devices_{cpu_devices}"
+    return name
 
 
 ROWS = {"hamming": hamming_row, "wrap-l1": wrap_l1_row, "pq": pq_row}
+BANDWIDTH_MIB = 256
+SEARCH_HEADER = [
+    "search",
+    "faiss peer",
+    "geojax s",
+    "faiss s",
+    "ratio (faiss/geojax)",
+    "geojax CPU-s",
+    "faiss CPU-s",
+    "memory floor s",
+    "lane ops/pair → floor s",
+    "of floor",
+    "check",
+]
+TORUS_BITS_HEADER = [
+    "code",
+    "bytes",
+    "geojax s",
+    "geojax q/s",
+    "ps per code bit",
+    "speed vs 8-bit",
+    "faiss binary s",
+    "ratio (faiss/geojax)",
+    "C q/s (1 thread)",
+    "check",
+]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="small sizes (seconds)")
+    ap.add_argument(
+        "--quick", action="store_true", help="small sizes (seconds; writes no result unless --out)"
+    )
     ap.add_argument("--rows", type=int, default=None, help="database rows (default 1,000,000; quick 50,000)")
     ap.add_argument("--queries", type=int, default=None, help="queries (default 1,000; quick 200)")
     ap.add_argument("--repeat", type=int, default=5, help="alternating timing rounds")
@@ -405,9 +559,11 @@ def main() -> None:
         action="store_true",
         help="geojax.search.IndexFlat queries/s against the device count",
     )
+    add_out_argument(ap)
     args = ap.parse_args()
     if args.cpu_devices is not None:
         search.use_cpu_cores(args.cpu_devices)
+    machine = machine_info()  # after the device count is set, before any work
 
     faiss = load_faiss()
     full_rows = 1_000_000
@@ -430,7 +586,7 @@ def main() -> None:
         f"{peer_line}; {os.cpu_count()} CPUs"
     )
     if n != full_rows and not args.quick:
-        print(f"NOTE: database reduced to {n:,} rows (issue size {full_rows:,})")
+        print(f"NOTE: database reduced to {n:,} rows (default {full_rows:,})")
     print(
         f"queries {nq:,}, database rows {n:,}, top-{args.k}, medians of {args.repeat} alternating rounds, "
         f"chunk {args.chunk or 'default'}, query block {args.query_block or 'default'}"
@@ -442,72 +598,50 @@ def main() -> None:
     }
     rng = np.random.default_rng(0)
     sizes = {"nq": nq, "n": n, "k": args.k, "tune": tune, "repeat": args.repeat}
+    figures = {
+        "queries": nq,
+        "rows": n,
+        "k": args.k,
+        "repeat": args.repeat,
+        "chunk": args.chunk,
+        "query_block": args.query_block,
+        "jax_devices": jax.device_count(),
+        "cpu_devices": args.cpu_devices,
+        "faiss_threads": None if faiss is None else faiss.omp_get_max_threads(),
+    }
     if args.torus_bits:
-        print_bits_table(rng, faiss, sizes)
-        return
-    if args.index_devices:
-        header = ["codes", "devices", "seconds", "queries/s", "speed-up", "= 1 device"]
-        cells = index_devices_table(rng, nq=nq, n=n, k=args.k, repeat=args.repeat)
+        figures["torus_bits"] = torus_bits_table(rng, faiss, **sizes)
         print()
-        print(markdown_table(header, cells, align="lrrrrl"))
-        return
-    rows = [ROWS[name](rng, faiss, **sizes) for name in args.searches.split(",")]
-
-    bandwidth, ops = memory_bandwidth(), lane_ops_per_second()
-    cells = []
-    for name, peer_name, ours, peer, note, work in rows:
-        memory, lanes = floors(work, nq=nq, n=n, bandwidth=bandwidth, ops=ops)
-        cells.append(
-            [
-                name,
-                peer_name,
-                f"{ours.median:.3f}",
-                None if peer is None else f"{peer.median:.3f}",
-                None if peer is None else f"**{peer.median / ours.median:.2f}×**",
-                f"{ours.cpu_median:.2f}",
-                None if peer is None else f"{peer.cpu_median:.2f}",
-                f"{memory:.3f}",
-                f"{work.lane_ops} → {lanes:.3f}",
-                f"{max(memory, lanes) / ours.median:.2f}",
-                note,
-            ]
+        print(markdown_table(TORUS_BITS_HEADER, torus_bits_cells(figures["torus_bits"]), align="lrrrrrrrrl"))
+    elif args.index_devices:
+        figures["index_devices"] = index_devices_table(rng, nq=nq, n=n, k=args.k, repeat=args.repeat)
+        header = ["codes", "devices", "seconds", "queries/s", "speed-up", "= 1 device"]
+        print()
+        print(markdown_table(header, index_devices_cells(figures["index_devices"]), align="lrrrrl"))
+    else:
+        rows = [ROWS[name](rng, faiss, **sizes) for name in args.searches.split(",")]
+        bandwidth, ops = memory_bandwidth(BANDWIDTH_MIB), lane_ops_per_second()
+        figures["floors"] = {
+            "bandwidth_read_mib": BANDWIDTH_MIB,
+            "memory_gb_per_s": bandwidth / 1e9,
+            "lane_ops_g_per_s": ops / 1e9,
+        }
+        figures["searches"] = [search_record(r, nq=nq, n=n, bandwidth=bandwidth, ops=ops) for r in rows]
+        print(
+            f"floors on this CPU: memory read {bandwidth / 1e9:.1f} GB/s, "
+            f"XLA uint32 lane operations {ops / 1e9:.1f} G/s (all threads)"
         )
-    header = [
-        "search",
-        "faiss peer",
-        "geojax s",
-        "faiss s",
-        "ratio (faiss/geojax)",
-        "geojax CPU-s",
-        "faiss CPU-s",
-        "memory floor s",
-        "lane ops/pair → floor s",
-        "of floor",
-        "check",
-    ]
-    print(
-        f"floors on this CPU: memory read {bandwidth / 1e9:.1f} GB/s, "
-        f"XLA uint32 lane operations {ops / 1e9:.1f} G/s (all threads)"
-    )
-    print()
-    print(markdown_table(header, cells, align="llrrrrrrrrl"))
-
-
-def print_bits_table(rng, faiss, sizes: dict) -> None:
-    header = [
-        "code",
-        "bytes",
-        "geojax s",
-        "geojax q/s",
-        "ps per code bit",
-        "speed vs 8-bit",
-        "faiss binary s",
-        "ratio (faiss/geojax)",
-        "C q/s (1 thread)",
-        "check",
-    ]
-    print()
-    print(markdown_table(header, torus_bits_table(rng, faiss, **sizes), align="lrrrrrrrrl"))
+        print()
+        print(markdown_table(SEARCH_HEADER, search_cells(figures["searches"]), align="llrrrrrrrrl"))
+    folder = destination(args.out, quick=args.quick)
+    if folder is not None:
+        name = result_name(
+            torus_bits=args.torus_bits,
+            index_devices=args.index_devices,
+            cpu_devices=args.cpu_devices,
+            platform=dev.platform,
+        )
+        print(f"wrote {write_result(name, figures, argv=sys.argv, machine=machine, folder=folder)}")
 
 
 if __name__ == "__main__":

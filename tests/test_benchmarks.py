@@ -217,18 +217,68 @@ def test_binary_quick(tmp_path):
 
 
 @pytest.mark.slow
-def test_search_quick():
-    out = _run_script("search.py", "--quick", "--rows", "5000", "--queries", "50", "--repeat", "1")
+def test_search_quick(tmp_path):
+    argv = ("--quick", "--rows", "5000", "--queries", "50", "--repeat", "1", "--out", str(tmp_path))
+    out = _run_script("search.py", *argv)
     (rows,) = _tables(out)
+    figures = _figures(tmp_path, "search", argv)
+    assert (figures["queries"], figures["rows"], figures["k"]) == (50, 5000, 10)
+    stored = figures["searches"]
+    assert [(s["search"], f"{s['geojax_s']:.3f}", f"{s['of_floor']:.2f}", s["check"]) for s in stored] == [
+        (r["search"], r["geojax s"], r["of floor"], r["check"]) for r in rows
+    ]
+    floors = figures["floors"]
+    assert f"memory read {floors['memory_gb_per_s']:.1f} GB/s" in out
+    assert f"lane operations {floors['lane_ops_g_per_s']:.1f} G/s" in out
+    for s, r in zip(stored, rows, strict=True):
+        assert r["lane ops/pair → floor s"] == f"{s['lane_ops_per_pair']} → {s['lane_op_floor_s']:.3f}"
+        assert s["geojax_rounds_s"] == [s["geojax_s"]] and s["geojax_s"] > 0  # one round: its median
     assert [r["search"].split()[0] for r in rows] == ["Hamming", "uint8", "PQ(m=8,"]
-    assert all(float(r["geojax s"]) > 0 for r in rows)
     if _installed("faiss"):
         assert "distances identical: True" in rows[0]["check"]
+        assert stored[0]["checks"]["distances_identical"] is True
+        for s, r in zip(stored, rows, strict=True):
+            assert r["ratio (faiss/geojax)"] == f"**{s['ratio']:.2f}×**"
+            assert s["ratio"] == pytest.approx(s["faiss_s"] / s["geojax_s"])
+            assert s["cpu_ratio"] == pytest.approx(s["faiss_cpu_s"] / s["geojax_cpu_s"])
+        recall = stored[2]["checks"]["recall_geojax"]
+        assert f"recall@10: geojax {recall:.4f}" in rows[2]["check"]
     else:
         assert "faiss not installed" in out
         assert all(r["faiss s"] == r["ratio (faiss/geojax)"] == r["faiss CPU-s"] == "–" for r in rows)
+        assert all(s["faiss_s"] is s["ratio"] is None for s in stored)
         assert rows[0]["check"].endswith("numpy scan on 20 queries: True")
     assert rows[1]["check"].endswith("numpy scan on 20 queries: True")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("flags", "name", "key", "columns"),
+    [
+        (("--index-devices", "--cpu-devices", "2"), "search_index_devices", "index_devices", ("queries/s",)),
+        (("--torus-bits",), "search_torus_bits", "torus_bits", ("geojax q/s", "C q/s (1 thread)")),
+    ],
+)
+def test_search_quick_variants_write_their_own_file(tmp_path, flags, name, key, columns):
+    argv = ("--quick", *flags, "--rows", "3000", "--queries", "20", "--repeat", "1", "--out", str(tmp_path))
+    (rows,) = _tables(_run_script("search.py", *argv))
+    stored = _figures(tmp_path, name, argv)[key]
+    assert len(stored) == len(rows) == (6 if key == "index_devices" else 4)
+    fields = {
+        "queries/s": "queries_per_s",
+        "geojax q/s": "geojax_queries_per_s",
+        "C q/s (1 thread)": "c_queries_per_s",
+    }
+    for s, r in zip(stored, rows, strict=True):
+        for column in columns:
+            assert r[column] == ("–" if s[fields[column]] is None else f"{s[fields[column]]:,.0f}")
+    if key == "index_devices":
+        assert [(s["codes"], s["devices"]) for s in stored] == [
+            (c, d) for c in ("hamming", "torus", "pq") for d in (1, 2)
+        ]
+        assert all(s["equal_to_one_device"] is True for s in stored)
+    else:
+        assert [(s["bits"], s["bytes"]) for s in stored] == [(8, 64), (4, 32), (2, 16), (1, 8)]
 
 
 @pytest.mark.slow
