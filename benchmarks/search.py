@@ -342,6 +342,7 @@ def index_devices_table(rng, *, nq: int, n: int, k: int, repeat: int) -> list[di
             records.append(
                 {
                     "codes": kind,
+                    "code_bytes": codes.shape[1],
                     "devices": count,
                     "seconds": timing.best,
                     "queries_per_s": nq / timing.best,

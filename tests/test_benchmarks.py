@@ -277,6 +277,7 @@ def test_search_quick_variants_write_their_own_file(tmp_path, flags, name, key, 
             (c, d) for c in ("hamming", "torus", "pq") for d in (1, 2)
         ]
         assert all(s["equal_to_one_device"] is True for s in stored)
+        assert [s["code_bytes"] for s in stored] == [32, 32, 64, 64, 8, 8]
     else:
         assert [(s["bits"], s["bytes"]) for s in stored] == [(8, 64), (4, 32), (2, 16), (1, 8)]
 
