@@ -589,8 +589,13 @@ def main() -> None:
     if n != full_rows and not args.quick:
         print(f"NOTE: database reduced to {n:,} rows (default {full_rows:,})")
     print(
-        f"queries {nq:,}, database rows {n:,}, top-{args.k}, medians of {args.repeat} alternating rounds, "
-        f"chunk {args.chunk or 'default'}, query block {args.query_block or 'default'}"
+        f"queries {nq:,}, database rows {n:,}, top-{args.k}, "
+        + (
+            f"best of {args.repeat} runs, "
+            if args.torus_bits or args.index_devices
+            else f"medians of {args.repeat} alternating rounds, "
+        )
+        + f"chunk {args.chunk or 'default'}, query block {args.query_block or 'default'}"
     )
     tune = {
         name: value
