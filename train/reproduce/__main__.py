@@ -18,10 +18,10 @@ invocations (and machines sharing the folder).
 
 Every run is the paper's recipe (an app preset) on the chosen data. ``--scale paper`` runs it as the paper
 does (the recipe's own network, ResNet-18 or ResNet-50, and its epochs; a GPU's work; Korman 2021's MTriplet
-on a ResNet-18 from scratch, not the paper's ImageNet-pretrained GoogLeNet); ``cpu`` (the default) with an
-MLP encoder in fp32, for the recipe's epochs or 480,000 training images per run, whichever is less (8 epochs
-of Fashion-MNIST);
-``quick`` smaller still (minutes per paper).
+on a ResNet-18 from scratch, not the paper's ImageNet-pretrained GoogLeNet); ``cpu`` (the default) with
+geojax's small CNN (batch norm, fp32), for the recipe's epochs or 180,000 training images per run, whichever
+is less (3 epochs of Fashion-MNIST), the seeds of a configuration as one program where only seed 0's
+embeddings are read; ``quick`` smaller still (an MLP, minutes per paper).
 
 Data: ``digits`` (scikit-learn's bundled 8×8 digits, offline; the default), ``npz:PATH`` (``images`` and
 ``labels``, as ``train.data``; ``python -m train.data IMAGES_IDX LABELS_IDX OUT.npz`` makes one from the
@@ -235,8 +235,9 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
         "--scale",
         default="cpu",
         choices=list(SCALES),
-        help="paper (ResNet-18, the papers' epochs: for a GPU) | cpu (MLP, the papers' epochs or 480,000 "
-        "images per run; default) | quick (minutes per paper) | tiny (tests)",
+        help="paper (each recipe's network, the papers' epochs: for a GPU) | cpu (the small CNN with batch "
+        "norm, the papers' epochs or 180,000 images per run; default) | quick (minutes per paper) | tiny "
+        "(tests)",
     )
     ap.add_argument(
         "--data",

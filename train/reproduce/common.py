@@ -23,10 +23,11 @@ VERDICTS = (HOLDS, FAILS, INCONCLUSIVE)
 LEARNED = 2.0  # a run learned when its P@1 reaches LEARNED × chance (1 / classes); below: "failed to learn"
 EQUIVALENT = 0.02  # the margin of every "≈" claim: a difference within ±2 points of P@1 / accuracy
 LEVEL = 0.95  # the confidence level of every interval a verdict is judged on
-# The cpu scale's share of the papers' epochs: 480,000 training images per run (8 epochs of Fashion-MNIST's
-# 60,000; a digits run reaches its recipe's 100 epochs first): all five papers' 60 Fashion-MNIST runs took
-# 83 min on two CPU cores.
-CPU_IMAGES = 480_000
+# The cpu scale's share of the papers' epochs: 180,000 training images per run (3 epochs of Fashion-MNIST's
+# 60,000, each image in the recipe's views) on the small CNN with batch norm, a configuration's seeds trained
+# as one program where only seed 0's embeddings are read: the five papers' 60 Fashion-MNIST runs take about
+# 3.5 hours on two CPU cores.
+CPU_IMAGES = 180_000
 CHECKPOINT_EVERY = 2000  # steps between a run's checkpoints (an interrupted run loses at most these)
 # The paper scale's network for a recipe whose preset builds none of its paper's networks: Korman 2021's
 # MTriplet fine-tunes an ImageNet-pretrained GoogLeNet on 227 × 227 crops (§3.2.1), which geojax does not
@@ -101,9 +102,11 @@ class Scale:
     """
 
     name: str
-    encoder: str | None  # every run's encoder: "mlp" (of ``width``, in fp32), or None: each recipe's own
-    # network (its preset's encoder; STAND_IN where the preset builds none of its paper's networks)
-    width: int | None  # MLP encoder width (None: no MLP at this scale)
+    encoder: str | None  # every run's encoder ("cnn", "mlp"; in fp32, of ``width`` and ``norm``), or None:
+    # each recipe's own network (its preset's encoder; STAND_IN where the preset builds none of its paper's
+    # networks) in its own precision
+    width: int | None  # that encoder's width (None: its own, geojax.models.OWN_WIDTHS)
+    norm: str | None  # that encoder's normalisation (None: its own)
     images: int | None  # at most this many training images per run (None: the recipe's epochs)
     probe_epochs: int | None  # linear / piecewise-linear probe epochs (None: the recipe's)
     steps_per_call: int  # training steps per dispatch (an accelerator idles between short steps)
@@ -132,6 +135,7 @@ SCALES: dict[str, Scale] = {
         name="paper",
         encoder=None,
         width=None,
+        norm=None,
         images=None,
         probe_epochs=None,
         steps_per_call=10,
@@ -155,12 +159,13 @@ SCALES: dict[str, Scale] = {
     ),
     "cpu": Scale(
         name="cpu",
-        encoder="mlp",
-        width=256,
+        encoder="cnn",
+        width=None,
+        norm="batch",
         images=CPU_IMAGES,
         probe_epochs=10,
         steps_per_call=1,
-        replicas=False,
+        replicas=True,
         seeds=3,
         charts=(1, 16, 4, 32),
         atlas_seeds=3,
@@ -182,6 +187,7 @@ SCALES: dict[str, Scale] = {
         name="quick",
         encoder="mlp",
         width=128,
+        norm=None,
         images=20_000,
         probe_epochs=10,
         steps_per_call=1,
@@ -207,6 +213,7 @@ SCALES: dict[str, Scale] = {
         name="tiny",
         encoder="mlp",
         width=16,
+        norm=None,
         images=384,
         probe_epochs=1,
         steps_per_call=1,
@@ -407,11 +414,13 @@ def run_keys(ctx: Context, overrides: dict[str, Any]) -> dict[str, Any]:
         "steps_per_call": s.steps_per_call,
         "progress": False,
     }
-    if s.encoder == "mlp":
-        keys |= {"width": s.width, "precision": "fp32"}
+    if s.encoder is not None:
+        keys |= {"width": s.width, "precision": "fp32"} | ({"norm": s.norm} if s.norm else {})
     cfg = config.make(**{**keys, **overrides})
     steps = run_steps(cfg, training_images(cfg, ctx.dataset), s.images)
     keys |= {"steps": steps, "log_every": min(25, steps), "checkpoint_every": min(steps, CHECKPOINT_EVERY)}
+    if cfg.warmup and "steps" not in overrides:
+        keys["warmup"] = scaled_warmup(cfg, training_images(cfg, ctx.dataset), steps)
     optional = {"test_fraction": ctx.test_fraction, "probe_epochs": s.probe_epochs}
     return keys | {k: v for k, v in optional.items() if v is not None and config.applies(k, cfg)}
 
@@ -437,6 +446,13 @@ def run_steps(cfg: config.Config, n_train: int, images: int | None) -> int:
     training images (steps × batch, at least one step) when given."""
     steps = step.resolve(cfg, n_train).steps
     return steps if images is None else max(1, min(steps, images // cfg.batch_size))
+
+
+def scaled_warmup(cfg: config.Config, n_train: int, steps: int) -> int:
+    """A recipe's warm-up for a run of ``steps`` of its steps: the same share of the run as the recipe's
+    warm-up is of the recipe's length (Feeney & Hughes 2024's 970 warm-up steps are 1.2 % of 800 epochs)."""
+    recipe = step.resolve(cfg, n_train).steps
+    return round(min(cfg.warmup, recipe) * steps / recipe)
 
 
 def scale_note(ctx: Context) -> str:
