@@ -419,8 +419,6 @@ def run_keys(ctx: Context, overrides: dict[str, Any]) -> dict[str, Any]:
     cfg = config.make(**{**keys, **overrides})
     steps = run_steps(cfg, training_images(cfg, ctx.dataset), s.images)
     keys |= {"steps": steps, "log_every": min(25, steps), "checkpoint_every": min(steps, CHECKPOINT_EVERY)}
-    if cfg.warmup and "steps" not in overrides:
-        keys["warmup"] = scaled_warmup(cfg, training_images(cfg, ctx.dataset), steps)
     optional = {"test_fraction": ctx.test_fraction, "probe_epochs": s.probe_epochs}
     return keys | {k: v for k, v in optional.items() if v is not None and config.applies(k, cfg)}
 
@@ -446,13 +444,6 @@ def run_steps(cfg: config.Config, n_train: int, images: int | None) -> int:
     training images (steps × batch, at least one step) when given."""
     steps = step.resolve(cfg, n_train).steps
     return steps if images is None else max(1, min(steps, images // cfg.batch_size))
-
-
-def scaled_warmup(cfg: config.Config, n_train: int, steps: int) -> int:
-    """A recipe's warm-up for a run of ``steps`` of its steps: the same share of the run as the recipe's
-    warm-up is of the recipe's length (Feeney & Hughes 2024's 970 warm-up steps are 1.2 % of 800 epochs)."""
-    recipe = step.resolve(cfg, n_train).steps
-    return round(min(cfg.warmup, recipe) * steps / recipe)
 
 
 def scale_note(ctx: Context) -> str:
