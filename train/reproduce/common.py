@@ -403,10 +403,10 @@ def clean(v: Any) -> Any:
 
 def run_keys(ctx: Context, overrides: dict[str, Any]) -> dict[str, Any]:
     """The keys every run of ``ctx`` gets beside its ``overrides`` (a preset plus changes): the data set, the
-    encoder (the scale's MLP of its width in fp32, or the recipe's own network in its own precision:
-    :func:`recipe_encoder`), its length (the recipe's epochs over the images it trains on, or the scale's
-    share of them), quiet logging; the held-out fraction and the probe's epochs only when the run uses them
-    (the config refuses keys a run does not use)."""
+    encoder (the scale's, of its width and normalisation, in fp32; or the recipe's own network in its own
+    precision: :func:`recipe_encoder`), its length (the recipe's epochs over the images it trains on, or the
+    scale's share of them), quiet logging; the held-out fraction and the probe's epochs only when the run
+    uses them (the config refuses keys a run does not use)."""
     s = ctx.scale
     keys: dict[str, Any] = {
         "dataset": ctx.data,
@@ -457,7 +457,8 @@ def scale_note(ctx: Context) -> str:
             f"paper's networks, {STAND_IN} from scratch)"
         )
     else:
-        what = f"the recipes with encoder {s.encoder}"
+        shape = "its own width" if s.width is None else f"width {s.width}"
+        what = f"the recipes with geojax's {s.encoder} encoder ({shape}, {s.norm or 'its own'} norm, fp32)"
     probe = "" if s.probe_epochs is None else f"; probes trained for {s.probe_epochs} epochs"
     if s.images is None:
         return f"Scale {s.name}: {what}, each for its recipe's epochs{probe}."
