@@ -20,8 +20,7 @@ Every run is the paper's recipe (an app preset) on the chosen data. ``--scale pa
 does (the recipe's own network, ResNet-18 or ResNet-50, and its epochs; a GPU's work; Korman 2021's MTriplet
 on a ResNet-18 from scratch, not the paper's ImageNet-pretrained GoogLeNet); ``cpu`` (the default) with
 geojax's small CNN (batch norm, fp32), for the recipe's epochs or 180,000 training images per run, whichever
-is less (3 epochs of Fashion-MNIST), the seeds of a configuration as one program where only seed 0's
-embeddings are read; ``quick`` smaller still (an MLP, minutes per paper).
+is less (3 epochs of Fashion-MNIST); ``quick`` smaller still (an MLP, minutes per paper).
 
 Data: ``digits`` (scikit-learn's bundled 8×8 digits, offline; the default), ``npz:PATH`` (``images`` and
 ``labels``, as ``train.data``; ``python -m train.data IMAGES_IDX LABELS_IDX OUT.npz`` makes one from the

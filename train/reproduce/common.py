@@ -24,9 +24,9 @@ LEARNED = 2.0  # a run learned when its P@1 reaches LEARNED × chance (1 / class
 EQUIVALENT = 0.02  # the margin of every "≈" claim: a difference within ±2 points of P@1 / accuracy
 LEVEL = 0.95  # the confidence level of every interval a verdict is judged on
 # The cpu scale's share of the papers' epochs: 180,000 training images per run (3 epochs of Fashion-MNIST's
-# 60,000, each image in the recipe's views) on the small CNN with batch norm, a configuration's seeds trained
-# as one program where only seed 0's embeddings are read: the five papers' 60 Fashion-MNIST runs take about
-# 3.5 hours on two CPU cores.
+# 60,000, each image in the recipe's views) on the small CNN with batch norm, each seed its own program (three
+# CNN replicas in one program ran 2.2× slower per replica-step than one alone): the five papers' 61
+# Fashion-MNIST runs take about 3.5 hours on two CPU cores.
 CPU_IMAGES = 180_000
 CHECKPOINT_EVERY = 2000  # steps between a run's checkpoints (an interrupted run loses at most these)
 # The paper scale's network for a recipe whose preset builds none of its paper's networks: Korman 2021's
@@ -165,7 +165,7 @@ SCALES: dict[str, Scale] = {
         images=CPU_IMAGES,
         probe_epochs=10,
         steps_per_call=1,
-        replicas=True,
+        replicas=False,
         seeds=3,
         charts=(1, 16, 4, 32),
         atlas_seeds=3,

@@ -268,9 +268,8 @@ def render(out: str) -> str:
             "(convolutions 32 and 64, 256 dense features, batch norm, fp32) for the recipe's epochs or "
             "180,000 training images per run, whichever is less (on Fashion-MNIST: 3 epochs, against 100 in "
             "most recipes, 300 in MTriplet's and 800 in Feeney & Hughes 2024's; a cosine schedule spans the "
-            "steps run, a warm-up keeps its steps up to half the run), a configuration's seeds trained as "
-            "one program where only seed 0's embeddings are read. Seeds per configuration are those each "
-            "section lists (torusC: two per dimension and clipping setting at the cpu scale).",
+            "steps run, a warm-up keeps its steps up to half the run). Seeds per configuration are those "
+            "each section lists (torusC: two per dimension and clipping setting at the cpu scale).",
             "",
             recipe_table(keys),
             *(["", LEGACY] if any(r["scale"]["name"] == "full" for r in results) else []),
