@@ -25,8 +25,9 @@ EQUIVALENT = 0.02  # the margin of every "≈" claim: a difference within ±2 po
 LEVEL = 0.95  # the confidence level of every interval a verdict is judged on
 # The cpu scale's share of the papers' epochs: 180,000 training images per run (3 epochs of Fashion-MNIST's
 # 60,000, each image in the recipe's views) on the small CNN with batch norm, each seed its own program (three
-# CNN replicas in one program ran 2.2× slower per replica-step than one alone): the five papers' 61
-# Fashion-MNIST runs take about 3.5 hours on two CPU cores.
+# CNN replicas in one program gave 2.4 replica-steps/s, one alone 5.4 steps/s, though the first shared the
+# cores with another run for most of its time): the five papers' 61 Fashion-MNIST runs take about 3.5 hours
+# on two CPU cores.
 CPU_IMAGES = 180_000
 CHECKPOINT_EVERY = 2000  # steps between a run's checkpoints (an interrupted run loses at most these)
 # The paper scale's network for a recipe whose preset builds none of its paper's networks: Korman 2021's
