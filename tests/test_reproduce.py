@@ -484,9 +484,19 @@ def test_run_keys_set_the_scales_encoder_and_length():
         ctx = common.Context(scale=common.SCALES[scale], data="digits", dataset=ds, runs_dir="", out="")
         return common.run_keys(ctx, overrides)
 
-    cpu = keys("cpu", preset="simo_cifar10")
-    assert (cpu["encoder"], cpu["width"], cpu["precision"]) == ("mlp", 256, "fp32")
+    cpu = keys("cpu", preset="simo_cifar10")  # the recipe's ResNet-18 in bf16 becomes the small CNN
+    assert (cpu["encoder"], cpu["width"], cpu["norm"], cpu["precision"]) == ("cnn", None, "batch", "fp32")
     assert cpu["steps"] == 100 * (len(ds.train_y) // 128) and cpu["probe_epochs"] == 10
+    built = config.from_args(
+        common.run_args(
+            common.Context(scale=common.SCALES["cpu"], data="digits", dataset=ds, runs_dir="r", out=""),
+            "x",
+            {"preset": "simo_cifar10"},
+        )
+    )
+    assert (built.encoder, built.width, built.norm, built.precision) == ("cnn", None, "batch", "fp32")
+    quick = keys("quick", preset="simo_cifar10")
+    assert (quick["encoder"], quick["width"], "norm" in quick) == ("mlp", 128, False)
     paper = keys("paper", preset="simo_cifar10")
     assert paper["encoder"] == "resnet18" and "width" not in paper and "precision" not in paper
     assert "probe_epochs" not in paper  # the recipe's one epoch
