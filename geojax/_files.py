@@ -13,8 +13,30 @@ from collections.abc import Callable
 
 
 def atomic_write(path: str, write: Callable[[str], None]) -> None:
-    """Call ``write(tmp)`` on a temporary path beside ``path`` (same extension), then rename it to ``path``;
-    the folder is created as needed."""
+    """Call ``write(tmp)`` on a temporary path beside ``path``, then rename it to ``path``.
+
+    The temporary file has the same extension and lies in the destination folder (created as needed); it is
+    flushed to disk, given 0644 permissions and renamed over ``path`` (``os.replace``, atomic on POSIX), so a
+    reader sees either the old file or the whole new one. If ``write`` raises, the temporary file is removed
+    and the exception propagates.
+
+    Args:
+        path: the destination file.
+        write: a function that writes the content to the path it is given.
+
+    Example:
+        >>> import os
+        >>> import tempfile
+        >>> from geojax._files import atomic_write
+        >>> def write(tmp):
+        ...     with open(tmp, "w") as f:
+        ...         f.write("done")
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     path = os.path.join(folder, "sub", "a.txt")
+        ...     atomic_write(path, write)
+        ...     print(open(path).read(), os.listdir(os.path.dirname(path)))
+        done ['a.txt']
+    """
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.splitext(path)[1])

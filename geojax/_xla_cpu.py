@@ -32,7 +32,22 @@ FIRST_MISCOMPILING = (0, 11)
 
 
 def parse_version(text: str) -> tuple[int, int]:
-    """(major, minor) of a version string such as ``"0.12.0.1"`` or ``"0.11.2.dev20260101"``."""
+    """(major, minor) of a version string such as ``"0.12.0.1"`` or ``"0.11.2.dev20260101"``.
+
+    Args:
+        text: the version string.
+
+    Returns:
+        (major, minor) ints.
+
+    Raises:
+        ValueError: ``text`` does not start with MAJOR.MINOR.
+
+    Example:
+        >>> from geojax import _xla_cpu
+        >>> _xla_cpu.parse_version("0.11.2.dev20260101")
+        (0, 11)
+    """
     match = re.match(r"(\d+)\.(\d+)", text)
     if match is None:
         raise ValueError(f"version must start with MAJOR.MINOR, got {text!r}")
@@ -40,27 +55,78 @@ def parse_version(text: str) -> tuple[int, int]:
 
 
 def miscompiles(jaxlib_version: str) -> bool:
-    """Whether jaxlib ``jaxlib_version`` puts bfloat16 element-wise / reduction regions through YNNPACK."""
+    """Whether jaxlib ``jaxlib_version`` puts bfloat16 element-wise / reduction regions through YNNPACK.
+
+    True from jaxlib 0.11 on (module docstring).
+
+    Args:
+        jaxlib_version: the jaxlib version string.
+
+    Returns:
+        True when that jaxlib miscompiles.
+
+    Raises:
+        ValueError: the version does not start with MAJOR.MINOR.
+
+    Example:
+        >>> from geojax import _xla_cpu
+        >>> _xla_cpu.miscompiles("0.10.2"), _xla_cpu.miscompiles("0.12.0.1")
+        (False, True)
+    """
     return parse_version(jaxlib_version) >= FIRST_MISCOMPILING
 
 
 def ynn_fusion_flag(jaxlib_version: str) -> str:
-    """The XLA flag that removes the YNNPACK fusion types above from jaxlib ``jaxlib_version``'s defaults."""
+    """The XLA flag that removes the YNNPACK fusion types above from jaxlib ``jaxlib_version``'s defaults.
+
+    Convolutions always; element-wise and reduction regions where the jaxlib :func:`miscompiles`.
+
+    Args:
+        jaxlib_version: the jaxlib version string.
+
+    Returns:
+        The flag, e.g. ``--xla_cpu_experimental_ynn_fusion_type=-individual_convolution``.
+
+    Example:
+        >>> from geojax import _xla_cpu
+        >>> _xla_cpu.ynn_fusion_flag("0.10.2")
+        '--xla_cpu_experimental_ynn_fusion_type=-individual_convolution'
+        >>> _xla_cpu.ynn_fusion_flag("0.11.0")
+        '--xla_cpu_experimental_ynn_fusion_type=-individual_convolution,-reduce,-eltwise'
+    """
     removed = SLOWER + (MISCOMPILED if miscompiles(jaxlib_version) else ())
     return f"--{FLAG_NAME}=" + ",".join(f"-{kind}" for kind in removed)
 
 
 def with_ynn_fusion_flag(xla_flags: str, jaxlib_version: str) -> str:
-    """``xla_flags`` (the value of ``XLA_FLAGS``) with :func:`ynn_fusion_flag` appended, unless it already
-    sets the flag."""
+    """``xla_flags`` with :func:`ynn_fusion_flag` appended, unless it already sets the flag.
+
+    Args:
+        xla_flags: the value of ``XLA_FLAGS``.
+        jaxlib_version: the jaxlib version string.
+
+    Returns:
+        The flags to use (unchanged when they set ``xla_cpu_experimental_ynn_fusion_type`` to any value: yours
+        wins).
+
+    Example:
+        >>> from geojax import _xla_cpu
+        >>> _xla_cpu.with_ynn_fusion_flag("--xla_cpu_experimental_ynn_fusion_type=", "0.11.0")
+        '--xla_cpu_experimental_ynn_fusion_type='
+        >>> _xla_cpu.with_ynn_fusion_flag("", "0.10.2")
+        '--xla_cpu_experimental_ynn_fusion_type=-individual_convolution'
+    """
     if FLAG_NAME in xla_flags:
         return xla_flags
     return f"{xla_flags} {ynn_fusion_flag(jaxlib_version)}".strip()
 
 
 def set_ynn_fusion_flag() -> None:
-    """Apply :func:`with_ynn_fusion_flag` to ``os.environ["XLA_FLAGS"]`` before JAX's backends start; when
-    they already have, leave it (it could no longer act) and warn if the jaxlib :func:`miscompiles`."""
+    """Apply :func:`with_ynn_fusion_flag` to ``os.environ["XLA_FLAGS"]`` before JAX's backends start.
+
+    When they already have, leave it (it could no longer act) and warn (``RuntimeWarning``) if the jaxlib
+    :func:`miscompiles`. Importing :mod:`geojax` calls it.
+    """
     import jaxlib.version
     from jax._src import xla_bridge
 

@@ -29,7 +29,20 @@ _HIGHEST = jax.lax.Precision.HIGHEST
 
 
 class ITQ(NamedTuple):
-    """Fitted ITQ (Gong & Lazebnik 2011; eq. 5): codes sign((x − mean) Rᵀ)."""
+    """Fitted ITQ (Gong & Lazebnik 2011; Hong, Meng & Yuan 2018, eq. 5): codes sign((x − mean) Rᵀ).
+
+    Made by :func:`itq_fit`; a NamedTuple of arrays (a JAX pytree).
+
+    Attributes:
+        mean: [d] the training mean.
+        projection: R [b, d].
+        objective: [iters] ‖B − V Q‖²_F after each iteration (eq. 5 when b ≥ d).
+
+    References:
+        Gong & Lazebnik 2011, "Iterative Quantization: A Procrustean Approach to Learning Binary Codes" (CVPR
+        2011); Hong, Meng & Yuan 2018, "Tensorized Projection for High-Dimensional Binary Embedding" (AAAI
+        2018), eq. 5.
+    """
 
     mean: jax.Array  # [d]
     projection: jax.Array  # R [b, d]
@@ -37,7 +50,19 @@ class ITQ(NamedTuple):
 
 
 class TP(NamedTuple):
-    """Fitted Tensorized Projection (eq. 9): codes sign(R (x − mean)), R in TT format."""
+    """Fitted Tensorized Projection (Hong, Meng & Yuan 2018, eq. 9): codes sign(R (x − mean)), R in TT format.
+
+    Made by :func:`tp_fit`; a NamedTuple (a JAX pytree).
+
+    Attributes:
+        mean: [d] the training mean.
+        projection: R [b, d] as a :class:`geojax.tt.TTMatrix`.
+        objective: [iters] eq. 9 after each iteration.
+
+    References:
+        Hong, Meng & Yuan 2018, "Tensorized Projection for High-Dimensional Binary Embedding" (AAAI 2018), eq.
+        9.
+    """
 
     mean: jax.Array  # [d]
     projection: tt.TTMatrix  # R [b, d]
@@ -45,15 +70,54 @@ class TP(NamedTuple):
 
 
 def sign(v: ArrayLike) -> jax.Array:
-    """Eq. 6: sgn with sgn(0) = +1, in v's dtype; NaN stays NaN."""
+    """Sign with sgn(0) = +1 (Hong, Meng & Yuan 2018, eq. 6), in v's dtype; NaN stays NaN.
+
+    Args:
+        v: [...] array.
+
+    Returns:
+        [...] ±1 in ``v``'s dtype (NaN where ``v`` is NaN).
+
+    References:
+        Hong, Meng & Yuan 2018, "Tensorized Projection for High-Dimensional Binary Embedding" (AAAI 2018), eq.
+        6.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from geojax import binary
+        >>> print(binary.sign(jnp.array([-2.0, 0.0, 3.0])))
+        [-1.  1.  1.]
+    """
     v = jnp.asarray(v)
     return jnp.where(v >= 0, 1, jnp.where(v < 0, -1, v)).astype(v.dtype)
 
 
 def procrustes(v: ArrayLike, y: ArrayLike) -> jax.Array:
-    """Eqs. 11–12: Q = argmin ‖V Q − Y‖_F over Q [p, b] with orthonormal rows (p ≤ b) or columns.
+    """Orthogonal Procrustes (Hong, Meng & Yuan 2018, eqs. 11–12): Q = argmin ‖V Q − Y‖_F.
 
-    v: [n, p], y: [n, b]. With Vᵀ Y = U Σ Wᵀ (thin SVD), Q = U Wᵀ.
+    Q [p, b] has orthonormal rows (p ≤ b) or columns. With Vᵀ Y = U Σ Wᵀ (thin SVD), Q = U Wᵀ. A kernel: NaN
+    propagates.
+
+    Args:
+        v: [n, p] floating.
+        y: [n, b] floating.
+
+    Returns:
+        Q [p, b].
+
+    References:
+        Hong, Meng & Yuan 2018, "Tensorized Projection for High-Dimensional Binary Embedding" (AAAI 2018),
+        eqs. 11–12.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> import numpy as np
+        >>> from geojax import binary
+        >>> v = jnp.array([[1.0, 0.0], [0.0, 2.0], [1.0, 1.0]])
+        >>> y = jnp.array([[0.0, 1.0], [2.0, 0.0], [1.0, 1.0]])
+        >>> print(np.asarray(binary.procrustes(v, y), np.float64).round(4) + 0.0)
+        [[0. 1.]
+         [1. 0.]]
     """
     u, _, wt = jnp.linalg.svd(jnp.matmul(v.T, y, precision=_HIGHEST), full_matrices=False)
     return jnp.matmul(u, wt, precision=_HIGHEST)
@@ -102,13 +166,39 @@ def _itq(x: jax.Array, key: jax.Array, bits: int, iters: int) -> ITQ:
 
 
 def itq_fit(x: ArrayLike, bits: int, *, key: jax.Array, iters: int = 50) -> ITQ:
-    """Iterative quantisation (Gong & Lazebnik 2011; eq. 5) of finite x [N, d] to ``bits`` sign bits.
+    """Iterative quantisation (Gong & Lazebnik 2011; Hong, Meng & Yuan 2018, eq. 5) to ``bits`` sign bits.
 
-    Centre x; if b < d project to the top-b principal directions V = X W [N, b] and learn a rotation
-    Q [b, b]; if b ≥ d use eq. 5 directly (V = X, Q [d, b] with orthonormal rows, i.e. the dense R = Qᵀ
-    with orthonormal columns, the paper's "ITQ (dense matrix)"). From a random orthogonal Q alternate
-    B = sign(V Q) and the Procrustes update of Q; ``objective`` [iters] is ‖B − V Q‖²_F after each
-    iteration (non-increasing). The projection is R = (W Q)ᵀ [b, d].
+    Centre x; if b < d project to the top-b principal directions V = X W [N, b] and learn a rotation Q [b, b];
+    if b ≥ d use eq. 5 directly (V = X, Q [d, b] with orthonormal rows, i.e. the dense R = Qᵀ with orthonormal
+    columns, the paper's "ITQ (dense matrix)"). From a random orthogonal Q alternate B = sign(V Q) and the
+    Procrustes update of Q; ``objective`` [iters] is ‖B − V Q‖²_F after each iteration (non-increasing). The
+    projection is R = (W Q)ᵀ [b, d].
+
+    Args:
+        x: [N, d] finite floating training rows.
+        bits: b, a positive multiple of 8.
+        key: a JAX PRNG key for the initial rotation.
+        iters: the number of iterations (a positive int).
+
+    Returns:
+        ITQ(mean [d], projection [b, d], objective [iters]).
+
+    Raises:
+        ValueError: ``x`` is not a non-empty floating matrix or holds NaN or ±inf; ``bits`` is not a positive
+            multiple of 8; ``iters`` is not a positive int.
+
+    References:
+        Gong & Lazebnik 2011, "Iterative Quantization: A Procrustean Approach to Learning Binary Codes" (CVPR
+        2011); Hong, Meng & Yuan 2018, "Tensorized Projection for High-Dimensional Binary Embedding" (AAAI
+        2018), eq. 5.
+
+    Example:
+        >>> import jax
+        >>> from geojax import binary
+        >>> x = jax.random.normal(jax.random.key(0), (64, 16))
+        >>> model = binary.itq_fit(x, 8, key=jax.random.key(1), iters=10)
+        >>> model.projection.shape, model.objective.shape
+        ((8, 16), (10,))
     """
     _check_fit_args(x, bits, iters)
     with jax.default_matmul_precision("highest"):
@@ -152,15 +242,45 @@ def tp_fit(
     beta: float = 1.0,
     iters: int = 10,
 ) -> TP:
-    """Tensorized Projection (eq. 9) of finite x [N, d] to ``bits`` sign bits with a TT projection.
+    """Tensorized Projection (Hong, Meng & Yuan 2018, eq. 9) to ``bits`` sign bits with a TT projection.
 
-    min ‖R̄X − C‖² + β‖R̄X − RX‖² s.t. R̄ᵀR̄ = I and R a TT matrix with row modes ``out_modes``
-    (∏ = bits), column modes ``in_modes`` (∏ = d) and TT-rank ``rank`` (an int or r_0 … r_t). Data are
-    centred; R̄ starts random orthogonal and R at its TT-SVD rounding (§5.4). Each iteration sets
-    C = sign(R̄X) (eq. 10), R̄ by Procrustes on Y = (C + βRX)/(1 + β) (eqs. 11–12; for b < d within the
-    top-b principal subspace, R̄ = R̄'P of §5.2), then one ALS sweep over the cores (eqs. 17–22).
-    ``objective`` [iters] is eq. 9 after each iteration (non-increasing). Ranks larger than an unfolding
-    of R are capped there (see ``tt.tt_svd``).
+    min ‖R̄X − C‖² + β‖R̄X − RX‖² s.t. R̄ᵀR̄ = I and R a TT matrix with row modes ``out_modes`` (∏ = bits),
+    column modes ``in_modes`` (∏ = d) and TT-rank ``rank``. Data are centred; R̄ starts random orthogonal and
+    R at its TT-SVD rounding (§5.4). Each iteration sets C = sign(R̄X) (eq. 10), R̄ by Procrustes on
+    Y = (C + βRX)/(1 + β) (eqs. 11–12; for b < d within the top-b principal subspace, R̄ = R̄'P of §5.2), then
+    one ALS sweep over the cores (eqs. 17–22). ``objective`` [iters] is eq. 9 after each iteration
+    (non-increasing). Ranks larger than an unfolding of R are capped there (see ``tt.tt_svd``).
+
+    Args:
+        x: [N, d] finite floating training rows.
+        bits: b, a positive multiple of 8.
+        in_modes: the TT column modes, ∏ = d.
+        out_modes: the TT row modes, ∏ = bits.
+        rank: the TT-rank, an int or the full list r_0 … r_t.
+        key: a JAX PRNG key for the initial rotation.
+        beta: β, a finite number ≥ 0.
+        iters: the number of iterations (a positive int).
+
+    Returns:
+        TP(mean [d], projection TTMatrix [b, d], objective [iters]).
+
+    Raises:
+        ValueError: ``x`` is not a non-empty floating matrix or holds NaN or ±inf; ``bits`` is not a positive
+            multiple of 8; ``iters`` is not a positive int; the modes do not multiply to d and bits or are
+            malformed; ``rank`` is malformed; ``beta`` is not a finite number ≥ 0.
+
+    References:
+        Hong, Meng & Yuan 2018, "Tensorized Projection for High-Dimensional Binary Embedding" (AAAI 2018),
+        eqs. 9–22, §5.2, §5.4.
+
+    Example:
+        >>> import jax
+        >>> from geojax import binary
+        >>> x = jax.random.normal(jax.random.key(0), (64, 16))
+        >>> model = binary.tp_fit(x, 16, in_modes=(4, 4), out_modes=(4, 4), rank=2,
+        ...                       key=jax.random.key(1), iters=2)
+        >>> model.projection.shape, model.objective.shape
+        ((16, 16), (2,))
     """
     _check_fit_args(x, bits, iters)
     out_modes, in_modes = tt._check_modes(out_modes, in_modes)
@@ -176,12 +296,35 @@ def tp_fit(
 
 
 def encode(model: ITQ | TP, x: ArrayLike) -> jax.Array:
-    """Eq. 6: packed sign bits uint8 [..., b/8] of x [..., d] under a fitted ITQ or TP model.
+    """Packed sign bits (Hong, Meng & Yuan 2018, eq. 6) of x under a fitted ITQ or TP model.
 
     TP projects with the TT matrix-by-vector product (eq. 4): its cores merged as ``tt.plan`` chooses (an
-    exact regrouping; only for a small matrix may that be all cores, the dense matrix) and the batch run
-    in slabs of rows, each slab centred, projected, signed and packed before the next (``tt.map_rows``).
-    A concrete ``x`` with NaN or ±inf is rejected; a traced one is not checked (module docstring).
+    exact regrouping; only for a small matrix may that be all cores, the dense matrix) and the batch run in
+    slabs of rows, each slab centred, projected, signed and packed before the next (``tt.map_rows``). Bit k of
+    a vector is bit (k mod 8) of byte k // 8; sign(0) = +1.
+
+    Args:
+        model: a fitted :class:`ITQ` or :class:`TP`.
+        x: [..., d] floating vectors of the fitted width.
+
+    Returns:
+        [..., b/8] uint8 packed codes.
+
+    Raises:
+        ValueError: ``model`` is not an ITQ or TP; ``x`` is not floating with last dimension d; a concrete
+            ``x`` holds NaN or ±inf (a traced one is not checked: module docstring).
+
+    References:
+        Hong, Meng & Yuan 2018, "Tensorized Projection for High-Dimensional Binary Embedding" (AAAI 2018),
+        eqs. 4 and 6.
+
+    Example:
+        >>> import jax
+        >>> from geojax import binary
+        >>> x = jax.random.normal(jax.random.key(0), (64, 16))
+        >>> codes = binary.encode(binary.itq_fit(x, 8, key=jax.random.key(1), iters=10), x)
+        >>> codes.shape, codes.dtype
+        ((64, 1), dtype('uint8'))
     """
     if not isinstance(model, ITQ | TP):
         raise ValueError(f"model must be a fitted ITQ or TP, got {type(model).__name__}")

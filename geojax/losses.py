@@ -233,14 +233,6 @@ def _softmax_loss(
     return _softmax_reduce(spec, row_sum, count, nan_where_nonfinite(x), scale, axis_name)
 
 
-_SOFTMAX_ARGS = """
-
-    sim: [n, M], labels: [n] int, key_labels: [M] int, self_index: [n] int → scalar fp32.
-    ``base_temperature``: None (pytorch-metric-learning's form, no factor) or τ_base, which multiplies the
-    loss by τ / τ_base as SupContrast's code does (its default τ_base is 0.07).
-    """
-
-
 def supcon(
     sim: ArrayLike,
     labels: ArrayLike,
@@ -251,6 +243,50 @@ def supcon(
     self_index: ArrayLike | None = None,
     axis_name: str | None = None,
 ) -> jax.Array:
+    """Supervised contrastive loss L^sup_out (Khosla et al. 2020, eq. 2).
+
+    Per anchor a, with x = s / τ: ℓ_a = −mean_{p∈P(a)} [x_ap − log Σ_{k≠a} e^{x_ak}], the sum over every key
+    but the anchor's own column; the loss is the mean of ℓ_a over the anchors that have a positive
+    (SupContrast's code also counts the others, as 0: docs/conventions.md), times τ / τ_base when
+    ``base_temperature`` is given. Log-sum-exps run in fp32 with the (stop-gradient) row maximum subtracted.
+
+    Args:
+        sim: [n, M] floating similarities of n anchors to M keys (higher = more similar); the square call
+            ``supcon(sim, labels)`` has keys = anchors.
+        labels: [n] integer labels of the anchors.
+        temperature: τ > 0 (a scalar, may be traced); the logits are x = s / τ.
+        base_temperature: None (pytorch-metric-learning's form, no factor) or τ_base > 0, which multiplies
+            the loss by τ / τ_base as SupContrast's code does (its default τ_base is 0.07).
+        key_labels: [M] integer labels of the keys (rectangular / distributed form); None: the keys are the
+            anchors.
+        self_index: [n] integer column of each anchor's own key in [0, M), masked as a self-pair; with
+            ``key_labels`` but no ``self_index`` no column is excluded.
+        axis_name: named mapped axis over which numerators *and* counts are summed, so every device returns
+            the loss of the global batch; None on one device.
+
+    Returns:
+        Scalar fp32 loss: 0 with zero gradients when no anchor has a positive; NaN when ``sim`` holds a NaN
+        or ±Inf anywhere, whatever the masks select.
+
+    Raises:
+        ValueError: ``sim`` is not a non-empty floating [n, M] matrix; ``labels``, ``key_labels`` or
+            ``self_index`` has the wrong length or a non-integer dtype; ``key_labels`` is missing while
+            M ≠ n; ``self_index`` lies outside [0, M); ``temperature`` or ``base_temperature`` is not > 0.
+
+    References:
+        Khosla et al. 2020, "Supervised Contrastive Learning" (arXiv 2004.11362), eq. 2.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from geojax import losses
+        >>> sim = jnp.array([[1.0, 0.9, 0.1, 0.3], [0.9, 1.0, 0.2, 0.0],
+        ...                  [0.1, 0.2, 1.0, 0.7], [0.3, 0.0, 0.7, 1.0]])
+        >>> labels = jnp.array([0, 0, 1, 1])
+        >>> round(float(losses.supcon(sim, labels, temperature=0.5)), 4)
+        0.4482
+        >>> round(float(losses.supcon(sim, labels, temperature=0.5, base_temperature=0.07)), 4)
+        3.2017
+    """
     return _softmax_loss(
         _SUPCON, sim, labels, temperature, base_temperature, key_labels, self_index, axis_name
     )
@@ -266,6 +302,49 @@ def sincere(
     self_index: ArrayLike | None = None,
     axis_name: str | None = None,
 ) -> jax.Array:
+    """SINCERE loss (Feeney & Hughes 2024, "cross entropy losses").
+
+    As ``supcon`` but each positive's denominator holds only itself and the negatives (other labels): per
+    anchor ℓ_a = −mean_{p∈P(a)} log(e^{x_ap} / (e^{x_ap} + Σ_{n: y_n≠y_a} e^{x_an})) = mean_p
+    softplus(LSE_{N(a)} x − x_ap), x = s / τ; the loss is the mean of ℓ_a over the anchors that have a
+    positive.
+
+    Args:
+        sim: [n, M] floating similarities of n anchors to M keys (higher = more similar); the square call
+            ``sincere(sim, labels)`` has keys = anchors.
+        labels: [n] integer labels of the anchors.
+        temperature: τ > 0 (a scalar, may be traced); the logits are x = s / τ.
+        base_temperature: None (pytorch-metric-learning's form, no factor) or τ_base > 0, which multiplies
+            the loss by τ / τ_base as SupContrast's code does (its default τ_base is 0.07).
+        key_labels: [M] integer labels of the keys (rectangular / distributed form); None: the keys are the
+            anchors.
+        self_index: [n] integer column of each anchor's own key in [0, M), masked as a self-pair; with
+            ``key_labels`` but no ``self_index`` no column is excluded.
+        axis_name: named mapped axis over which numerators *and* counts are summed, so every device returns
+            the loss of the global batch; None on one device.
+
+    Returns:
+        Scalar fp32 loss: 0 with zero gradients when no anchor has a positive; NaN when ``sim`` holds a NaN
+        or ±Inf anywhere, whatever the masks select.
+
+    Raises:
+        ValueError: ``sim`` is not a non-empty floating [n, M] matrix; ``labels``, ``key_labels`` or
+            ``self_index`` has the wrong length or a non-integer dtype; ``key_labels`` is missing while
+            M ≠ n; ``self_index`` lies outside [0, M); ``temperature`` or ``base_temperature`` is not > 0.
+
+    References:
+        Feeney & Hughes 2024, similarity functions × contrastive losses, "cross entropy losses" (the
+        SINCERE loss).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from geojax import losses
+        >>> sim = jnp.array([[1.0, 0.9, 0.1, 0.3], [0.9, 1.0, 0.2, 0.0],
+        ...                  [0.1, 0.2, 1.0, 0.7], [0.3, 0.0, 0.7, 1.0]])
+        >>> labels = jnp.array([0, 0, 1, 1])
+        >>> round(float(losses.sincere(sim, labels, temperature=0.5)), 4)
+        0.4482
+    """
     return _softmax_loss(
         _SINCERE, sim, labels, temperature, base_temperature, key_labels, self_index, axis_name
     )
@@ -281,33 +360,52 @@ def info_nce(
     self_index: ArrayLike | None = None,
     axis_name: str | None = None,
 ) -> jax.Array:
+    """InfoNCE / NT-Xent (Oord et al. 2018; Chen et al. 2020, eq. 1).
+
+    Per positive pair (a, p), with x = s / τ: −log(e^{x_ap} / (e^{x_ap} + Σ_{n: y_n≠y_a} e^{x_an})), the
+    SINCERE pair term, averaged once over *all positive pairs* (not per anchor); with two views per image
+    and instance labels this is SimCLR's NT-Xent.
+
+    Args:
+        sim: [n, M] floating similarities of n anchors to M keys (higher = more similar); the square call
+            ``info_nce(sim, labels)`` has keys = anchors.
+        labels: [n] integer labels of the anchors.
+        temperature: τ > 0 (a scalar, may be traced); the logits are x = s / τ.
+        base_temperature: None (pytorch-metric-learning's form, no factor) or τ_base > 0, which multiplies
+            the loss by τ / τ_base as SupContrast's code does (its default τ_base is 0.07).
+        key_labels: [M] integer labels of the keys (rectangular / distributed form); None: the keys are the
+            anchors.
+        self_index: [n] integer column of each anchor's own key in [0, M), masked as a self-pair; with
+            ``key_labels`` but no ``self_index`` no column is excluded.
+        axis_name: named mapped axis over which numerators *and* counts are summed, so every device returns
+            the loss of the global batch; None on one device.
+
+    Returns:
+        Scalar fp32 loss: 0 with zero gradients when no anchor has a positive; NaN when ``sim`` holds a NaN
+        or ±Inf anywhere, whatever the masks select.
+
+    Raises:
+        ValueError: ``sim`` is not a non-empty floating [n, M] matrix; ``labels``, ``key_labels`` or
+            ``self_index`` has the wrong length or a non-integer dtype; ``key_labels`` is missing while
+            M ≠ n; ``self_index`` lies outside [0, M); ``temperature`` or ``base_temperature`` is not > 0.
+
+    References:
+        Oord et al. 2018, "Representation Learning with Contrastive Predictive Coding" (arXiv 1807.03748);
+        Chen et al. 2020, "A Simple Framework for Contrastive Learning of Visual Representations" (arXiv
+        2002.05709), eq. 1.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from geojax import losses
+        >>> sim = jnp.array([[1.0, 0.9, 0.1, 0.3], [0.9, 1.0, 0.2, 0.0],
+        ...                  [0.1, 0.2, 1.0, 0.7], [0.3, 0.0, 0.7, 1.0]])
+        >>> labels = jnp.array([0, 0, 1, 1])
+        >>> round(float(losses.info_nce(sim, labels, temperature=0.5)), 4)
+        0.4482
+    """
     return _softmax_loss(
         _INFO_NCE, sim, labels, temperature, base_temperature, key_labels, self_index, axis_name
     )
-
-
-supcon.__doc__ = (
-    """Supervised contrastive loss L^sup_out (Khosla et al. 2020, eq. 2).
-
-    Per anchor a: −mean_{p∈P(a)} [s_ap/τ − log Σ_{k≠a} e^{s_ak/τ}]; mean over the anchors that have a
-    positive (SupContrast's code also counts the others, as 0: docs/conventions.md)."""
-    + _SOFTMAX_ARGS
-)
-sincere.__doc__ = (
-    """SINCERE loss (Feeney & Hughes 2024, "cross entropy losses").
-
-    As ``supcon`` but each positive's denominator holds only itself and the negatives (other labels):
-    per anchor −mean_p log(e^{s_ap/τ} / (e^{s_ap/τ} + Σ_{n: y_n≠y_a} e^{s_an/τ})), mean over the anchors that
-    have a positive."""
-    + _SOFTMAX_ARGS
-)
-info_nce.__doc__ = (
-    """InfoNCE / NT-Xent (Oord et al. 2018; Chen et al. 2020, eq. 1).
-
-    Per positive pair (a, p): −log(e^{s_ap/τ} / (e^{s_ap/τ} + Σ_{n: y_n≠y_a} e^{s_an/τ})), mean over all
-    positive pairs; with two views per image and instance labels this is SimCLR's NT-Xent."""
-    + _SOFTMAX_ARGS
-)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -391,57 +489,194 @@ def _softmax_blocked(
     return _softmax_reduce(spec, row_sum, count, bad, scale, axis_name)
 
 
-def _blocked_loss(spec: _Softmax, name: str, doc: str) -> Callable[..., jax.Array]:
-    """The public blocked form of one softmax loss (one signature shared by the three)."""
+def supcon_blocked(
+    embeddings: ArrayLike,
+    labels: ArrayLike,
+    *,
+    temperature: float | jax.Array = 0.1,
+    base_temperature: float | None = None,
+    similarity: str | _similarity.Similarity = "cosine",
+    block_size: int = 512,
+    key_embeddings: ArrayLike | None = None,
+    key_labels: ArrayLike | None = None,
+    self_index: ArrayLike | None = None,
+    axis_name: str | None = None,
+) -> jax.Array:
+    """SupCon (Khosla et al. 2020, eq. 2) in blocks, from embeddings.
 
-    def loss(
-        embeddings: ArrayLike,
-        labels: ArrayLike,
-        *,
-        temperature: float | jax.Array = 0.1,
-        base_temperature: float | None = None,
-        similarity: str | _similarity.Similarity = "cosine",
-        block_size: int = 512,
-        key_embeddings: ArrayLike | None = None,
-        key_labels: ArrayLike | None = None,
-        self_index: ArrayLike | None = None,
-        axis_name: str | None = None,
-    ) -> jax.Array:
-        return _softmax_blocked(
-            spec, embeddings, labels, temperature, base_temperature, similarity, block_size, key_embeddings,
-            key_labels, self_index, axis_name,
-        )  # fmt: skip
+    Equals ``supcon(similarity(embeddings, keys), labels, ...)`` without materialising the [n, M] matrix
+    (nor storing it for the backward pass): anchors are processed in blocks, each with an online
+    log-sum-exp over key blocks, under ``jax.checkpoint``.
 
-    loss.__name__ = loss.__qualname__ = name
-    loss.__doc__ = doc
-    return loss
+    Args:
+        embeddings: [n, D] floating embeddings of the n anchors.
+        labels: [n] integer labels of the anchors.
+        temperature: τ > 0 (a scalar, may be traced); the logits are x = s / τ.
+        base_temperature: None (no factor) or τ_base > 0, which multiplies the loss by τ / τ_base, as in
+            the plain form.
+        similarity: a name of ``geojax.similarity.get`` or a callable (a [B, D], b [K, D]) → [B, K].
+        block_size: positive int, the rows per anchor block and per key block; memory O(block_size²).
+        key_embeddings: [M, D] floating embeddings of the keys; None: the keys are the anchors.
+        key_labels: [M] integer labels of the keys; None: the keys are the anchors.
+        self_index: [n] integer column of each anchor's own key in [0, M), masked as a self-pair; with
+            ``key_labels`` but no ``self_index`` no column is excluded.
+        axis_name: named mapped axis over which numerators and counts are summed (the global batch's loss
+            on every device); None on one device.
 
+    Returns:
+        Scalar fp32 loss, equal to the plain form on ``similarity(embeddings, keys)``; NaN when an embedding
+        (through its similarities) is NaN or ±Inf.
 
-_BLOCKED_SHAPES = """
+    Raises:
+        ValueError: ``embeddings`` or ``key_embeddings`` is not a non-empty floating matrix, or their widths
+            differ; labels or ``self_index`` have the wrong length, dtype or range; ``key_labels`` is
+            missing while the keys differ from the anchors; ``temperature``, ``base_temperature`` or
+            ``block_size`` is not positive; ``similarity`` is an unknown name.
 
-    embeddings: [n, D], key_embeddings: [M, D] (default: embeddings), labels: [n] int; ``similarity`` is a
-    name of ``geojax.similarity.get`` or a callable (a [B, D], b [K, D]) → [B, K]; memory O(block_size²).
-    ``base_temperature`` as in the plain form.
+    References:
+        Khosla et al. 2020, "Supervised Contrastive Learning" (arXiv 2004.11362), eq. 2.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from geojax import losses, similarity
+        >>> e = jnp.array([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0], [-0.6, 0.8]])
+        >>> labels = jnp.array([0, 0, 1, 1])
+        >>> round(float(losses.supcon_blocked(e, labels, block_size=2)), 4)
+        0.0638
+        >>> round(float(losses.supcon(similarity.cosine(e, e), labels)), 4)
+        0.0638
     """
+    return _softmax_blocked(
+        _SUPCON, embeddings, labels, temperature, base_temperature, similarity, block_size, key_embeddings,
+        key_labels, self_index, axis_name,
+    )  # fmt: skip
 
-supcon_blocked = _blocked_loss(
-    _SUPCON,
-    "supcon_blocked",
-    "SupCon (Khosla et al. 2020, eq. 2) without materialising [n, M]: equals ``supcon(similarity(e, k))``."
-    + _BLOCKED_SHAPES,
-)
-sincere_blocked = _blocked_loss(
-    _SINCERE,
-    "sincere_blocked",
-    "SINCERE (Feeney & Hughes 2024) without materialising [n, M]: equals ``sincere(similarity(e, k))``."
-    + _BLOCKED_SHAPES,
-)
-info_nce_blocked = _blocked_loss(
-    _INFO_NCE,
-    "info_nce_blocked",
-    "InfoNCE / NT-Xent (Chen et al. 2020, eq. 1) without materialising [n, M]: equals ``info_nce(sim)``."
-    + _BLOCKED_SHAPES,
-)
+
+def sincere_blocked(
+    embeddings: ArrayLike,
+    labels: ArrayLike,
+    *,
+    temperature: float | jax.Array = 0.1,
+    base_temperature: float | None = None,
+    similarity: str | _similarity.Similarity = "cosine",
+    block_size: int = 512,
+    key_embeddings: ArrayLike | None = None,
+    key_labels: ArrayLike | None = None,
+    self_index: ArrayLike | None = None,
+    axis_name: str | None = None,
+) -> jax.Array:
+    """SINCERE (Feeney & Hughes 2024) in blocks, from embeddings.
+
+    Equals ``sincere(similarity(embeddings, keys), labels, ...)`` without materialising the [n, M] matrix
+    (nor storing it for the backward pass): anchors are processed in blocks, each with an online
+    log-sum-exp over key blocks, under ``jax.checkpoint``.
+
+    Args:
+        embeddings: [n, D] floating embeddings of the n anchors.
+        labels: [n] integer labels of the anchors.
+        temperature: τ > 0 (a scalar, may be traced); the logits are x = s / τ.
+        base_temperature: None (no factor) or τ_base > 0, which multiplies the loss by τ / τ_base, as in
+            the plain form.
+        similarity: a name of ``geojax.similarity.get`` or a callable (a [B, D], b [K, D]) → [B, K].
+        block_size: positive int, the rows per anchor block and per key block; memory O(block_size²).
+        key_embeddings: [M, D] floating embeddings of the keys; None: the keys are the anchors.
+        key_labels: [M] integer labels of the keys; None: the keys are the anchors.
+        self_index: [n] integer column of each anchor's own key in [0, M), masked as a self-pair; with
+            ``key_labels`` but no ``self_index`` no column is excluded.
+        axis_name: named mapped axis over which numerators and counts are summed (the global batch's loss
+            on every device); None on one device.
+
+    Returns:
+        Scalar fp32 loss, equal to the plain form on ``similarity(embeddings, keys)``; NaN when an embedding
+        (through its similarities) is NaN or ±Inf.
+
+    Raises:
+        ValueError: ``embeddings`` or ``key_embeddings`` is not a non-empty floating matrix, or their widths
+            differ; labels or ``self_index`` have the wrong length, dtype or range; ``key_labels`` is
+            missing while the keys differ from the anchors; ``temperature``, ``base_temperature`` or
+            ``block_size`` is not positive; ``similarity`` is an unknown name.
+
+    References:
+        Feeney & Hughes 2024, similarity functions × contrastive losses, "cross entropy losses".
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from geojax import losses, similarity
+        >>> e = jnp.array([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0], [-0.6, 0.8]])
+        >>> labels = jnp.array([0, 0, 1, 1])
+        >>> round(float(losses.sincere_blocked(e, labels, block_size=2)), 4)
+        0.0638
+        >>> round(float(losses.sincere(similarity.cosine(e, e), labels)), 4)
+        0.0638
+    """
+    return _softmax_blocked(
+        _SINCERE, embeddings, labels, temperature, base_temperature, similarity, block_size, key_embeddings,
+        key_labels, self_index, axis_name,
+    )  # fmt: skip
+
+
+def info_nce_blocked(
+    embeddings: ArrayLike,
+    labels: ArrayLike,
+    *,
+    temperature: float | jax.Array = 0.1,
+    base_temperature: float | None = None,
+    similarity: str | _similarity.Similarity = "cosine",
+    block_size: int = 512,
+    key_embeddings: ArrayLike | None = None,
+    key_labels: ArrayLike | None = None,
+    self_index: ArrayLike | None = None,
+    axis_name: str | None = None,
+) -> jax.Array:
+    """InfoNCE / NT-Xent (Chen et al. 2020, eq. 1) in blocks, from embeddings.
+
+    Equals ``info_nce(similarity(embeddings, keys), labels, ...)`` without materialising the [n, M] matrix
+    (nor storing it for the backward pass): anchors are processed in blocks, each with an online
+    log-sum-exp over key blocks, under ``jax.checkpoint``.
+
+    Args:
+        embeddings: [n, D] floating embeddings of the n anchors.
+        labels: [n] integer labels of the anchors.
+        temperature: τ > 0 (a scalar, may be traced); the logits are x = s / τ.
+        base_temperature: None (no factor) or τ_base > 0, which multiplies the loss by τ / τ_base, as in
+            the plain form.
+        similarity: a name of ``geojax.similarity.get`` or a callable (a [B, D], b [K, D]) → [B, K].
+        block_size: positive int, the rows per anchor block and per key block; memory O(block_size²).
+        key_embeddings: [M, D] floating embeddings of the keys; None: the keys are the anchors.
+        key_labels: [M] integer labels of the keys; None: the keys are the anchors.
+        self_index: [n] integer column of each anchor's own key in [0, M), masked as a self-pair; with
+            ``key_labels`` but no ``self_index`` no column is excluded.
+        axis_name: named mapped axis over which numerators and counts are summed (the global batch's loss
+            on every device); None on one device.
+
+    Returns:
+        Scalar fp32 loss, equal to the plain form on ``similarity(embeddings, keys)``; NaN when an embedding
+        (through its similarities) is NaN or ±Inf.
+
+    Raises:
+        ValueError: ``embeddings`` or ``key_embeddings`` is not a non-empty floating matrix, or their widths
+            differ; labels or ``self_index`` have the wrong length, dtype or range; ``key_labels`` is
+            missing while the keys differ from the anchors; ``temperature``, ``base_temperature`` or
+            ``block_size`` is not positive; ``similarity`` is an unknown name.
+
+    References:
+        Oord et al. 2018 (arXiv 1807.03748); Chen et al. 2020, "A Simple Framework for Contrastive
+        Learning of Visual Representations" (arXiv 2002.05709), eq. 1.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from geojax import losses, similarity
+        >>> e = jnp.array([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0], [-0.6, 0.8]])
+        >>> labels = jnp.array([0, 0, 1, 1])
+        >>> round(float(losses.info_nce_blocked(e, labels, block_size=2)), 4)
+        0.0638
+        >>> round(float(losses.info_nce(similarity.cosine(e, e), labels)), 4)
+        0.0638
+    """
+    return _softmax_blocked(
+        _INFO_NCE, embeddings, labels, temperature, base_temperature, similarity, block_size, key_embeddings,
+        key_labels, self_index, axis_name,
+    )  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -473,11 +708,44 @@ def contrastive(
     self_index: ArrayLike | None = None,
     axis_name: str | None = None,
 ) -> jax.Array:
-    """Contrastive loss (Hadsell, Chopra & LeCun 2006; Feeney & Hughes 2024, "margin losses"), similarity
-    form.
+    """Contrastive loss (Hadsell, Chopra & LeCun 2006), similarity form.
 
-    Positive pairs relu(m_pos − s), negative pairs relu(s − m_neg), each averaged over its non-zero terms,
-    then summed. sim: [n, M], labels: [n] int, key_labels: [M], self_index: [n] → scalar fp32.
+    As compared by Feeney & Hughes (2024, "margin losses"). Positive pairs relu(m_pos − s), negative pairs
+    relu(s − m_neg), each averaged over its non-zero terms (an empty set gives 0), then summed. Margins are in
+    similarity units.
+
+    Args:
+        sim: [n, M] floating similarities of n anchors to M keys (higher = more similar).
+        labels: [n] integer labels of the anchors.
+        pos_margin: m_pos, the similarity a positive pair should reach.
+        neg_margin: m_neg, the similarity a negative pair should stay below.
+        key_labels: [M] integer labels of the keys (rectangular / distributed form); None: the keys are the
+            anchors.
+        self_index: [n] integer column of each anchor's own key in [0, M), masked as a self-pair; with
+            ``key_labels`` but no ``self_index`` no column is excluded.
+        axis_name: named mapped axis over which numerators and counts are summed (the global batch's loss on
+            every device); None on one device.
+
+    Returns:
+        Scalar fp32 loss; NaN when ``sim`` holds a NaN or ±Inf anywhere.
+
+    Raises:
+        ValueError: ``sim`` is not a non-empty floating [n, M] matrix; ``labels``, ``key_labels`` or
+            ``self_index`` has the wrong length or a non-integer dtype; ``self_index`` lies outside [0, M);
+            ``key_labels`` is missing while M ≠ n.
+
+    References:
+        Hadsell, Chopra & LeCun 2006, "Dimensionality Reduction by Learning an Invariant Mapping", eq. 4
+        (distance form); Feeney & Hughes 2024, similarity functions × contrastive losses, "margin losses".
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from geojax import losses
+        >>> sim = jnp.array([[1.0, 0.9, 0.1, 0.3], [0.9, 1.0, 0.2, 0.0],
+        ...                  [0.1, 0.2, 1.0, 0.7], [0.3, 0.0, 0.7, 1.0]])
+        >>> labels = jnp.array([0, 0, 1, 1])
+        >>> round(float(losses.contrastive(sim, labels, pos_margin=0.95, neg_margin=0.2)), 4)
+        0.25
     """
     s, pos, neg, bad = _prepare(sim, labels, key_labels, self_index)
     return _mean_nonzero(jax.nn.relu(pos_margin - s), pos, bad, axis_name) + _mean_nonzero(
@@ -564,10 +832,45 @@ def triplet(
 
     relu(m + s_an − s_ap) over triplets (a, p, n), p ≠ a same label, n other label. ``mining``: 'all'
     triplets; 'hard' = hardest positive (lowest s_ap) and hardest negative (highest s_an) per anchor (Hermans
-    et al. 2017); 'semihard' = triplets with s_ap − m < s_an < s_ap. ``reduction``: 'mean_nonzero' averages
-    the positive terms, 'mean' all selected triplets. sim: [n, M], labels: [n] int → scalar fp32.
-    'all' and 'semihard' loop over the k-th positive of every anchor (O(n·M·max|P|) time, O(n·M) memory,
-    custom VJP); the margin is a hyper-parameter and receives no gradient.
+    et al. 2017); 'semihard' = triplets with s_ap − m < s_an < s_ap. 'all' and 'semihard' loop over the k-th
+    positive of every anchor (O(n·M·max|P|) time, O(n·M) memory, custom VJP); the margin is a hyper-parameter
+    and receives no gradient.
+
+    Args:
+        sim: [n, M] floating similarities of n anchors to M keys (higher = more similar).
+        labels: [n] integer labels of the anchors.
+        margin: m, in similarity units.
+        mining: 'all', 'hard' or 'semihard' (above).
+        reduction: 'mean_nonzero' averages the positive terms (pytorch-metric-learning's AvgNonZeroReducer),
+            'mean' all selected triplets.
+        key_labels: [M] integer labels of the keys (rectangular / distributed form); None: the keys are the
+            anchors.
+        self_index: [n] integer column of each anchor's own key in [0, M), masked as a self-pair; with
+            ``key_labels`` but no ``self_index`` no column is excluded.
+        axis_name: named mapped axis over which numerators and counts are summed (the global batch's loss on
+            every device); None on one device.
+
+    Returns:
+        Scalar fp32 loss; 0 when no triplet exists; NaN when ``sim`` holds a NaN or ±Inf anywhere.
+
+    Raises:
+        ValueError: ``mining`` or ``reduction`` is not one of the names above; ``sim``, ``labels``,
+            ``key_labels`` or ``self_index`` is malformed (as for ``contrastive``).
+
+    References:
+        Schroff et al. 2015, "FaceNet" (arXiv 1503.03832), eq. 1; Hermans et al. 2017, "In Defense of the
+        Triplet Loss for Person Re-Identification" (arXiv 1703.07737), batch hard.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from geojax import losses
+        >>> sim = jnp.array([[1.0, 0.9, 0.1, 0.3], [0.9, 1.0, 0.2, 0.0],
+        ...                  [0.1, 0.2, 1.0, 0.7], [0.3, 0.0, 0.7, 1.0]])
+        >>> labels = jnp.array([0, 0, 1, 1])
+        >>> round(float(losses.triplet(sim, labels, margin=0.5)), 4)
+        0.05
+        >>> round(float(losses.triplet(sim, labels, margin=0.5, mining="hard")), 4)
+        0.1
     """
     _checks.check_choice(mining, "mining", MININGS)
     _checks.check_choice(reduction, "reduction", REDUCTIONS)
@@ -601,9 +904,42 @@ def lifted_structured(
     """Lifted structured loss (Song et al. 2016, eq. 4; Feeney & Hughes 2024), similarity form.
 
     Per ordered positive pair (a, p): relu(LSE_{n∈N(a)∪N(p)}(s_n − m_neg) + m_pos − s_ap)² / 2, mean over
-    positive pairs (pairs without any negative are left out). N(p) needs key p's own row: keys are taken
-    to be the anchors of all devices in ``axis_name`` order (the ``all_gather`` layout), so key p's row
-    log-sum-exp is gathered from its device. sim: [n, M], labels: [n] int → scalar fp32.
+    positive pairs (pairs without any negative are left out). N(p) needs key p's own row: keys are taken to be
+    the anchors of all devices in ``axis_name`` order (the ``all_gather`` layout), so key p's row log-sum-exp
+    is gathered from its device.
+
+    Args:
+        sim: [n, M] floating similarities of n anchors to M keys, one column per anchor of the (gathered)
+            batch.
+        labels: [n] integer labels of the anchors.
+        pos_margin: m_pos, in similarity units.
+        neg_margin: m_neg, in similarity units.
+        key_labels: [M] integer labels of the keys (rectangular / distributed form); None: the keys are the
+            anchors.
+        self_index: [n] integer column of each anchor's own key in [0, M), masked as a self-pair; with
+            ``key_labels`` but no ``self_index`` no column is excluded.
+        axis_name: named mapped axis over which numerators and counts are summed (the global batch's loss on
+            every device); None on one device.
+
+    Returns:
+        Scalar fp32 loss; NaN when ``sim`` holds a NaN or ±Inf anywhere.
+
+    Raises:
+        ValueError: ``sim`` has not one column per anchor of the (gathered) batch; ``sim``, ``labels``,
+            ``key_labels`` or ``self_index`` is malformed (as for ``contrastive``).
+
+    References:
+        Song et al. 2016, "Deep Metric Learning via Lifted Structured Feature Embedding" (arXiv 1511.06452),
+        eq. 4.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from geojax import losses
+        >>> sim = jnp.array([[1.0, 0.9, 0.1, 0.3], [0.9, 1.0, 0.2, 0.0],
+        ...                  [0.1, 0.2, 1.0, 0.7], [0.3, 0.0, 0.7, 1.0]])
+        >>> labels = jnp.array([0, 0, 1, 1])
+        >>> round(float(losses.lifted_structured(sim, labels, pos_margin=1.0, neg_margin=0.5)), 4)
+        0.7769
     """
     s, pos, neg, bad = _prepare(sim, labels, key_labels, self_index)
     row_lse = _lse_finish(_lse_update(_lse_init(jnp.zeros_like(s[:, 0])), s, neg))  # [n]
@@ -637,11 +973,45 @@ def simo(
     """SimO loss (Bouhsine et al. 2024, eq. 1) over the pairs i < j of a batch.
 
     L = Σ_same d_ij / (ε + Σ_same o_ij) + Σ_diff o_ij / (ε + Σ_diff d_ij), d_ij = ‖e_i − e_j‖², o_ij =
-    (e_i·e_j)². ``orthogonality=False`` is the paper's ablation ('Ablation study'): every o_ij is replaced
-    by 1, keeping the distance ratios without the squared-dot-product terms. Rectangular form: pair (i, j)
-    counts when key column j > self_index[i] (all pairs when key_labels is given without self_index).
-    d_ij is ``geojax.similarity.neg_sq_euclidean``'s (exact for identical rows) and e_i·e_j its ``dot``.
-    embeddings: [n, D], key_embeddings: [M, D] → scalar fp32.
+    (e_i·e_j)². ``orthogonality=False`` is the paper's ablation ('Ablation study'): every o_ij is replaced by
+    1, keeping the distance ratios without the squared-dot-product terms. A zero denominator gives 0 for that
+    term. Rectangular form: pair (i, j) counts when key column j > self_index[i] (all pairs when key_labels is
+    given without self_index). d_ij is ``geojax.similarity.neg_sq_euclidean``'s (exact for identical rows) and
+    e_i·e_j its ``dot``.
+
+    Args:
+        embeddings: [n, D] floating embeddings of the anchors.
+        labels: [n] integer labels of the anchors.
+        eps: ε ≥ 0 in both denominators.
+        orthogonality: False replaces every o_ij by 1 (the paper's ablation).
+        key_embeddings: [M, D] floating embeddings of the keys; None: the keys are the anchors.
+        key_labels: [M] integer labels of the keys (rectangular / distributed form); None: the keys are the
+            anchors.
+        self_index: [n] integer column of each anchor's own key in [0, M), masked as a self-pair; with
+            ``key_labels`` but no ``self_index`` no column is excluded.
+        axis_name: named mapped axis over which numerators and counts are summed (the global batch's loss on
+            every device); None on one device.
+
+    Returns:
+        Scalar fp32 loss; NaN when an embedding holds a NaN or ±Inf.
+
+    Raises:
+        ValueError: an embedding set is not a non-empty floating matrix or the widths differ; labels or
+            ``self_index`` are malformed; ``eps`` is negative.
+
+    References:
+        Bouhsine et al. 2024, "SimO Loss: Anchor-Free Contrastive Loss for Fine-Grained Supervised
+        Contrastive Learning" (arXiv 2410.05233), eq. 1.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from geojax import losses
+        >>> e = jnp.array([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0], [-0.6, 0.8]])
+        >>> labels = jnp.array([0, 0, 1, 1])
+        >>> round(float(losses.simo(e, labels)), 4)
+        0.715
+        >>> round(float(losses.simo(e, labels, orthogonality=False)), 4)
+        0.9
     """
     _check_embeddings(embeddings, key_embeddings, labels, key_labels, self_index)
     _check_nonnegative(eps, "eps")

@@ -280,11 +280,40 @@ def precision_at_1(
     similarity: Similarity = "cosine",
     chunk_size: int = 1024,
 ) -> float:
-    """Precision at 1 (Stowell 2026, Experiment 1): fraction of queries whose nearest reference item shares
-    the label.
+    """Precision at 1 (Stowell 2026, Experiment 1): the share of queries whose nearest item has their label.
 
-    query: [Nq, D], query_labels: [Nq] int, reference: [Nr, D] or None, reference_labels: [Nr] int.
-    Relevant-free queries are left out (module docstring).
+    The retrieval protocol (ties, exclusions, relevant-free queries, chunking) is the module docstring's.
+    Relevant-free queries (no other reference item of their label) are left out.
+
+    Args:
+        query: [Nq, D] floating query embeddings, finite (or, with a callable similarity, a tuple of arrays
+            sharing the leading axis, such as an atlas's (coords, q)).
+        query_labels: [Nq] integer labels of the queries.
+        reference: [Nr, D] floating reference embeddings, finite (or a tuple, as ``query``); None ranks the
+            query set against itself with each query's own row excluded.
+        reference_labels: [Nr] integer labels of the reference rows; given exactly when ``reference`` is.
+        similarity: a name understood by :func:`geojax.similarity.get` or a callable (a, b) → [N, M], higher =
+            more similar (pass a distance negated).
+        chunk_size: queries per block (a positive int); memory chunk_size × Nr similarities at a time.
+
+    Returns:
+        P@1 in [0, 1] as a Python float; NaN when every query is relevant-free.
+
+    Raises:
+        ValueError: an embedding array is not a non-empty floating matrix, holds NaN or ±inf, or the widths
+            differ; labels have the wrong length or dtype; ``reference`` and ``reference_labels`` are not
+            given together; the similarity does not return [N, M].
+
+    References:
+        Stowell 2026, "Torus embeddings" (arXiv 2603.03135), Experiment 1.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from geojax import metrics
+        >>> x = jnp.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9], [0.7, 0.7]])
+        >>> labels = jnp.array([0, 0, 1, 1, 1])
+        >>> round(metrics.precision_at_1(x, labels), 4)
+        0.8
     """
     p = _Problem(query, query_labels, reference, reference_labels, similarity, chunk_size)
     return _mean_over(p.scores(1, _score_top1), p.relevant > 0)
@@ -300,11 +329,42 @@ def recall_at_k(
     similarity: Similarity = "cosine",
     chunk_size: int = 1024,
 ) -> dict[int, float]:
-    """Recall at k (Korman 2021, §3.2, R@1/2/4/8): fraction of queries with a same-label item in their
-    top k.
+    """Recall at k (Korman 2021, §3.2, R@1/2/4/8): the share of queries with a same-label item in their top k.
 
-    Shapes as :func:`precision_at_1`; returns {k: R@k} for each k in ``ks``. Relevant-free queries are left
-    out.
+    The retrieval protocol (ties, exclusions, relevant-free queries, chunking) is the module docstring's.
+    Relevant-free queries are left out.
+
+    Args:
+        query: [Nq, D] floating query embeddings, finite (or, with a callable similarity, a tuple of arrays
+            sharing the leading axis, such as an atlas's (coords, q)).
+        query_labels: [Nq] integer labels of the queries.
+        reference: [Nr, D] floating reference embeddings, finite (or a tuple, as ``query``); None ranks the
+            query set against itself with each query's own row excluded.
+        reference_labels: [Nr] integer labels of the reference rows; given exactly when ``reference`` is.
+        ks: a non-empty sequence of positive ints, each at most the reference rows available.
+        similarity: a name understood by :func:`geojax.similarity.get` or a callable (a, b) → [N, M], higher =
+            more similar (pass a distance negated).
+        chunk_size: queries per block (a positive int); memory chunk_size × Nr similarities at a time.
+
+    Returns:
+        {k: R@k} for each k in ``ks``, Python floats in [0, 1] (NaN when every query is relevant-free).
+
+    Raises:
+        ValueError: an embedding array is not a non-empty floating matrix, holds NaN or ±inf, or the widths
+            differ; labels have the wrong length or dtype; ``reference`` and ``reference_labels`` are not
+            given together; the similarity does not return [N, M]; ``ks`` is empty, not a sequence, or holds a
+            k that is not a positive int or exceeds the reference rows.
+
+    References:
+        Korman 2021, manifold (atlas) target spaces (arXiv 2106.07062), §3.2.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from geojax import metrics
+        >>> x = jnp.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9], [0.7, 0.7]])
+        >>> labels = jnp.array([0, 0, 1, 1, 1])
+        >>> {k: round(v, 4) for k, v in metrics.recall_at_k(x, labels, ks=(1, 2)).items()}
+        {1: 0.8, 2: 1.0}
     """
     if isinstance(ks, int | str) or not isinstance(ks, Sequence) or len(ks) == 0:
         raise ValueError(f"ks must be a non-empty sequence of positive integers, got {ks!r}")
@@ -327,11 +387,41 @@ def map_at_r(
     similarity: Similarity = "cosine",
     chunk_size: int = 1024,
 ) -> float:
-    """MAP@R (Musgrave et al. 2020, as pytorch-metric-learning): mean over queries of
-    (1/R) Σ_{i=1}^{R} P(i)·rel(i), where R = number of reference items sharing the query's label (itself
-    excluded) and P(i) is the precision among the top i. Relevant-free queries are left out.
+    """MAP@R (Musgrave et al. 2020, as pytorch-metric-learning): mean of (1/R) Σ_{i≤R} P(i)·rel(i).
 
-    Shapes as :func:`precision_at_1`. Each block keeps the top max(R) neighbours.
+    R is the number of reference items sharing the query's label (itself excluded) and P(i) the precision
+    among the top i. Relevant-free queries are left out. Each block keeps the top max(R) neighbours. The
+    retrieval protocol (ties, exclusions, relevant-free queries, chunking) is the module docstring's.
+
+    Args:
+        query: [Nq, D] floating query embeddings, finite (or, with a callable similarity, a tuple of arrays
+            sharing the leading axis, such as an atlas's (coords, q)).
+        query_labels: [Nq] integer labels of the queries.
+        reference: [Nr, D] floating reference embeddings, finite (or a tuple, as ``query``); None ranks the
+            query set against itself with each query's own row excluded.
+        reference_labels: [Nr] integer labels of the reference rows; given exactly when ``reference`` is.
+        similarity: a name understood by :func:`geojax.similarity.get` or a callable (a, b) → [N, M], higher =
+            more similar (pass a distance negated).
+        chunk_size: queries per block (a positive int); memory chunk_size × Nr similarities at a time.
+
+    Returns:
+        MAP@R in [0, 1] as a Python float; NaN when every query is relevant-free.
+
+    Raises:
+        ValueError: an embedding array is not a non-empty floating matrix, holds NaN or ±inf, or the widths
+            differ; labels have the wrong length or dtype; ``reference`` and ``reference_labels`` are not
+            given together; the similarity does not return [N, M].
+
+    References:
+        Musgrave, Belongie & Lim 2020, "A Metric Learning Reality Check" (arXiv 2003.08505), MAP@R.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from geojax import metrics
+        >>> x = jnp.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9], [0.7, 0.7]])
+        >>> labels = jnp.array([0, 0, 1, 1, 1])
+        >>> round(metrics.map_at_r(x, labels), 4)
+        0.85
     """
     p = _Problem(query, query_labels, reference, reference_labels, similarity, chunk_size)
     keep = p.relevant > 0
@@ -350,13 +440,47 @@ def mean_average_precision(
     similarity: Similarity = "cosine",
     chunk_size: int = 1024,
 ) -> float:
-    """Mean average precision over the top-k ranking (the Hamming-ranking mAP of Hong, Meng & Yuan 2018
-    when k=None).
+    """Mean average precision of the top-k ranking (Hong, Meng & Yuan 2018's Hamming-ranking mAP: k=None).
 
-    Per query AP = Σ_{i≤k} P(i)·rel(i) / (number of relevant items among the top k); a query with no
-    relevant item in its top k scores 0, and every query counts. ``k=None`` ranks the whole reference set
-    (every relevant item is retrieved, so this is the usual uninterpolated AP; the cost is a full sort per
-    query block); ``k`` gives mAP@k. Shapes as :func:`precision_at_1`.
+    Per query AP = Σ_{i≤k} P(i)·rel(i) / (number of relevant items among the top k); a query with no relevant
+    item in its top k scores 0, and every query counts. ``k=None`` ranks the whole reference set (every
+    relevant item is retrieved, so this is the usual uninterpolated AP; the cost is a full sort per query
+    block); ``k`` gives mAP@k. Ties rank the lower reference index first (a stable sort, not a tie-aware AP:
+    docs/conventions.md). The retrieval protocol (ties, exclusions, relevant-free queries, chunking) is the
+    module docstring's.
+
+    Args:
+        query: [Nq, D] floating query embeddings, finite (or, with a callable similarity, a tuple of arrays
+            sharing the leading axis, such as an atlas's (coords, q)).
+        query_labels: [Nq] integer labels of the queries.
+        reference: [Nr, D] floating reference embeddings, finite (or a tuple, as ``query``); None ranks the
+            query set against itself with each query's own row excluded.
+        reference_labels: [Nr] integer labels of the reference rows; given exactly when ``reference`` is.
+        k: the ranking depth (1 ≤ k ≤ the reference rows available), or None for the whole reference set.
+        similarity: a name understood by :func:`geojax.similarity.get` or a callable (a, b) → [N, M], higher =
+            more similar (pass a distance negated).
+        chunk_size: queries per block (a positive int); memory chunk_size × Nr similarities at a time.
+
+    Returns:
+        mAP in [0, 1] as a Python float.
+
+    Raises:
+        ValueError: an embedding array is not a non-empty floating matrix, holds NaN or ±inf, or the widths
+            differ; labels have the wrong length or dtype; ``reference`` and ``reference_labels`` are not
+            given together; the similarity does not return [N, M]; ``k`` is not a positive int or exceeds the
+            reference rows.
+
+    References:
+        Hong, Meng & Yuan 2018, tensorized projection for high-dimensional binary embedding (Hamming-ranking
+        mAP).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from geojax import metrics
+        >>> x = jnp.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9], [0.7, 0.7]])
+        >>> labels = jnp.array([0, 0, 1, 1, 1])
+        >>> round(metrics.mean_average_precision(x, labels), 4)
+        0.9
     """
     p = _Problem(query, query_labels, reference, reference_labels, similarity, chunk_size)
     k = p.available if k is None else k
@@ -374,12 +498,46 @@ def knn_accuracy(
     similarity: Similarity = "cosine",
     chunk_size: int = 1024,
 ) -> float:
-    """k-nearest-neighbour classification accuracy (the 1NN/5NN of Feeney & Hughes 2024): majority vote of
-    the top-k labels.
+    """k-nearest-neighbour classification accuracy (the 1NN/5NN of Feeney & Hughes 2024).
 
-    A tie in votes goes to the tied label whose best-ranked member is nearest (the earlier rank; equal
-    similarities rank the lower reference index first). Every query counts (a relevant-free query is simply
-    misclassified). Shapes as :func:`precision_at_1`.
+    Majority vote of the top-k labels. A tie in votes goes to the tied label whose best-ranked member is
+    nearest (the earlier rank; equal similarities rank the lower reference index first). Every query counts (a
+    relevant-free query is simply misclassified). The retrieval protocol (ties, exclusions, relevant-free
+    queries, chunking) is the module docstring's.
+
+    Args:
+        query: [Nq, D] floating query embeddings, finite (or, with a callable similarity, a tuple of arrays
+            sharing the leading axis, such as an atlas's (coords, q)).
+        query_labels: [Nq] integer labels of the queries.
+        reference: [Nr, D] floating reference embeddings, finite (or a tuple, as ``query``); None ranks the
+            query set against itself with each query's own row excluded.
+        reference_labels: [Nr] integer labels of the reference rows; given exactly when ``reference`` is.
+        k: the neighbours that vote (1 ≤ k ≤ the reference rows available).
+        similarity: a name understood by :func:`geojax.similarity.get` or a callable (a, b) → [N, M], higher =
+            more similar (pass a distance negated).
+        chunk_size: queries per block (a positive int); memory chunk_size × Nr similarities at a time.
+
+    Returns:
+        Accuracy in [0, 1] as a Python float.
+
+    Raises:
+        ValueError: an embedding array is not a non-empty floating matrix, holds NaN or ±inf, or the widths
+            differ; labels have the wrong length or dtype; ``reference`` and ``reference_labels`` are not
+            given together; the similarity does not return [N, M]; ``k`` is not a positive int or exceeds the
+            reference rows.
+
+    References:
+        Feeney & Hughes 2024, similarity functions × contrastive losses (1NN / 5NN accuracy).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from geojax import metrics
+        >>> x = jnp.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9], [0.7, 0.7]])
+        >>> labels = jnp.array([0, 0, 1, 1, 1])
+        >>> round(metrics.knn_accuracy(x, labels, k=1), 4)
+        0.8
+        >>> round(metrics.knn_accuracy(x, labels, k=3), 4)
+        0.4
     """
     p = _Problem(query, query_labels, reference, reference_labels, similarity, chunk_size)
     p.check_k(k, "k")
@@ -397,12 +555,42 @@ def retrieval_metrics(
     similarity: Similarity = "cosine",
     chunk_size: int = 1024,
 ) -> dict[str, float | dict[int, float]]:
-    """:func:`precision_at_1`, :func:`knn_accuracy` (``k=knn_k``) and :func:`recall_at_k` (each k in ``ks``,
-    when given) from one top-k search (k = max(knn_k, ks)): each value equals its function's, at about the
-    cost of one of them (a costly similarity, such as the atlas d_M of Korman 2021 eq. 7, is computed once).
+    """:func:`precision_at_1`, :func:`knn_accuracy` and :func:`recall_at_k` from one top-k search.
 
-    Shapes as :func:`precision_at_1`; returns {"precision_at_1", "knn_accuracy", "recall_at_k": {k: R@k}}
-    (``recall_at_k`` only when ``ks`` is given).
+    k = max(knn_k, ks): each value equals its function's, at about the cost of one of them (a costly
+    similarity, such as the atlas d_M of Korman 2021 eq. 7, is computed once). The retrieval protocol (ties,
+    exclusions, relevant-free queries, chunking) is the module docstring's.
+
+    Args:
+        query: [Nq, D] floating query embeddings, finite (or, with a callable similarity, a tuple of arrays
+            sharing the leading axis, such as an atlas's (coords, q)).
+        query_labels: [Nq] integer labels of the queries.
+        reference: [Nr, D] floating reference embeddings, finite (or a tuple, as ``query``); None ranks the
+            query set against itself with each query's own row excluded.
+        reference_labels: [Nr] integer labels of the reference rows; given exactly when ``reference`` is.
+        knn_k: the k of :func:`knn_accuracy` (a positive int).
+        ks: the ks of :func:`recall_at_k` (a sequence of positive ints, possibly empty).
+        similarity: a name understood by :func:`geojax.similarity.get` or a callable (a, b) → [N, M], higher =
+            more similar (pass a distance negated).
+        chunk_size: queries per block (a positive int); memory chunk_size × Nr similarities at a time.
+
+    Returns:
+        {"precision_at_1": float, "knn_accuracy": float, "recall_at_k": {k: R@k}} (``recall_at_k`` only when
+        ``ks`` is given).
+
+    Raises:
+        ValueError: an embedding array is not a non-empty floating matrix, holds NaN or ±inf, or the widths
+            differ; labels have the wrong length or dtype; ``reference`` and ``reference_labels`` are not
+            given together; the similarity does not return [N, M]; ``knn_k`` or a k of ``ks`` is not a
+            positive int, ``ks`` is not a sequence, or max(knn_k, ks) exceeds the reference rows.
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from geojax import metrics
+        >>> x = jnp.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9], [0.7, 0.7]])
+        >>> labels = jnp.array([0, 0, 1, 1, 1])
+        >>> out = metrics.retrieval_metrics(x, labels, knn_k=3, ks=(2,))
+        >>> round(out["precision_at_1"], 4), round(out["knn_accuracy"], 4), out["recall_at_k"]
+        (0.8, 0.4, {2: 1.0})
     """
     if isinstance(ks, int | str) or not isinstance(ks, Sequence):
         raise ValueError(f"ks must be a sequence of positive integers, got {ks!r}")
@@ -434,10 +622,37 @@ def nearest_neighbors(
 ) -> np.ndarray:
     """Indices of each query's k most similar reference rows, best first, without an N × M matrix.
 
-    query: [Nq, D] (or a tuple, with a callable similarity), reference: [Nr, D] or None → int32 [Nq, k]
-    (host). The ranking is that of the metrics above (module docstring): ties to the lower reference index,
-    NaN and −inf similarities last, and with ``reference=None`` the query set is ranked against itself with
-    each query's own row excluded. Memory: chunk_size × Nr similarities at a time.
+    The ranking is that of the metrics above (module docstring): ties to the lower reference index, NaN and
+    −inf similarities last, and with ``reference=None`` the query set is ranked against itself with each
+    query's own row excluded. Memory: chunk_size × Nr similarities at a time.
+
+    Args:
+        query: [Nq, D] floating, finite (or a tuple, with a callable similarity).
+        reference: [Nr, D] floating, finite (or a tuple), or None for the query set itself.
+        k: neighbours per query (1 ≤ k ≤ the reference rows available).
+        similarity: a name understood by :func:`geojax.similarity.get` or a callable (a, b) → [N, M], higher =
+            more similar (pass a distance negated).
+        chunk_size: queries per block (a positive int); memory chunk_size × Nr similarities at a time.
+
+    Returns:
+        [Nq, k] int32 NumPy array (host) of reference row indices.
+
+    Raises:
+        ValueError: an embedding array is not a non-empty floating matrix, holds NaN or ±inf, or the widths
+            differ; ``k`` is not a positive int or exceeds the reference rows; the similarity does not return
+            [N, M].
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from geojax import metrics
+        >>> x = jnp.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9], [0.7, 0.7]])
+        >>> labels = jnp.array([0, 0, 1, 1, 1])
+        >>> print(metrics.nearest_neighbors(x, k=2))
+        [[1 4]
+         [0 4]
+         [3 4]
+         [2 4]
+         [1 3]]
     """
     p = _Ranking(query, reference, similarity, chunk_size)
     p.check_k(k, "k")
@@ -452,11 +667,30 @@ def nearest_neighbors(
 def circular_variance(z: ArrayLike) -> jax.Array:
     """Circular variance 1 − ‖(1/n) Σ_i Z_i‖₂ of unit vectors (Stowell 2026, eq. 4), one number for the set.
 
-    z: [N, D] -> float32 scalar in [0, 1]. Rows are L2-normalised first (a no-op for sphere embeddings and
-    Clifford-form torus embeddings, which is the form Stowell 2026 uses for tori; zero rows stay zero). As
-    in the paper this is computed over the whole D-vector, not per angle: for Clifford vectors of D/2
-    angles ‖mean Z‖² = mean_k R̄_k², R̄_k being angle k's mean resultant length. A jit-able kernel: a row
-    with a NaN or ±inf entry makes the result NaN.
+    Rows are L2-normalised first (a no-op for sphere embeddings and Clifford-form torus embeddings, which is
+    the form Stowell 2026 uses for tori; zero rows stay zero). As in the paper this is computed over the whole
+    D-vector, not per angle: for Clifford vectors of D/2 angles ‖mean Z‖² = mean_k R̄_k², R̄_k being angle k's
+    mean resultant length. A jit-able kernel: a row with a NaN or ±inf entry makes the result NaN.
+
+    Args:
+        z: [N, D] floating vectors.
+
+    Returns:
+        float32 scalar in [0, 1].
+
+    Raises:
+        ValueError: ``z`` is not a non-empty floating matrix.
+
+    References:
+        Stowell 2026, "Torus embeddings" (arXiv 2603.03135), eq. 4.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from geojax import metrics
+        >>> float(metrics.circular_variance(jnp.array([[1.0, 0.0], [-1.0, 0.0]])))
+        1.0
+        >>> round(float(metrics.circular_variance(jnp.array([[1.0, 0.0], [0.0, 1.0]]))), 4)
+        0.2929
     """
     _checks.check_matrix(z, "z")
     _checks.check_floating(z, "z")
@@ -521,18 +755,45 @@ def few_shot_accuracy(
     episodes: int = 600,
     similarity: Similarity = "cosine",
 ) -> tuple[float, float]:
-    """Few-shot accuracy of a prototype classifier over n-way k-shot episodes (Stowell 2026,
-    Experiment 3, ProtoCLR).
+    """Few-shot accuracy of a prototype classifier over n-way k-shot episodes (Stowell 2026, Experiment 3).
 
-    Each episode draws ``ways`` distinct classes, ``shots`` support and ``queries`` query rows per class
-    (without replacement); the prototype of a class is the mean of its support rows, and each query row is
-    assigned to the prototype of highest similarity (ties to the lower class slot). reference=None draws
-    support and query rows disjointly from ``query``; otherwise support rows come from ``reference`` and
-    query rows from ``query``. Only classes with enough rows take part.
+    ProtoCLR's protocol. Each episode draws ``ways`` distinct classes, ``shots`` support and ``queries`` query
+    rows per class (without replacement); the prototype of a class is the mean of its support rows, and each
+    query row is assigned to the prototype of highest similarity (ties to the lower class slot).
+    reference=None draws support and query rows disjointly from ``query``; otherwise support rows come from
+    ``reference`` and query rows from ``query``. Only classes with enough rows take part.
 
-    query: [Nq, D], query_labels: [Nq] int, reference: [Nr, D] or None, reference_labels: [Nr] int,
-    key: PRNG key; ``query`` and ``reference`` must be finite. Returns (mean accuracy, 95% CI half-width
-    1.96·s/√episodes with the sample std s).
+    Args:
+        query: [Nq, D] floating, finite.
+        query_labels: [Nq] integer labels.
+        reference: [Nr, D] floating, finite, or None (support and query rows both from ``query``).
+        reference_labels: [Nr] integer labels; given exactly when ``reference`` is.
+        key: a JAX PRNG key for the episodes.
+        ways: classes per episode (≥ 2).
+        shots: support rows per class (a positive int).
+        queries: query rows per class (a positive int).
+        episodes: the number of episodes (≥ 2).
+        similarity: a name understood by :func:`geojax.similarity.get` or a callable (a, b) → [N, M].
+
+    Returns:
+        (mean accuracy, 95% CI half-width 1.96·s/√episodes with the sample std s), Python floats.
+
+    Raises:
+        ValueError: an embedding array is not a non-empty floating matrix, holds NaN or ±inf, or the widths
+            differ; labels are malformed; ``reference`` and ``reference_labels`` are not given together;
+            ``ways`` < 2, ``episodes`` < 2, or fewer than ``ways`` classes have enough rows.
+
+    References:
+        Stowell 2026, "Torus embeddings" (arXiv 2603.03135), Experiment 3.
+
+    Example:
+        >>> import jax
+        >>> import jax.numpy as jnp
+        >>> from geojax import metrics
+        >>> x = jnp.array([[1.0, 0.0]] * 3 + [[0.0, 1.0]] * 3)
+        >>> labels = jnp.array([0, 0, 0, 1, 1, 1])
+        >>> metrics.few_shot_accuracy(x, labels, key=jax.random.key(0), ways=2, queries=2, episodes=10)
+        (1.0, 0.0)
     """
     sim_fn = _resolve_similarity(similarity)
     _checks.check_matrix(query, "query")

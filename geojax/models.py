@@ -41,13 +41,58 @@ PROJECTIONS: tuple[str, ...] = get_args(ProjectionName)
 
 
 def embedding_width(geometry: str, dim: int) -> int:
-    """Extrinsic width of a geometry head's output for pre-projection width ``dim`` (Stowell 2026 Tab. 1)."""
+    """Extrinsic width of a geometry head's output for pre-projection width ``dim`` (Stowell 2026 Tab. 1).
+
+    torus_c maps D turns to 2D coordinates; the other vector geometries keep D.
+
+    Args:
+        geometry: one of the vector geometries ('euclidean', 'sphere', 'torus_c', 'torus_n').
+        dim: D, the head's pre-projection width.
+
+    Returns:
+        2·dim for torus_c, else dim.
+
+    Raises:
+        ValueError: ``geometry`` is not a vector geometry.
+
+    References:
+        Stowell 2026, "Torus embeddings" (arXiv 2603.03135), Table 1.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from flax import nnx
+        >>> from geojax import models
+        >>> models.embedding_width("torus_c", 8), models.embedding_width("sphere", 8)
+        (16, 8)
+    """
     _checks.check_choice(geometry, "geometry", VECTOR_GEOMETRIES)
     return 2 * dim if geometry == "torus_c" else dim
 
 
 def project(raw: jax.Array, geometry: str) -> jax.Array:
-    """Apply the geometry's projection (Stowell 2026 Tab. 1) to raw head output ``raw: [N, D]`` in float32."""
+    """Apply the geometry's projection (Stowell 2026 Tab. 1) to raw head output, in float32.
+
+    ``sphere``: L2 (:func:`geojax.manifolds.sphere`); ``torus_c``: Clifford of D turns → 2D
+    (:func:`geojax.manifolds.torus_clifford`); ``torus_n``: pairwise L2 (:func:`geojax.manifolds.torus_l2p`);
+    any other geometry (``euclidean``): the raw vector.
+
+    Args:
+        raw: [N, D] raw head output.
+        geometry: the geometry's name.
+
+    Returns:
+        [N, D'] float32 embeddings (D' = 2D for torus_c, else D).
+
+    References:
+        Stowell 2026, "Torus embeddings" (arXiv 2603.03135), Table 1.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from flax import nnx
+        >>> from geojax import models
+        >>> print(models.project(jnp.array([[3.0, 4.0]]), "sphere"))
+        [[0.6 0.8]]
+    """
     raw = raw.astype(jnp.float32)
     if geometry == "sphere":
         return manifolds.sphere(raw)
@@ -59,7 +104,28 @@ def project(raw: jax.Array, geometry: str) -> jax.Array:
 
 
 class MLP(nnx.Module):
-    """Multi-layer perceptron encoder: flatten → [Linear → ReLU] per hidden width. x: [N, ...] → [N, F]."""
+    """Multi-layer perceptron encoder: flatten → [Linear → ReLU] per hidden width.
+
+    Called on x: [N, ...] it returns [N, F], F = ``hidden[-1]`` (also ``.features``).
+
+    Args:
+        in_features: the flattened input width (a positive int).
+        hidden: the hidden widths, at least one.
+        compute_dtype: the dtype of the layer computations (e.g. ``jnp.bfloat16``); None: the parameters'
+            float32.
+        rngs: the ``nnx.Rngs`` that initialise the parameters.
+
+    Raises:
+        ValueError: ``in_features`` is not a positive int or ``hidden`` is empty.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from flax import nnx
+        >>> from geojax import models
+        >>> mlp = models.MLP(12, hidden=(16,), rngs=nnx.Rngs(0))
+        >>> mlp(jnp.ones((2, 2, 2, 3))).shape
+        (2, 16)
+    """
 
     def __init__(
         self, in_features: int, *, hidden: Sequence[int] = (512, 512), compute_dtype=None, rngs: nnx.Rngs
@@ -108,17 +174,45 @@ def tap_conv(
     precision=None,
     **kwargs,
 ) -> jax.Array:
-    """``lax.conv_general_dilated`` (same arguments, same values to fp32 round-off) for a one-channel,
-    stride-1, ``"SAME"``, undilated NHWC/HWIO convolution with an odd kernel, computed as a sum over the
-    kernel's taps of the shifted image times that tap's weights: lhs [N, H, W, 1], rhs [kh, kw, 1, O] →
-    [N, H, W, O]. The kernel's gradient is one matmul, [kh·kw, N·H·W] shifted images × [N·H·W, O] output
-    gradients.
+    """``lax.conv_general_dilated`` for a one-channel, stride-1, ``"SAME"`` convolution, as a sum over taps.
 
-    For one input channel XLA:CPU's convolution is slow, and so is a matmul with a contraction of 9: a
-    [256, 28, 28, 1] batch into 32 channels, 2×2 max-pool and ReLU, forward and backward, took 48 ms on
-    one core of a 2-core AMD EPYC (AVX2), against 69 ms as an im2col matmul and 79 ms with
-    ``lax.conv_general_dilated`` (jax 0.10.2). :class:`SmallCNN` passes it to ``nnx.Conv`` for a
-    one-channel image. Any other configuration raises ``ValueError``.
+    Same arguments, same values to fp32 round-off, for a one-channel, stride-1, ``"SAME"``, undilated
+    NHWC/HWIO convolution with an odd kernel, computed as a sum over the kernel's taps of the shifted image
+    times that tap's weights. The kernel's gradient is one matmul, [kh·kw, N·H·W] shifted images × [N·H·W, O]
+    output gradients. For one input channel XLA:CPU's convolution is slow, and so is a matmul with a
+    contraction of 9: a [256, 28, 28, 1] batch into 32 channels, 2×2 max-pool and ReLU, forward and backward,
+    took 48 ms on one core of a 2-core AMD EPYC (AVX2), against 69 ms as an im2col matmul and 79 ms with
+    ``lax.conv_general_dilated`` (jax 0.10.2). :class:`SmallCNN` passes it to ``nnx.Conv`` for a one-channel
+    image.
+
+    Args:
+        lhs: [N, H, W, 1] image (NHWC).
+        rhs: [kh, kw, 1, O] kernel (HWIO), kh and kw odd.
+        window_strides: must be (1, 1).
+        padding: must be ``"SAME"``.
+        lhs_dilation: None or all ones.
+        rhs_dilation: None or all ones.
+        dimension_numbers: must describe NHWC / HWIO / NHWC.
+        feature_group_count: must be 1.
+        precision: the precision of the kernel-gradient matmul.
+        **kwargs: further arguments of ``lax.conv_general_dilated``, all None (e.g. ``out_sharding``, which
+            ``nnx.Conv`` passes as None).
+
+    Returns:
+        [N, H, W, O] the convolution, in the result dtype of ``lhs`` and ``rhs`` (accumulated in fp32).
+
+    Raises:
+        ValueError: any other configuration.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from flax import nnx
+        >>> from geojax import models
+        >>> import jax
+        >>> x, k, dn = jnp.ones((2, 5, 5, 1)), jnp.ones((3, 3, 1, 4)), ("NHWC", "HWIO", "NHWC")
+        >>> y = models.tap_conv(x, k, (1, 1), "SAME", dimension_numbers=dn)
+        >>> bool(jnp.allclose(y, jax.lax.conv_general_dilated(x, k, (1, 1), "SAME", dimension_numbers=dn)))
+        True
     """
     kh, kw, c, _ = rhs.shape
     plain = (
@@ -210,15 +304,31 @@ _max_pool_2x2.defvjp(_max_pool_2x2_fwd, _max_pool_2x2_bwd)
 
 
 class SmallCNN(nnx.Module):
-    """Small CNN for 8×8 to 32×32 images. x: [N, H, W, C] → [N, 8·width].
+    """Small CNN for 8×8 to 32×32 images: x [N, H, W, C] → [N, 8·width].
 
     Two stages of 3×3 conv → norm → ReLU with widths (w, 2w), each followed by a 2×2 max-pool while the
     feature map is larger than 4×4; the last map is flattened (its layout kept: where a garment's sleeve or
-    collar is matters) into Linear → ReLU with 8w features: LeNet-5's conv–pool–conv–pool–dense shape
-    (LeCun et al. 1998) with 3×3 kernels and max-pooling. At w = 32 on a 28×28 image it costs 4.6 M
-    multiply-adds (0.2 M, 3.6 M and 0.8 M per layer). ReLU runs after the pool, which
-    gives the same values (max and ReLU commute) on a quarter of the elements. A one-channel image's
-    convolution is :func:`tap_conv` (faster on CPU).
+    collar is matters) into Linear → ReLU with 8w features: LeNet-5's conv–pool–conv–pool–dense shape (LeCun
+    et al. 1998) with 3×3 kernels and max-pooling. At w = 32 on a 28×28 image it costs 4.6 M multiply-adds
+    (0.2 M, 3.6 M and 0.8 M per layer). ReLU runs after the pool, which gives the same values (max and ReLU
+    commute) on a quarter of the elements. A one-channel image's convolution is :func:`tap_conv` (faster on
+    CPU).
+
+    Args:
+        in_channels: C (a positive int).
+        image_size: the smaller image side (a positive int), which decides the pools.
+        width: w, the first stage's channels (a positive int).
+        norm: 'batch', 'group' or 'none'.
+        axis_name: the named axis over which batch norm is synchronised; None for none.
+        compute_dtype: the dtype of the layer computations (e.g. ``jnp.bfloat16``); None: the parameters'
+            float32.
+        rngs: the ``nnx.Rngs`` that initialise the parameters.
+
+    Raises:
+        ValueError: a size is not a positive int or ``norm`` is unknown.
+
+    References:
+        LeCun et al. 1998, "Gradient-Based Learning Applied to Document Recognition" (LeNet-5).
     """
 
     def __init__(
@@ -323,11 +433,28 @@ class _Bottleneck(nnx.Module):
 
 
 class ResNet(nnx.Module):
-    """ResNet with the CIFAR stem (3×3 conv, stride 1, no max-pool). x: [N, H, W, C] → [N, 512·expansion].
+    """ResNet with the CIFAR stem (3×3 conv, stride 1, no max-pool): x [N, H, W, C] → [N, 512·expansion].
 
     ``depth`` 18 uses basic blocks (2, 2, 2, 2); 50 uses bottleneck blocks (3, 4, 6, 3) (He et al. 2016).
     Every 3×3 conv pads one pixel on each side, as torchvision's ResNet and the papers' PyTorch code (XLA's
-    'SAME' would pad a stride-2 conv 0 before and 1 after, shifting each output by a pixel).
+    'SAME' would pad a stride-2 conv 0 before and 1 after, shifting each output by a pixel). The features are
+    the global average pool of the last stage (``.features`` = 8·width·expansion).
+
+    Args:
+        in_channels: C (a positive int).
+        depth: 18 or 50.
+        width: the base width (64 as torchvision's).
+        norm: 'batch', 'group' or 'none'.
+        axis_name: the named axis over which batch norm is synchronised; None for none.
+        compute_dtype: the dtype of the layer computations (e.g. ``jnp.bfloat16``); None: the parameters'
+            float32.
+        rngs: the ``nnx.Rngs`` that initialise the parameters.
+
+    Raises:
+        ValueError: ``in_channels`` is not a positive int, or ``depth`` or ``norm`` is unknown.
+
+    References:
+        He et al. 2016, "Deep Residual Learning for Image Recognition" (arXiv 1512.03385).
     """
 
     def __init__(
@@ -381,6 +508,34 @@ def encoder(
     ``width`` None builds the encoder's own (:data:`OWN_WIDTHS`): an MLP of two hidden layers of 512, the
     small CNN of base 32, the ResNets of base 64 (torchvision's ResNet-18: 11,168,832 trunk parameters on
     three-channel images with the 3×3 CIFAR stem; ResNet-50: 23,500,352).
+
+    Args:
+        name: 'mlp', 'cnn', 'resnet18' or 'resnet50'.
+        input_shape: (H, W, C).
+        width: the encoder's width (a positive int), or None for its own.
+        norm: the normalisation ('batch', 'group', 'none'); None: 'none' for the CNN, 'batch' for the ResNets
+            (the MLP has none).
+        axis_name: the named axis over which batch norm is synchronised; None for none.
+        compute_dtype: the dtype of the layer computations (e.g. ``jnp.bfloat16``); None: the parameters'
+            float32.
+        rngs: the ``nnx.Rngs`` that initialise the parameters.
+
+    Returns:
+        An ``nnx.Module`` mapping [N, H, W, C] → [N, features].
+
+    Raises:
+        ValueError: ``name`` is unknown, ``input_shape`` is not (H, W, C), or ``width`` is not a positive int.
+
+    References:
+        He et al. 2016, "Deep Residual Learning for Image Recognition" (arXiv 1512.03385) (ResNets).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from flax import nnx
+        >>> from geojax import models
+        >>> mlp = models.encoder("mlp", input_shape=(4, 4, 1), width=16, rngs=nnx.Rngs(0))
+        >>> type(mlp).__name__, mlp.features
+        ('MLP', 16)
     """
     _checks.check_choice(name, "encoder", ENCODERS)
     if len(input_shape) != 3:
@@ -413,18 +568,44 @@ def encoder(
 
 
 class GeometryHead(nnx.Module):
-    """Stowell 2026 head: Linear(F, 4D) → ReLU → Linear(4D, D), then the geometry projection (the head of its
-    public code). ``hidden`` replaces the 4D hidden width (SupContrast's head: F); ``hidden=0`` leaves one
-    Linear(F, D) (Korman 2021's public code maps its trunk to the code so).
+    """Stowell 2026's head: Linear(F, 4D) → ReLU → Linear(4D, D), then the geometry projection.
 
-    h: [N, F] → [N, D'] (D' = 2D for torus_c, else D).
+    The head of Stowell's public code; h [N, F] → [N, D'] (D' = 2D for torus_c, else D). ``hidden`` replaces
+    the 4D hidden width (SupContrast's head: F); ``hidden=0`` leaves one Linear(F, D) (Korman 2021's public
+    code maps its trunk to the code so). ``qat_bits`` (torus geometries only; 1, 2, 4 or 8) trains through the
+    b-bit torus grid of ``quantize.torus_codes``: the flat angles (the raw turns of torus_c, the pair angles
+    of torus_n) pass through ``quantize.torus_fake_quantize`` before the Clifford projection, so the forward
+    pass sees the grid angles and the backward pass the straight-through gradient. With ``qat_noise`` the
+    training forward adds one grid step of uniform noise instead; evaluation mode (``model.eval()``, which
+    sets ``deterministic``) always rounds, so the embeddings a trained model gives are exactly its codes.
 
-    ``qat_bits`` (torus geometries only; 1, 2, 4 or 8) trains through the b-bit torus grid of
-    ``quantize.torus_codes``: the flat angles (the raw turns of torus_c, the pair angles of torus_n) pass
-    through ``quantize.torus_fake_quantize`` before the Clifford projection, so the forward pass sees the
-    grid angles and the backward pass the straight-through gradient. With ``qat_noise`` the training forward
-    adds one grid step of uniform noise instead; evaluation mode (``model.eval()``, which sets
-    ``deterministic``) always rounds, so the embeddings a trained model gives are exactly its codes.
+    Args:
+        in_features: F.
+        dim: D (a positive int; even for torus_n).
+        geometry: one of the vector geometries ('euclidean', 'sphere', 'torus_c', 'torus_n').
+        hidden: the hidden width; None: 4·dim; 0: no hidden layer.
+        compute_dtype: the dtype of the layer computations (e.g. ``jnp.bfloat16``); None: the parameters'
+            float32.
+        qat_bits: None, or 1, 2, 4 or 8 for quantisation-aware training of a torus head.
+        qat_noise: train with uniform noise instead of rounding (needs ``qat_bits``).
+        rngs: the ``nnx.Rngs`` that initialise the parameters.
+
+    Raises:
+        ValueError: ``dim`` or ``hidden`` is not a positive int, ``geometry`` is unknown, ``dim`` is odd for
+            torus_n, ``qat_bits`` is not 1, 2, 4 or 8 or is given for a non-torus geometry, or ``qat_noise``
+            without ``qat_bits``.
+
+    References:
+        Stowell 2026, "Torus embeddings" (arXiv 2603.03135), Table 1 and §5.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from flax import nnx
+        >>> from geojax import models
+        >>> head = models.GeometryHead(16, 4, geometry="torus_c", rngs=nnx.Rngs(0))
+        >>> z = head(jnp.ones((2, 16)))
+        >>> z.shape, bool(jnp.allclose(jnp.linalg.norm(z, axis=-1), 1.0))
+        ((2, 8), True)
     """
 
     def __init__(
@@ -473,7 +654,30 @@ class GeometryHead(nnx.Module):
 class AtlasHead(nnx.Module):
     """Korman 2021 §2.4: n chart heads of width d (pre-sigmoid) and a softmax membership head, as one Linear.
 
-    h: [N, F] → (coords [N, n, d] pre-sigmoid float32, q [N, n] float32 summing to 1).
+    h [N, F] → (coords [N, n, d] pre-sigmoid float32, q [N, n] float32 summing to 1), split by
+    :func:`geojax.manifolds.atlas_split`.
+
+    Args:
+        in_features: F.
+        charts: n (a positive int).
+        dim: d (a positive int).
+        compute_dtype: the dtype of the layer computations (e.g. ``jnp.bfloat16``); None: the parameters'
+            float32.
+        rngs: the ``nnx.Rngs`` that initialise the parameters.
+
+    Raises:
+        ValueError: ``charts`` or ``dim`` is not a positive int.
+
+    References:
+        Korman 2021, manifold (atlas) target spaces (arXiv 2106.07062), §2.4.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from flax import nnx
+        >>> from geojax import models
+        >>> coords, q = models.AtlasHead(16, charts=3, dim=2, rngs=nnx.Rngs(0))(jnp.ones((2, 16)))
+        >>> coords.shape, q.shape
+        ((2, 3, 2), (2, 3))
     """
 
     def __init__(self, in_features: int, *, charts: int, dim: int, compute_dtype=None, rngs: nnx.Rngs):
@@ -487,9 +691,31 @@ class AtlasHead(nnx.Module):
 
 
 class ProjectionHead(nnx.Module):
-    """SimCLR's projection head g (Chen et al. 2020 §2.1): Linear(D, hidden) → ReLU → Linear(hidden, out),
-    both without bias, the hidden layer as wide as the input by default (Chen et al. 2020; Korman 2021's
-    public code for its SimCLR baseline: Linear(d, d) → ReLU → Linear(d, 64)). z: [N, D] → [N, out]."""
+    """SimCLR's projection head g (Chen et al. 2020 §2.1): Linear(D, hidden) → ReLU → Linear(hidden, out).
+
+    Both layers without bias, the hidden layer as wide as the input by default (Chen et al. 2020; Korman
+    2021's public code for its SimCLR baseline: Linear(d, d) → ReLU → Linear(d, 64)). z [N, D] → [N, out].
+
+    Args:
+        in_features: D (a positive int).
+        hidden: the hidden width; None: D.
+        out: the output width P.
+        rngs: the ``nnx.Rngs`` that initialise the parameters.
+
+    Raises:
+        ValueError: ``in_features`` is not a positive int.
+
+    References:
+        Chen et al. 2020, "A Simple Framework for Contrastive Learning of Visual Representations" (arXiv
+        2002.05709), §2.1.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from flax import nnx
+        >>> from geojax import models
+        >>> models.ProjectionHead(8, out=4, rngs=nnx.Rngs(0))(jnp.ones((2, 8))).shape
+        (2, 4)
+    """
 
     def __init__(self, in_features: int, *, hidden: int | None = None, out: int = 64, rngs: nnx.Rngs):
         _checks.check_positive_int(in_features, "in_features")
@@ -502,11 +728,32 @@ class ProjectionHead(nnx.Module):
 
 
 class MixedProjection(nnx.Module):
-    """MSimCLR projection (Korman 2021 Tab. 1): z = Σ_c q_c · h_c(sigmoid(coords_c)), one SimCLR head per
-    chart (:class:`ProjectionHead`'s form: Linear(d, hidden) → ReLU → Linear(hidden, out) without bias,
-    hidden = d by default, as Korman 2021's public code).
+    """MSimCLR projection (Korman 2021 Tab. 1): z = Σ_c q_c · h_c(sigmoid(coords_c)), one head per chart.
 
-    coords: [N, n, d] pre-sigmoid, q: [N, n] → z: [N, out] float32.
+    Each head has :class:`ProjectionHead`'s form, Linear(d, hidden) → ReLU → Linear(hidden, out) without
+    bias, hidden = d by default, as Korman 2021's public code. Called as ``(coords [N, n, d] pre-sigmoid,
+    q [N, n])`` → z [N, out] float32.
+
+    Args:
+        charts: n (a positive int).
+        dim: d (a positive int).
+        hidden: the hidden width; None: d.
+        out: the output width P.
+        rngs: the ``nnx.Rngs`` that initialise the parameters.
+
+    Raises:
+        ValueError: ``charts`` or ``dim`` is not a positive int.
+
+    References:
+        Korman 2021, manifold (atlas) target spaces (arXiv 2106.07062), Table 1.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from flax import nnx
+        >>> from geojax import models
+        >>> head = models.MixedProjection(charts=3, dim=2, out=4, rngs=nnx.Rngs(0))
+        >>> head(jnp.zeros((2, 3, 2)), jnp.full((2, 3), 1 / 3)).shape
+        (2, 4)
     """
 
     def __init__(self, *, charts: int, dim: int, hidden: int | None = None, out: int = 64, rngs: nnx.Rngs):
@@ -526,10 +773,19 @@ class MixedProjection(nnx.Module):
 class Outputs(NamedTuple):
     """What :class:`EmbeddingModel` returns for a batch of N inputs (float32 arrays; absent parts are None).
 
-    embedding: [N, D'] the geometry's extrinsic vector (for the atlas, the compressed code
-    sigmoid(coords of the argmax chart) [N, d]); coords: [N, n, d] pre-sigmoid chart coordinates and
-    q: [N, n] memberships (atlas only); projection: [N, P] the projection head's output, what a
-    SimCLR-style loss sees (None without one).
+    Attributes:
+        embedding: [N, D'] the geometry's extrinsic vector (for the atlas, the compressed code sigmoid(coords
+            of the argmax chart) [N, d]).
+        coords: [N, n, d] pre-sigmoid chart coordinates (atlas only).
+        q: [N, n] memberships (atlas only).
+        projection: [N, P] the projection head's output, what a SimCLR-style loss sees (None without one).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from flax import nnx
+        >>> from geojax import models
+        >>> models.Outputs(jnp.ones((2, 3))).loss_vectors.shape
+        (2, 3)
     """
 
     embedding: jax.Array
@@ -546,8 +802,42 @@ class Outputs(NamedTuple):
 class EmbeddingModel(nnx.Module):
     """Encoder + geometry (or atlas) head + optional projection head: x → :class:`Outputs`.
 
-    ``head_hidden``: the geometry head's hidden width (None: 4·dim; 0: one linear layer). ``qat_bits`` /
-    ``qat_noise``: quantisation-aware training of a torus head (:class:`GeometryHead`).
+    The head is a :class:`GeometryHead` for a vector geometry, an :class:`AtlasHead` for ``atlas`` (whose
+    embedding is the compressed code of :func:`geojax.manifolds.atlas_code`); the projection head is none, a
+    :class:`ProjectionHead` on the embedding ('mlp') or a :class:`MixedProjection` on the charts ('mixed').
+
+    Args:
+        encoder_module: an encoder with ``.features`` (:func:`encoder`).
+        geometry: one of ``geojax.manifolds.GEOMETRIES``.
+        dim: D (the head's width) or, for the atlas, each chart's d.
+        head_hidden: the geometry head's hidden width (None: 4·dim; 0: one linear layer).
+        charts: n, the atlas's charts.
+        projection: 'none', 'mlp' or 'mixed' (atlas only).
+        projection_dim: P, the projection head's output width.
+        compute_dtype: the dtype of the layer computations (e.g. ``jnp.bfloat16``); None: the parameters'
+            float32.
+        qat_bits: quantisation-aware training of a torus head (:class:`GeometryHead`).
+        qat_noise: train with noise instead of rounding (:class:`GeometryHead`).
+        rngs: the ``nnx.Rngs`` that initialise the parameters.
+
+    Raises:
+        ValueError: ``geometry`` or ``projection`` is unknown, ``qat_bits`` / ``qat_noise`` with the atlas, or
+            'mixed' without the atlas; the heads' own checks.
+
+    References:
+        Stowell 2026, "Torus embeddings" (arXiv 2603.03135) (geometry heads); Korman 2021, manifold (atlas)
+        target spaces (arXiv 2106.07062), §2.4 and Table 1 (atlas, MSimCLR).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from flax import nnx
+        >>> from geojax import models
+        >>> trunk = models.encoder("mlp", input_shape=(4, 4, 1), width=16, rngs=nnx.Rngs(0))
+        >>> model = models.EmbeddingModel(trunk, geometry="sphere", dim=8, projection="mlp", projection_dim=4,
+        ...                               rngs=nnx.Rngs(0))
+        >>> out = model(jnp.ones((2, 4, 4, 1)))
+        >>> out.embedding.shape, out.loss_vectors.shape
+        ((2, 8), (2, 4))
     """
 
     def __init__(

@@ -33,7 +33,24 @@ MODES = ("shard_map", "pmap")
 
 
 def make_mesh(n_devices: int | None = None, *, axis_name: str = AXIS) -> jax.sharding.Mesh:
-    """A 1-D device mesh ``(n_devices,)`` named ``axis_name`` (default: all devices of all processes)."""
+    """A 1-D device mesh ``(n_devices,)`` named ``axis_name``.
+
+    Args:
+        n_devices: the number of devices, 1 ≤ n ≤ ``jax.device_count()``; None: all devices of all processes.
+        axis_name: the mesh axis name.
+
+    Returns:
+        A ``jax.sharding.Mesh`` over the first ``n_devices`` devices.
+
+    Raises:
+        ValueError: ``n_devices`` is not a positive int or exceeds the devices available.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from geojax import parallel
+        >>> parallel.make_mesh(1).axis_names
+        ('data',)
+    """
     n = jax.device_count() if n_devices is None else n_devices
     _checks.check_k(n, "n_devices", jax.device_count(), "devices available")
     return jax.make_mesh((n,), (axis_name,), devices=jax.devices()[:n])
@@ -42,32 +59,86 @@ def make_mesh(n_devices: int | None = None, *, axis_name: str = AXIS) -> jax.sha
 def gather(x: ArrayLike, axis_name: str | None = AXIS) -> jax.Array:
     """All-gather ``x: [n, ...]`` from every device along the leading axis → [n·devices, ...].
 
-    Device k's rows land at rows ``k·n … k·n + n − 1``. Differentiable: the transpose sums every
-    device's cotangent for this device's rows. ``axis_name=None`` returns ``x`` (single device).
+    Device k's rows land at rows ``k·n … k·n + n − 1``. Differentiable: the transpose sums every device's
+    cotangent for this device's rows.
+
+    Args:
+        x: [n, ...] this device's rows.
+        axis_name: the named mapped axis; None for a single device (no collective).
+
+    Returns:
+        [n·devices, ...] the rows of all devices; ``x`` itself when ``axis_name`` is None.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from geojax import parallel
+        >>> print(parallel.gather(jnp.arange(3), None))
+        [0 1 2]
     """
     x = jnp.asarray(x)
     return x if axis_name is None else lax.all_gather(x, axis_name, tiled=True)
 
 
 def self_index(n_local: int, axis_name: str | None = AXIS) -> jax.Array:
-    """Column of each local anchor's own key among the gathered keys: ``axis_index·n_local + arange`` [n]."""
+    """Column of each local anchor's own key among the gathered keys: ``axis_index·n_local + arange``.
+
+    Args:
+        n_local: the number of rows on this device.
+        axis_name: the named mapped axis; None for a single device (no collective).
+
+    Returns:
+        [n_local] int32 columns.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from geojax import parallel
+        >>> print(parallel.self_index(3, None))
+        [0 1 2]
+    """
     offset = 0 if axis_name is None else lax.axis_index(axis_name) * n_local
     return offset + jnp.arange(n_local, dtype=jnp.int32)
 
 
 def global_sum(tree: Any, axis_name: str | None = AXIS) -> Any:
-    """Every leaf summed over the devices of ``axis_name`` (``lax.psum``); the leaves as they are when
-    ``axis_name`` is None (one device holds the whole batch).
+    """Every leaf summed over the devices of ``axis_name`` (``lax.psum``).
 
-    Pass per-device partial sums (numerators, counts): the result is the sum over the global batch, the
-    same on every device. A Python int leaf (a row count) stays a static int: ``global_sum(x.shape[0])`` is
-    the global number of rows.
+    The leaves as they are when ``axis_name`` is None (one device holds the whole batch). Pass per-device
+    partial sums (numerators, counts): the result is the sum over the global batch, the same on every device.
+    A Python int leaf (a row count) stays a static int: ``global_sum(x.shape[0])`` is the global number of
+    rows.
+
+    Args:
+        tree: a pytree of per-device partial sums.
+        axis_name: the named mapped axis; None for a single device (no collective).
+
+    Returns:
+        The pytree of global sums.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from geojax import parallel
+        >>> parallel.global_sum({"rows": 3}, None)
+        {'rows': 3}
     """
     return tree if axis_name is None else lax.psum(tree, axis_name)
 
 
 def pmean(tree: Any, axis_name: str | None = AXIS) -> Any:
-    """``lax.pmean`` over ``axis_name`` of every leaf (identity when ``axis_name`` is None)."""
+    """``lax.pmean`` over ``axis_name`` of every leaf (identity when ``axis_name`` is None).
+
+    Args:
+        tree: a pytree (typically gradients).
+        axis_name: the named mapped axis; None for a single device (no collective).
+
+    Returns:
+        The pytree of means over the devices.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from geojax import parallel
+        >>> parallel.pmean(2.0, None)
+        2.0
+    """
     return tree if axis_name is None else lax.pmean(tree, axis_name)
 
 
@@ -91,16 +162,41 @@ def data_parallel(
 ) -> Callable[..., Any]:
     """Run a per-device, pmap-style ``step(state, local_batch) -> out`` over a 1-D data mesh.
 
-    Returns ``run(state, batch) -> out`` on the global ``state`` (replicated) and global ``batch`` (leaves
-    split over the devices along ``batch_axis``, whose length must be divisible by the device count; in a
-    multi-process run, each process passes its own rows, or the global arrays already placed with
-    ``NamedSharding(mesh, P(None, …, axis_name))``). ``shared=True``: ``step(state, shared, local_batch)``
-    and ``run(state, shared, batch)``, with ``shared`` (e.g. a data set held on every device) replicated
-    like the state; shard_map only. ``mode='shard_map'`` runs under ``jax.shard_map`` over ``mesh``
-    (default: all devices); ``mode='pmap'`` under ``jax.pmap`` over the same devices. ``out`` must be
-    reduced over ``axis_name`` inside ``step`` (it is returned once, not per device). ``donate_state``:
-    the state's buffers are reused for the output. Under shard_map, ``run.lower`` lowers the jitted program
+    The returned ``run(state, batch) -> out`` takes the global ``state`` (replicated) and global ``batch``
+    (leaves split over the devices along ``batch_axis``, whose length must be divisible by the device count;
+    in a multi-process run, each process passes its own rows, or the global arrays already placed with
+    ``NamedSharding(mesh, P(None, …, axis_name))``). ``out`` must be reduced over ``axis_name`` inside
+    ``step`` (it is returned once, not per device). Under shard_map, ``run.lower`` lowers the jitted program
     (arguments already placed), as ``jax.jit``'s does.
+
+    Args:
+        step: the per-device step, ``step(state, local_batch)`` (``step(state, shared, local_batch)`` with
+            ``shared=True``).
+        mode: 'shard_map' runs under ``jax.shard_map`` over ``mesh``; 'pmap' under ``jax.pmap`` over the same
+            devices.
+        mesh: a 1-D mesh with axis ``axis_name``; None: all devices (:func:`make_mesh`).
+        axis_name: the mesh axis the batch is split over.
+        donate_state: reuse the state's buffers for the output.
+        batch_axis: the axis of every batch leaf that is split over the devices.
+        shared: ``run(state, shared, batch)``, with ``shared`` (e.g. a data set held on every device)
+            replicated like the state; shard_map only.
+
+    Returns:
+        ``run(state, batch)`` (or ``run(state, shared, batch)``), a compiled runner.
+
+    Raises:
+        ValueError: ``mode`` is unknown, ``mesh`` is not 1-D with axis ``axis_name``, ``shared`` with 'pmap',
+            or (when ``run`` is called) a batch leaf whose ``batch_axis`` is not divisible by the local
+            devices.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from geojax import parallel
+        >>> def step(state, batch):
+        ...     return parallel.global_sum(jnp.sum(state * batch))
+        >>> run = parallel.data_parallel(step, mesh=parallel.make_mesh(1))
+        >>> float(run(2.0, jnp.arange(4.0)))
+        12.0
     """
     _checks.check_choice(mode, "mode", MODES)
     mesh = make_mesh(axis_name=axis_name) if mesh is None else mesh

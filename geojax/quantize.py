@@ -39,8 +39,27 @@ _MAX_PQ_BITS = 16
 def torus_uint8(t: ArrayLike) -> jax.Array:
     """uint8 code of flat-torus angles, round(256·t) mod 256 (Stowell 2026, §4; no fitted range).
 
-    t: [...] turns (any finite real value; wrapped) → [...] uint8. A concrete ``t`` with NaN or ±inf is
-    rejected; a traced one is not checked (module docstring).
+    Round half to even; integer overflow *is* the torus: on codes c, c′ the per-byte distance is
+    min((c − c′) mod 256, (c′ − c) mod 256).
+
+    Args:
+        t: [...] floating angles in turns (any finite real value; wrapped).
+
+    Returns:
+        [...] uint8 codes.
+
+    Raises:
+        ValueError: ``t`` has a non-floating dtype, or a concrete ``t`` holds NaN or ±inf (a traced one is not
+            checked: module docstring).
+
+    References:
+        Stowell 2026, "Torus embeddings" (arXiv 2603.03135), §4.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from geojax import quantize
+        >>> print(quantize.torus_uint8(jnp.array([0.0, 0.25, 0.999, -0.5])))
+        [  0  64   0 128]
     """
     _checks.check_floating(t, "t")
     _checks.check_finite(t, "t")
@@ -50,7 +69,20 @@ def torus_uint8(t: ArrayLike) -> jax.Array:
 def torus_from_uint8(codes: ArrayLike) -> jax.Array:
     """Angles in turns of uint8 torus codes, codes / 256 (inverse of :func:`torus_uint8` on the grid).
 
-    codes: [...] uint8 → [...] float32 in [0, 1).
+    Args:
+        codes: [...] uint8 torus codes.
+
+    Returns:
+        [...] float32 turns in [0, 1).
+
+    Raises:
+        ValueError: ``codes`` is not uint8.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from geojax import quantize
+        >>> print(quantize.torus_from_uint8(jnp.array([0, 64, 128], jnp.uint8)))
+        [0.   0.25 0.5 ]
     """
     _checks.check_dtype(codes, "codes", jnp.uint8)
     return codes.astype(_F32) / 256.0
@@ -65,13 +97,32 @@ def _check_torus_bits(bits) -> int:
 
 
 def torus_codes(t: ArrayLike, bits: int = 8) -> jax.Array:
-    """Packed b-bit flat-torus codes, code = round(2^b·t) mod 2^b (Stowell 2026, §4: integers with overflow
-    are a torus, at any word width).
+    """Packed b-bit flat-torus codes, code = round(2^b·t) mod 2^b (Stowell 2026, §4).
 
-    t: [..., D] turns (any finite real value; wrapped), D·bits a multiple of 8 → [..., D·bits/8] uint8. The
-    8/bits codes of a byte are little-endian: coordinate (8/bits)·j + i sits in bits i·b … i·b + b − 1 of
-    byte j (bits = 8 is :func:`torus_uint8`; bits = 1 packs as :func:`pack_bits`). ``jnp.round`` rounds
-    half to even. A concrete ``t`` with NaN or ±inf is rejected; a traced one is not checked.
+    Integers with overflow are a torus, at any word width. The 8/bits codes of a byte are little-endian:
+    coordinate (8/bits)·j + i sits in bits i·b … i·b + b − 1 of byte j (bits = 8 is :func:`torus_uint8`;
+    bits = 1 packs as :func:`pack_bits`). ``jnp.round`` rounds half to even.
+
+    Args:
+        t: [..., D] floating angles in turns (any finite real value; wrapped), D·bits a multiple of 8.
+        bits: b, one of 1, 2, 4, 8.
+
+    Returns:
+        [..., D·bits/8] uint8 packed codes.
+
+    Raises:
+        ValueError: ``bits`` is not 1, 2, 4 or 8; ``t`` has rank 0 or a non-floating dtype; D·bits is not a
+            multiple of 8; a concrete ``t`` holds NaN or ±inf (a traced one is not checked).
+
+    References:
+        Stowell 2026, "Torus embeddings" (arXiv 2603.03135), §4.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from geojax import quantize
+        >>> packed = quantize.torus_codes(jnp.array([[0.0, 0.25, 0.5, 0.75]]), bits=2)
+        >>> print(packed, quantize.torus_unpack(packed, bits=2))
+        [[228]] [[0 1 2 3]]
     """
     bits = _check_torus_bits(bits)
     _checks.check_floating(t, "t")
@@ -96,7 +147,23 @@ def _pack_lanes(codes: jax.Array, bits: int) -> jax.Array:
 def torus_unpack(packed: ArrayLike, bits: int = 8) -> jax.Array:
     """Inverse of the packing of :func:`torus_codes`: the b-bit codes, one uint8 per coordinate.
 
-    packed: [..., B] uint8 → [..., 8B/bits] uint8 in [0, 2^bits); the angles in turns are codes / 2^bits.
+    The angles in turns are codes / 2^bits.
+
+    Args:
+        packed: [..., B] uint8 packed codes.
+        bits: b, one of 1, 2, 4, 8.
+
+    Returns:
+        [..., 8B/bits] uint8 codes in [0, 2^bits).
+
+    Raises:
+        ValueError: ``bits`` is not 1, 2, 4 or 8, or ``packed`` is not uint8 of rank ≥ 1.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from geojax import quantize
+        >>> print(quantize.torus_unpack(jnp.array([[228]], jnp.uint8), bits=2))
+        [[0 1 2 3]]
     """
     bits = _check_torus_bits(bits)
     _checks.check_dtype(packed, "packed", jnp.uint8)
@@ -110,15 +177,40 @@ def torus_unpack(packed: ArrayLike, bits: int = 8) -> jax.Array:
 
 
 def torus_fake_quantize(t: ArrayLike, bits: int, *, noise: bool = False) -> jax.Array:
-    """Angles on the b-bit torus grid for quantisation-aware training: forward round(2^b·t)/2^b, backward
-    the straight-through estimator (the identity: Bengio, Léonard & Courville 2013).
+    """Angles on the b-bit torus grid for quantisation-aware training, with a straight-through gradient.
 
-    t: [...] turns → [...] float32, equal to ``torus_unpack(torus_codes(t, bits), bits) / 2^bits`` modulo 1
-    (the angle is not wrapped, so the gradient stays continuous across the seam). ``noise=True`` replaces
-    the rounding by additive uniform noise of one grid step, t + u/2^b with u ∈ [−½, ½) (the training-time
-    proxy of Ballé, Laparra & Simoncelli 2017), with gradient 1. The noise is a hash of the float32 bits of
-    each angle (murmur3's finaliser) rather than a PRNG stream, so it needs no key and runs unchanged inside
-    any jit, vmap or shard_map step; angles that move between steps get fresh noise. Jit-able.
+    Forward round(2^b·t)/2^b, backward the straight-through estimator (the identity: Bengio, Léonard &
+    Courville 2013); equal to ``torus_unpack(torus_codes(t, bits), bits) / 2^bits`` modulo 1 (the angle is not
+    wrapped, so the gradient stays continuous across the seam). ``noise=True`` replaces the rounding by
+    additive uniform noise of one grid step, t + u/2^b with u ∈ [−½, ½) (the training-time proxy of Ballé,
+    Laparra & Simoncelli 2017), with gradient 1. The noise is a hash of the float32 bits of each angle
+    (murmur3's finaliser) rather than a PRNG stream, so it needs no key and runs unchanged inside any jit,
+    vmap or shard_map step; angles that move between steps get fresh noise. Jit-able.
+
+    Args:
+        t: [...] floating angles in turns.
+        bits: b, one of 1, 2, 4, 8.
+        noise: replace the rounding by uniform noise of one grid step.
+
+    Returns:
+        [...] float32 angles in turns.
+
+    Raises:
+        ValueError: ``bits`` is not 1, 2, 4 or 8, or ``t`` has a non-floating dtype.
+
+    References:
+        Bengio, Léonard & Courville 2013, "Estimating or Propagating Gradients Through Stochastic Neurons"
+        (arXiv 1308.3432); Ballé, Laparra & Simoncelli 2017, "End-to-end Optimized Image Compression" (arXiv
+        1611.01704).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from geojax import quantize
+        >>> import jax
+        >>> print(quantize.torus_fake_quantize(jnp.array([0.1, 0.3]), 2))
+        [0.   0.25]
+        >>> print(jax.grad(lambda t: quantize.torus_fake_quantize(t, 2).sum())(jnp.array([0.1, 0.3])))
+        [1. 1.]
     """
     bits = _check_torus_bits(bits)
     _checks.check_floating(t, "t")
@@ -148,7 +240,18 @@ def _hash_uniform(x: jax.Array) -> jax.Array:
 @functools.partial(jax.tree_util.register_dataclass, data_fields=["lo", "hi"], meta_fields=["nbits"])
 @dataclasses.dataclass(frozen=True)
 class Grid:
-    """A fitted n-bit grid: per-dimension range lo [D], hi [D] and bits per dimension ``nbits``."""
+    """A fitted n-bit grid (Stowell 2026, Experiment 2), made by :func:`grid_fit`.
+
+    A JAX pytree (``lo`` and ``hi`` are leaves, ``nbits`` static).
+
+    Attributes:
+        lo: [D] float32 lower end of each dimension's range.
+        hi: [D] float32 upper end (> lo).
+        nbits: bits per dimension.
+
+    References:
+        Stowell 2026, "Torus embeddings" (arXiv 2603.03135), Experiment 2.
+    """
 
     lo: jax.Array
     hi: jax.Array
@@ -162,8 +265,29 @@ def _code_dtype(nbits: int):
 def grid_fit(x: ArrayLike, *, nbits: int = 8) -> Grid:
     """Fit the n-bit grid of Stowell 2026, Experiment 2: per-dimension [min, max] of the reference set.
 
-    x: [N, D] finite float → Grid(lo [D], hi [D], nbits). A collapsed range (max = min) is widened to one
-    unit width so that encoding stays finite.
+    A collapsed range (max = min) is widened to one unit width so that encoding stays finite.
+
+    Args:
+        x: [N, D] finite floating reference set.
+        nbits: bits per dimension, 1 to 16.
+
+    Returns:
+        Grid(lo [D], hi [D], nbits).
+
+    Raises:
+        ValueError: ``x`` is not a non-empty floating matrix or holds NaN or ±inf; ``nbits`` is not an integer
+            in [1, 16].
+
+    References:
+        Stowell 2026, "Torus embeddings" (arXiv 2603.03135), Experiment 2.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from geojax import quantize
+        >>> x = jnp.array([[0.0, 1.0], [1.0, 3.0], [0.5, 2.0]])
+        >>> grid = quantize.grid_fit(x, nbits=2)
+        >>> print(grid.lo, grid.hi)
+        [0. 1.] [1. 3.]
     """
     _checks.check_matrix(x, "x")
     _checks.check_floating(x, "x")
@@ -185,7 +309,25 @@ def _check_grid(grid: Grid, width: int, what: str) -> None:
 def grid_encode(grid: Grid, x: ArrayLike) -> jax.Array:
     """Grid cell index floor((x − lo)/(hi − lo)·2^nbits), clipped to [0, 2^nbits − 1].
 
-    x: [N, D] finite float → [N, D] uint8 (nbits ≤ 8) or uint16.
+    Args:
+        grid: a fitted :class:`Grid` of width D.
+        x: [N, D] finite floating vectors.
+
+    Returns:
+        [N, D] uint8 (nbits ≤ 8) or uint16 cell indices.
+
+    Raises:
+        ValueError: ``x`` is not a non-empty floating matrix or holds NaN or ±inf, or ``grid.lo`` /
+            ``grid.hi`` is not one finite value per column of ``x``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from geojax import quantize
+        >>> x = jnp.array([[0.0, 1.0], [1.0, 3.0], [0.5, 2.0]])
+        >>> print(quantize.grid_encode(quantize.grid_fit(x, nbits=2), x))
+        [[0 0]
+         [3 3]
+         [2 2]]
     """
     _checks.check_matrix(x, "x")
     _checks.check_floating(x, "x")
@@ -199,7 +341,26 @@ def grid_encode(grid: Grid, x: ArrayLike) -> jax.Array:
 def grid_decode(grid: Grid, codes: ArrayLike) -> jax.Array:
     """Centre of each grid cell, lo + (code + ½)·(hi − lo)/2^nbits.
 
-    codes: [N, D] unsigned integer in [0, 2^nbits) → [N, D] float32 (NaN for an out-of-range traced code).
+    Args:
+        grid: a fitted :class:`Grid` of width D.
+        codes: [N, D] unsigned integer cell indices in [0, 2^nbits), uint8 (nbits ≤ 8) or uint16.
+
+    Returns:
+        [N, D] float32 cell centres (NaN for an out-of-range traced code).
+
+    Raises:
+        ValueError: ``codes`` is not a matrix of the grid's code dtype, a concrete code lies outside
+            [0, 2^nbits), or the grid does not have one finite range per column.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from geojax import quantize
+        >>> x = jnp.array([[0.0, 1.0], [1.0, 3.0], [0.5, 2.0]])
+        >>> grid = quantize.grid_fit(x, nbits=2)
+        >>> print(quantize.grid_decode(grid, quantize.grid_encode(grid, x)))
+        [[0.125 1.25 ]
+         [0.875 2.75 ]
+         [0.625 2.25 ]]
     """
     _checks.check_matrix(codes, "codes")
     _checks.check_dtype(codes, "codes", _code_dtype(grid.nbits))
@@ -219,7 +380,22 @@ def grid_decode(grid: Grid, codes: ArrayLike) -> jax.Array:
 def pack_bits(bits: ArrayLike) -> jax.Array:
     """Pack 0/1 values little-endian into bytes, as ``numpy.packbits(bits, axis=-1, bitorder='little')``.
 
-    bits: [..., B] bool or integer 0/1, B a multiple of 8 → [..., B/8] uint8.
+    Bit j of a byte is coordinate 8·byte + j; any non-zero value counts as 1.
+
+    Args:
+        bits: [..., B] bool or integer 0/1 values, B a multiple of 8.
+
+    Returns:
+        [..., B/8] uint8.
+
+    Raises:
+        ValueError: ``bits`` has a non-integer dtype, rank 0, or a last dimension that is not a multiple of 8.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from geojax import quantize
+        >>> print(quantize.pack_bits(jnp.array([1, 0, 0, 0, 0, 0, 0, 1])))
+        [129]
     """
     _checks.check_integer(bits, "bits")
     if jnp.ndim(bits) < 1:
@@ -234,7 +410,20 @@ def pack_bits(bits: ArrayLike) -> jax.Array:
 def unpack_bits(packed: ArrayLike) -> jax.Array:
     """Inverse of :func:`pack_bits`: little-endian bits of each byte.
 
-    packed: [..., n] uint8 → [..., 8n] uint8 in {0, 1}.
+    Args:
+        packed: [..., n] uint8.
+
+    Returns:
+        [..., 8n] uint8 in {0, 1}.
+
+    Raises:
+        ValueError: ``packed`` is not uint8 or has rank 0.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from geojax import quantize
+        >>> print(quantize.unpack_bits(jnp.array([129], jnp.uint8)))
+        [1 0 0 0 0 0 0 1]
     """
     _checks.check_dtype(packed, "packed", jnp.uint8)
     if jnp.ndim(packed) < 1:
@@ -244,10 +433,28 @@ def unpack_bits(packed: ArrayLike) -> jax.Array:
 
 
 def one_bit(x: ArrayLike) -> jax.Array:
-    """1-bit grid of Stowell 2026, Experiment 2 (sign bits, sign(0) = +1 → bit 1), packed little-endian.
+    """1-bit grid of Stowell 2026, Experiment 2: sign bits, packed little-endian.
 
-    x: [N, D] finite float, D a multiple of 8 → [N, D/8] uint8. A concrete ``x`` with NaN or ±inf is
-    rejected; a traced one is not checked (module docstring).
+    sign(0) = +1 → bit 1.
+
+    Args:
+        x: [N, D] finite floating vectors, D a multiple of 8.
+
+    Returns:
+        [N, D/8] uint8 packed sign bits.
+
+    Raises:
+        ValueError: ``x`` is not a non-empty floating matrix, D is not a multiple of 8, or a concrete ``x``
+            holds NaN or ±inf (a traced one is not checked: module docstring).
+
+    References:
+        Stowell 2026, "Torus embeddings" (arXiv 2603.03135), Experiment 2.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from geojax import quantize
+        >>> print(quantize.one_bit(jnp.array([[0.5, -1.0, 0.0, 2.0, -3.0, 1.0, 1.0, -0.1]])))
+        [[109]]
     """
     _checks.check_matrix(x, "x")
     _checks.check_floating(x, "x")
@@ -264,19 +471,31 @@ def one_bit(x: ArrayLike) -> jax.Array:
 @functools.partial(jax.tree_util.register_dataclass, data_fields=["codebooks", "objective"], meta_fields=[])
 @dataclasses.dataclass(frozen=True)
 class PQ:
-    """A fitted product quantiser: codebooks [m, 2^nbits, D/m] and the k-means objective history
-    [m, iters] (mean squared distance of the training rows to their centroid, per sub-space, measured at
-    each assignment step)."""
+    """A fitted product quantiser (Jégou et al. 2011), made by :func:`pq_fit`.
+
+    A JAX pytree of two arrays.
+
+    Attributes:
+        codebooks: [m, 2^nbits, D/m] float32 centroids of each sub-space.
+        objective: [m, iters] k-means objective history: the mean squared distance of the training rows to
+            their centroid, per sub-space, measured at each assignment step.
+
+    References:
+        Jégou, Douze & Schmid 2011, "Product Quantization for Nearest Neighbor Search" (IEEE TPAMI 33(1)),
+        §III.
+    """
 
     codebooks: jax.Array
     objective: jax.Array
 
     @property
     def m(self) -> int:
+        """The number of sub-spaces m."""
         return self.codebooks.shape[0]
 
     @property
     def nbits(self) -> int:
+        """The bits per sub-space code, log2 of the centroids per sub-space."""
         return int(self.codebooks.shape[1]).bit_length() - 1
 
 
@@ -388,14 +607,40 @@ def _pq_fit(x, key, *, m, nbits, iters, init):
 def pq_fit(
     x: ArrayLike, *, m: int, nbits: int, key: jax.Array, iters: int = 25, init: str = "kmeans++"
 ) -> PQ:
-    """Product quantiser of Jégou et al. (2011) §III (Stowell 2026, Table 3): k-means with 2^nbits
-    centroids on each of m sub-vectors, all sub-spaces at once (vmapped), ``iters`` Lloyd iterations, empty
-    clusters re-seeded.
+    """Product quantiser of Jégou et al. (2011) §III (Stowell 2026, Table 3), fitted by k-means.
 
-    x: [N, D] finite float, D divisible by m, N ≥ 2^nbits → PQ(codebooks [m, 2^nbits, D/m],
-    objective [m, iters]).
-    init: 'kmeans++' or 'random' (distinct training rows). Distances are computed in row blocks, so
-    nbits = 16 (65,536 centroids) fits in memory.
+    k-means with 2^nbits centroids on each of m sub-vectors, all sub-spaces at once (vmapped), ``iters`` Lloyd
+    iterations, empty clusters re-seeded at the worst-fitted rows. Distances are computed in row blocks, so
+    nbits = 16 (65,536 centroids) fits in memory. Sub-vector j is columns j·D/m … (j+1)·D/m − 1.
+
+    Args:
+        x: [N, D] finite floating training set, D divisible by m, N ≥ 2^nbits.
+        m: the number of sub-vectors (a positive int).
+        nbits: bits per sub-vector code, 1 to 16.
+        key: a JAX PRNG key for the seeding.
+        iters: Lloyd iterations (a positive int).
+        init: 'kmeans++' (Arthur & Vassilvitskii 2007) or 'random' (distinct training rows).
+
+    Returns:
+        PQ(codebooks [m, 2^nbits, D/m], objective [m, iters]).
+
+    Raises:
+        ValueError: ``x`` is not a non-empty floating matrix or holds NaN or ±inf; ``m``, ``nbits`` or
+            ``iters`` is not a positive int; ``m`` does not divide D; ``nbits`` > 16; N < 2^nbits; ``init`` is
+            unknown.
+
+    References:
+        Jégou, Douze & Schmid 2011, "Product Quantization for Nearest Neighbor Search" (IEEE TPAMI 33(1)),
+        §III; Stowell 2026, "Torus embeddings" (arXiv 2603.03135), Table 3.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from geojax import quantize
+        >>> import jax
+        >>> x = jax.random.normal(jax.random.key(0), (64, 4))
+        >>> pq = quantize.pq_fit(x, m=2, nbits=2, key=jax.random.key(1), iters=5)
+        >>> pq.codebooks.shape, pq.objective.shape, pq.m, pq.nbits
+        ((2, 4, 2), (2, 5), 2, 2)
     """
     _checks.check_matrix(x, "x")
     _checks.check_floating(x, "x")
@@ -427,7 +672,30 @@ def _check_pq(pq: PQ) -> None:
 def pq_encode(pq: PQ, x: ArrayLike) -> jax.Array:
     """PQ codes: index of the nearest centroid of each sub-vector (Jégou et al. 2011 eq. 9).
 
-    x: [N, D] finite float → [N, m] uint8 (nbits ≤ 8) or uint16.
+    Args:
+        pq: a fitted :class:`PQ`.
+        x: [N, D] finite floating vectors, D = m · D/m of ``pq``.
+
+    Returns:
+        [N, m] uint8 (nbits ≤ 8) or uint16 codes.
+
+    Raises:
+        ValueError: ``pq`` is malformed (not 2^nbits ≤ 2^16 finite centroids per sub-space), ``x`` is not a
+            non-empty floating matrix of D columns, or ``x`` holds NaN or ±inf.
+
+    References:
+        Jégou, Douze & Schmid 2011, "Product Quantization for Nearest Neighbor Search" (IEEE TPAMI 33(1)), eq.
+        9.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from geojax import quantize
+        >>> import jax
+        >>> x = jax.random.normal(jax.random.key(0), (64, 4))
+        >>> pq = quantize.pq_fit(x, m=2, nbits=2, key=jax.random.key(1), iters=5)
+        >>> codes = quantize.pq_encode(pq, x)
+        >>> codes.shape, codes.dtype
+        ((64, 2), dtype('uint8'))
     """
     _check_pq(pq)
     _checks.check_matrix(x, "x")
@@ -448,8 +716,29 @@ def _pq_encode(pq: PQ, x: jax.Array) -> jax.Array:
 def pq_decode(pq: PQ, codes: ArrayLike) -> jax.Array:
     """Reconstruction from PQ codes: the concatenated centroids.
 
-    codes: [N, m] uint8/uint16 in [0, 2^nbits) → [N, D] float32 (NaN sub-vectors for out-of-range traced
-    codes).
+    Args:
+        pq: a fitted :class:`PQ`.
+        codes: [N, m] uint8/uint16 codes in [0, 2^nbits).
+
+    Returns:
+        [N, D] float32 reconstructions (NaN sub-vectors for out-of-range traced codes).
+
+    Raises:
+        ValueError: ``pq`` is malformed, ``codes`` is not a matrix of m columns with the code dtype, or a
+            concrete code lies outside [0, 2^nbits).
+
+    References:
+        Jégou, Douze & Schmid 2011, "Product Quantization for Nearest Neighbor Search" (IEEE TPAMI 33(1)),
+        §III.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from geojax import quantize
+        >>> import jax
+        >>> x = jax.random.normal(jax.random.key(0), (64, 4))
+        >>> pq = quantize.pq_fit(x, m=2, nbits=2, key=jax.random.key(1), iters=5)
+        >>> quantize.pq_decode(pq, quantize.pq_encode(pq, x)).shape
+        (64, 4)
     """
     _check_pq(pq)
     _checks.check_matrix(codes, "codes")

@@ -48,17 +48,41 @@ def _koleo_view(u: jax.Array, eps: float, axis_name: str | None) -> jax.Array:
 def koleo(x: ArrayLike, *, eps: float = 1e-8, views: int = 1, axis_name: str | None = None) -> jax.Array:
     """KoLeo regulariser (Sablayrolles et al. 2019; DINOv2 form): −mean_i log(‖x̂_i − x̂_nn(i)‖ + eps).
 
-    Rows are L2-normalised (x̂ = x / max(‖x‖, eps)); nn(i) is the row of largest dot product with x̂_i,
-    itself excluded, ties to the lower index. Duplicate rows give distance 0 (log eps, zero gradient;
-    distances under 2.4e-7, float32 rounding of unit rows, count as 0) and zero rows stay zero, so gradients
-    are finite at both edges. ``views=V`` splits the rows into V consecutive blocks of equal size (the views
-    of one batch, view-major) and sums the KoLeo of each block, so that a row's other views are never its
-    neighbour — DINOv2's and Stowell's (2026) public code; ``views=1`` treats all rows as one set. DINOv2
-    uses eps = 1e-8, the torus code 1e-6 (docs/conventions.md).
+    Rows are L2-normalised (x̂ = x / max(‖x‖, eps)); nn(i) is the row of largest dot product with x̂_i, itself
+    excluded, ties to the lower index. Duplicate rows give distance 0 (log eps, zero gradient; distances under
+    2.4e-7, float32 rounding of unit rows, count as 0) and zero rows stay zero, so gradients are finite at
+    both edges. ``views=V`` splits the rows into V consecutive blocks of equal size (the views of one batch,
+    view-major) and sums the KoLeo of each block, so that a row's other views are never its neighbour —
+    DINOv2's and Stowell's (2026) public code; ``views=1`` treats all rows as one set. DINOv2 uses eps = 1e-8,
+    the torus code 1e-6 (docs/conventions.md).
 
-    x: [N, D] (N = V·n, n ≥ 2 rows per view in total) -> scalar float32. With ``axis_name``, x is this
-    device's [N_local, D] block (also view-major) and each row's neighbour is searched over the same view's
-    rows of all devices.
+    Args:
+        x: [N, D] floating rows, N = V·n with n ≥ 2 rows per view in total. With ``axis_name``, this device's
+            [N_local, D] block (also view-major).
+        eps: ε > 0 of the normalisation and the log.
+        views: V, the number of view-major blocks (a positive int dividing N).
+        axis_name: named mapped axis; each row's neighbour is then searched over the same view's rows of all
+            devices. None on one device.
+
+    Returns:
+        float32 scalar; NaN when ``x`` holds a NaN or ±Inf.
+
+    Raises:
+        ValueError: ``x`` is not a non-empty floating matrix; ``views`` is not a positive int dividing N;
+            ``eps`` is not a positive number; fewer than 2 rows per view (without ``axis_name``).
+
+    References:
+        Sablayrolles et al. 2019, "Spreading vectors for similarity search" (arXiv 1806.03198), eq. 4; Oquab
+        et al. 2023, "DINOv2" (arXiv 2304.07193).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from geojax import regularizers
+        >>> x = jnp.array([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0], [0.0, -1.0]])
+        >>> round(float(regularizers.koleo(x)), 4)  # −log √2
+        -0.3466
+        >>> round(float(regularizers.koleo(x, views=2)), 4)
+        -0.6931
     """
     _checks.check_matrix(x, "x")
     _checks.check_floating(x, "x")
@@ -79,7 +103,27 @@ def sample_prior(key: jax.Array, m: int, d: int) -> jax.Array:
     """Uniform prior on [0, 1]^d pulled back to pre-sigmoid space (Korman 2021, §2.2): logit(U(0, 1)).
 
     U is clipped to [ε, 1 − ε] (ε = float32 machine epsilon) so the sample is finite (|w| ≤ 15.95).
-    Returns [m, d] float32.
+
+    Args:
+        key: a JAX PRNG key.
+        m: the number of prior points (a positive int).
+        d: the chart dimension (a positive int).
+
+    Returns:
+        [m, d] float32 prior points w.
+
+    Raises:
+        ValueError: ``m`` or ``d`` is not a positive int.
+
+    References:
+        Korman 2021, manifold (atlas) target spaces (arXiv 2106.07062), §2.2.
+
+    Example:
+        >>> import jax
+        >>> from geojax import regularizers
+        >>> w = regularizers.sample_prior(jax.random.key(0), 4, 2)
+        >>> w.shape, w.dtype
+        ((4, 2), dtype('float32'))
     """
     _checks.check_positive_int(m, "m")
     _checks.check_positive_int(d, "d")
@@ -111,13 +155,39 @@ def mmd_atlas(
             − 2/(n N M)   Σ_{j,k} Σ_i q_i(x_j) k0(φ_i(x_j), w_k)
             + 1/(n M(M−1)) Σ_{j≠k} k0(w_j, w_k)
 
-    (U-statistics within, plain mean across; eq. 5 has M = N). With one chart and q ≡ 1 this is the plain
-    MMD of Korman (2021, §3.2.2).
+    (U-statistics within, plain mean across, Gretton et al. 2012; eq. 5 has M = N). With one chart and q ≡ 1
+    this is the plain MMD of Korman (2021, §3.2.2).
 
-    coords: [N, n, d] pre-sigmoid chart coordinates φ_i(x_j); q: [N, n] memberships; prior: [M, d] (M ≥ 2),
-    e.g. ``sample_prior(key, M, d)``; c: kernel constant C (None means d/6). Returns a float32 scalar.
-    With ``axis_name``, coords and q are this device's rows; ``prior`` must be the same on every device (draw
-    it from a replicated key); the value equals the single-device call on the concatenated rows.
+    Args:
+        coords: [N, n, d] floating pre-sigmoid chart coordinates φ_i(x_j) (N ≥ 2 without ``axis_name``); with
+            ``axis_name``, this device's rows.
+        q: [N, n] floating memberships.
+        prior: [M, d] floating prior points (M ≥ 2), e.g. ``sample_prior(key, M, d)``; with ``axis_name`` the
+            same on every device (draw it from a replicated key).
+        c: the kernel constant C > 0; None means d/6.
+        axis_name: named mapped axis (``jax.shard_map`` / ``jax.pmap``); each device passes its local rows and
+            the value equals the single-device call on the concatenated batch. None on one device.
+
+    Returns:
+        float32 scalar; NaN when an input holds a NaN or ±Inf.
+
+    Raises:
+        ValueError: ``coords`` is not a floating rank-3 array with non-empty n, d (and ≥ 2 rows without
+            ``axis_name``); ``q`` is not floating [N, n]; ``prior`` is not a floating matrix of ≥ 2 rows and
+            width d; ``c`` is not a positive number.
+
+    References:
+        Korman 2021, manifold (atlas) target spaces (arXiv 2106.07062), eq. 5 and §3.2.2; Gretton et al. 2012,
+        "A Kernel Two-Sample Test" (JMLR 13), the U-statistic.
+
+    Example:
+        >>> import jax
+        >>> import jax.numpy as jnp
+        >>> from geojax import regularizers
+        >>> prior = regularizers.sample_prior(jax.random.key(0), 4, 2)
+        >>> value = regularizers.mmd_atlas(jnp.zeros((3, 2, 2)), jnp.full((3, 2), 0.5), prior)
+        >>> value.shape, value.dtype
+        ((), dtype('float32'))
     """
     _checks.check_rank(coords, "coords", 3)
     _checks.check_floating(coords, "coords")
@@ -158,8 +228,26 @@ def mmd_atlas(
 def membership(q: ArrayLike, *, axis_name: str | None = None) -> jax.Array:
     """Membership regulariser ℓ_J (Korman 2021, §2.2): −mean_x Σ_i (q_i(x) − 1/n)².
 
-    Minimising it pushes each q(x) away from uniform (towards one chart). q: [N, n] -> float32 scalar; with
-    ``axis_name`` the mean runs over the rows of all devices.
+    Minimising it pushes each q(x) away from uniform (towards one chart).
+
+    Args:
+        q: [N, n] floating memberships.
+        axis_name: named mapped axis; the mean then runs over the rows of all devices. None on one device.
+
+    Returns:
+        float32 scalar; NaN when ``q`` holds a NaN or ±Inf.
+
+    Raises:
+        ValueError: ``q`` is not a non-empty floating matrix.
+
+    References:
+        Korman 2021, manifold (atlas) target spaces (arXiv 2106.07062), §2.2.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from geojax import regularizers
+        >>> float(regularizers.membership(jnp.array([[1.0, 0.0], [0.5, 0.5]])))
+        -0.25
     """
     _checks.check_matrix(q, "q")
     _checks.check_floating(q, "q")

@@ -115,23 +115,98 @@ def _sq_dist(a: ArrayLike, b: ArrayLike) -> jax.Array:
 
 
 def dot(a: ArrayLike, b: ArrayLike) -> jax.Array:
-    """Dot product a_i · b_j (Feeney & Hughes 2024). a: [N, D], b: [M, D] → [N, M] fp32."""
+    """Dot-product similarity a_i · b_j (Feeney & Hughes 2024).
+
+    The inner products accumulate in fp32 (``preferred_element_type``).
+
+    Args:
+        a: [N, D] floating rows.
+        b: [M, D] floating rows, the same width D.
+
+    Returns:
+        [N, M] fp32 similarities; entry (i, j) is NaN when row a_i or row b_j holds a NaN or ±Inf.
+
+    Raises:
+        ValueError: ``a`` or ``b`` is not a non-empty floating matrix, or their widths differ.
+
+    References:
+        Feeney & Hughes 2024, similarity functions × contrastive losses.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> import numpy as np
+        >>> from geojax import similarity
+        >>> a = jnp.array([[1.0, 0.0], [3.0, 4.0]])
+        >>> b = jnp.array([[0.0, 2.0], [1.0, 0.0]])
+        >>> print(similarity.dot(a, b))
+        [[0. 1.]
+         [8. 3.]]
+    """
     _check_pair(a, b)
     return _gram(a, b) + _nonfinite_pairs(a, b)
 
 
 def cosine(a: ArrayLike, b: ArrayLike) -> jax.Array:
-    """Cosine similarity a_i · b_j / (‖a_i‖ ‖b_j‖) (Feeney & Hughes 2024); zero rows give 0.
+    """Cosine similarity a_i · b_j / (‖a_i‖ ‖b_j‖) (Feeney & Hughes 2024).
 
-    a: [N, D], b: [M, D] → [N, M].
+    Both sets are normalised (norms in fp32) before an fp32 inner product; a zero row gives 0, with a finite
+    gradient.
+
+    Args:
+        a: [N, D] floating rows.
+        b: [M, D] floating rows, the same width D.
+
+    Returns:
+        [N, M] fp32 similarities in [−1, 1]; entry (i, j) is NaN when row a_i or row b_j holds a NaN or ±Inf.
+
+    Raises:
+        ValueError: ``a`` or ``b`` is not a non-empty floating matrix, or their widths differ.
+
+    References:
+        Feeney & Hughes 2024, similarity functions × contrastive losses.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> import numpy as np
+        >>> from geojax import similarity
+        >>> a = jnp.array([[1.0, 0.0], [3.0, 4.0]])
+        >>> b = jnp.array([[0.0, 2.0], [1.0, 0.0]])
+        >>> print(np.asarray(similarity.cosine(a, b), np.float64).round(4))
+        [[0.  1. ]
+         [0.8 0.6]]
     """
     _check_pair(a, b)
     return _gram(safe_normalize(a), safe_normalize(b)) + _nonfinite_pairs(a, b)
 
 
 def neg_arc_length(a: ArrayLike, b: ArrayLike) -> jax.Array:
-    """Negative arc length 1 − arccos(cos)/π on the sphere (Feeney & Hughes 2024), cos clipped to
-    ±(1 − 1e-7). a: [N, D], b: [M, D] → [N, M] in [0, 1].
+    """Negative arc length 1 − arccos(cos)/π on the unit sphere (Feeney & Hughes 2024).
+
+    cos is the cosine similarity, clipped to ±(1 − 1e-7) inside arccos so the gradient stays finite at
+    cos = ±1.
+
+    Args:
+        a: [N, D] floating rows.
+        b: [M, D] floating rows, the same width D.
+
+    Returns:
+        [N, M] fp32 similarities in [0, 1]; entry (i, j) is NaN when row a_i or row b_j holds a NaN or ±Inf.
+
+    Raises:
+        ValueError: ``a`` or ``b`` is not a non-empty floating matrix, or their widths differ.
+
+    References:
+        Feeney & Hughes 2024, similarity functions × contrastive losses.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> import numpy as np
+        >>> from geojax import similarity
+        >>> a = jnp.array([[1.0, 0.0], [3.0, 4.0]])
+        >>> b = jnp.array([[0.0, 2.0], [1.0, 0.0]])
+        >>> print(np.asarray(similarity.neg_arc_length(a, b), np.float64).round(4))
+        [[0.5    0.9998]
+         [0.7952 0.7048]]
     """
     _check_pair(a, b)
     cos = _gram(safe_normalize(a), safe_normalize(b))
@@ -140,10 +215,35 @@ def neg_arc_length(a: ArrayLike, b: ArrayLike) -> jax.Array:
 
 
 def neg_euclidean(a: ArrayLike, b: ArrayLike) -> jax.Array:
-    """Negative Euclidean distance −‖a_i − b_j‖₂ (Feeney & Hughes 2024); gradient finite (zero) at a = b.
+    """Negative Euclidean distance −‖a_i − b_j‖₂ (Feeney & Hughes 2024).
 
-    a: [N, D], b: [M, D] → [N, M]. Identical rows give exactly 0 and near neighbours keep the accuracy of
-    their coordinate differences, at matrix-multiply speed (see docs/conventions.md, "Squared distances").
+    Value 0 and gradient 0 (finite) at a_i = b_j. Identical rows give exactly 0 and near neighbours keep the
+    accuracy of their coordinate differences, at matrix-multiply speed: the Gram expansion on rows centred on
+    their mean, in full fp32, with the pairs it cannot resolve recomputed from the differences (see
+    docs/conventions.md, "Squared distances").
+
+    Args:
+        a: [N, D] floating rows.
+        b: [M, D] floating rows, the same width D.
+
+    Returns:
+        [N, M] fp32 similarities ≤ 0; entry (i, j) is NaN when row a_i or row b_j holds a NaN or ±Inf.
+
+    Raises:
+        ValueError: ``a`` or ``b`` is not a non-empty floating matrix, or their widths differ.
+
+    References:
+        Feeney & Hughes 2024, similarity functions × contrastive losses.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> import numpy as np
+        >>> from geojax import similarity
+        >>> a = jnp.array([[1.0, 0.0], [3.0, 4.0]])
+        >>> b = jnp.array([[0.0, 2.0], [1.0, 0.0]])
+        >>> print(np.asarray(similarity.neg_euclidean(a, b), np.float64).round(4))
+        [[-2.2361  0.    ]
+         [-3.6056 -4.4721]]
     """
     _check_pair(a, b)
     return -safe_sqrt(_sq_dist(a, b)) + _nonfinite_pairs(a, b)
@@ -152,16 +252,70 @@ def neg_euclidean(a: ArrayLike, b: ArrayLike) -> jax.Array:
 def neg_sq_euclidean(a: ArrayLike, b: ArrayLike) -> jax.Array:
     """Negative squared Euclidean distance −‖a_i − b_j‖², computed as in ``neg_euclidean``.
 
-    a: [N, D], b: [M, D] → [N, M].
+    Identical rows give exactly 0; near neighbours carry only the round-off of their coordinate differences
+    (docs/conventions.md, "Squared distances").
+
+    Args:
+        a: [N, D] floating rows.
+        b: [M, D] floating rows, the same width D.
+
+    Returns:
+        [N, M] fp32 similarities ≤ 0; entry (i, j) is NaN when row a_i or row b_j holds a NaN or ±Inf.
+
+    Raises:
+        ValueError: ``a`` or ``b`` is not a non-empty floating matrix, or their widths differ.
+
+    References:
+        Feeney & Hughes 2024, similarity functions × contrastive losses.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> import numpy as np
+        >>> from geojax import similarity
+        >>> a = jnp.array([[1.0, 0.0], [3.0, 4.0]])
+        >>> b = jnp.array([[0.0, 2.0], [1.0, 0.0]])
+        >>> print(similarity.neg_sq_euclidean(a, b))
+        [[ -5.   0.]
+         [-13. -20.]]
     """
     _check_pair(a, b)
     return -_sq_dist(a, b) + _nonfinite_pairs(a, b)
 
 
 def torus(a: ArrayLike, b: ArrayLike, *, p: int = 1) -> jax.Array:
-    """Negative flat-torus distance −Σ_k min(|a_k − b_k|, 1 − |a_k − b_k|)^p, angles in turns (Stowell 2026,
-    §4). a: [N, D], b: [M, D] turns (any real values; they are read mod 1) → [N, M]; p=1 is L1, p=2
-    squared L2.
+    """Negative flat-torus distance −Σ_k δ_k^p, angles in turns (Stowell 2026, §4).
+
+    δ_k = min(|a_k − b_k| mod 1, 1 − |a_k − b_k| mod 1) ∈ [0, ½], computed as |Δ − round(Δ)| with Δ = a_k −
+    b_k; p = 1 is the L1 distance, p = 2 the *squared* L2 distance.
+
+    Args:
+        a: [N, D] floating angles in turns (any real values; they are read mod 1).
+        b: [M, D] floating angles in turns, the same width D.
+        p: 1 or 2, the exponent of each coordinate's distance.
+
+    Returns:
+        [N, M] fp32 similarities in [−D/2^p, 0]; entry (i, j) is NaN when row a_i or row b_j holds a NaN or
+        ±Inf.
+
+    Raises:
+        ValueError: ``a`` or ``b`` is not a non-empty floating matrix, their widths differ, or ``p`` is not 1
+            or 2.
+
+    References:
+        Stowell 2026, "Torus embeddings" (arXiv 2603.03135), §4.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> import numpy as np
+        >>> from geojax import similarity
+        >>> t = jnp.array([[0.1, 0.9], [0.5, 0.25]])
+        >>> u = jnp.array([[0.9, 0.1]])
+        >>> print(np.asarray(similarity.torus(t, u), np.float64).round(4))
+        [[-0.4 ]
+         [-0.55]]
+        >>> print(np.asarray(similarity.torus(t, u, p=2), np.float64).round(4))
+        [[-0.08  ]
+         [-0.1825]]
     """
     _check_pair(a, b)
     _checks.check_choice(p, "p", (1, 2))
@@ -189,11 +343,38 @@ def manifold_distance(
     denominator is 0. ``chart_distance='euclidean'`` is the paper's MTriplet choice (§3.2),
     d0 = ‖σ⁻¹(x) − σ⁻¹(y)‖; ``'mean_squared'`` is the public neurve code's ‖σ⁻¹(x) − σ⁻¹(y)‖² / d (pass
     ``no_overlap=1.0`` too for its value on charts that do not overlap). Per-chart distances come from the
-    coordinate differences (chart dimensions are small). coords_a: [N, n, d], q_a: [N, n], coords_b:
-    [M, n, d], q_b: [M, n] → [N, M], a *distance*: lower = closer; pass its negation where a similarity is
-    expected. Entry (i, j) is NaN when row i's or row j's coordinates or memberships are not all finite.
-    The sum over charts is a loop (``lax.scan``), so memory is O(N·M), not O(N·M·n) (3× faster at
-    1,024 × 60,000 × 16 charts on a CPU).
+    coordinate differences (chart dimensions are small). The result is a *distance*: lower = closer; pass its
+    negation where a similarity is expected. The sum over charts is a loop (``lax.scan``), so memory is
+    O(N·M), not O(N·M·n) (3× faster at 1,024 × 60,000 × 16 charts on a CPU).
+
+    Args:
+        coords_a: [N, n, d] floating pre-sigmoid coordinates of N points in n charts of dimension d.
+        q_a: [N, n] chart memberships of those points.
+        coords_b: [M, n, d] floating pre-sigmoid coordinates, the same n and d.
+        q_b: [M, n] chart memberships.
+        no_overlap: the value where two points share no chart (default +∞; training passes a finite 10³ so
+            losses stay finite).
+        chart_distance: 'euclidean' (Korman 2021 §3.2) or 'mean_squared' (the neurve code's).
+
+    Returns:
+        [N, M] fp32 distances; entry (i, j) is NaN when row i's or row j's coordinates or memberships are not
+        all finite.
+
+    Raises:
+        ValueError: a coordinate array is not a floating rank-3 array, a membership array is not [N, n] for
+            its coordinates, the two sets differ in charts or dimension, or ``chart_distance`` is unknown.
+
+    References:
+        Korman 2021, manifold (atlas) target spaces (arXiv 2106.07062), eq. 7 and §3.2.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from geojax import similarity
+        >>> coords_a = jnp.array([[[0.0, 0.0], [1.0, 1.0]]])  # one point, two charts of dimension 2
+        >>> coords_b = jnp.array([[[3.0, 4.0], [1.0, 1.0]], [[0.0, 0.0], [0.0, 0.0]]])
+        >>> q_b = jnp.array([[1.0, 0.0], [0.0, 1.0]])
+        >>> print(similarity.manifold_distance(coords_a, jnp.array([[1.0, 0.0]]), coords_b, q_b))
+        [[ 5. inf]]
     """
     for c, q, tag in ((coords_a, q_a, "a"), (coords_b, q_b, "b")):
         _checks.check_rank(c, f"coords_{tag}", 3)
@@ -240,7 +421,22 @@ _BY_NAME: dict[str, Similarity] = {
 
 
 def get(name: str | Similarity) -> Similarity:
-    """The similarity function for ``name`` (one of ``names()``); a callable is returned unchanged."""
+    """The similarity function for ``name``; a callable is returned unchanged.
+
+    Args:
+        name: one of ``names()`` or a callable (a [N, D], b [M, D]) → [N, M].
+
+    Returns:
+        The similarity function.
+
+    Raises:
+        ValueError: ``name`` is a string that is not one of ``names()``.
+
+    Example:
+        >>> from geojax import similarity
+        >>> similarity.get("cosine") is similarity.cosine
+        True
+    """
     if callable(name):
         return name
     _checks.check_choice(name, "similarity", tuple(_BY_NAME))
@@ -248,7 +444,16 @@ def get(name: str | Similarity) -> Similarity:
 
 
 def names() -> tuple[str, ...]:
-    """Names accepted by ``get``."""
+    """Names accepted by ``get``.
+
+    Returns:
+        The names, ``geojax.similarity.SIMILARITIES``.
+
+    Example:
+        >>> from geojax import similarity
+        >>> similarity.names()
+        ('cosine', 'neg_arc_length', 'neg_euclidean', 'neg_sq_euclidean', 'dot', 'torus')
+    """
     return SIMILARITIES
 
 
@@ -259,6 +464,23 @@ def retrieval_similarity(geometry: str, trained_with: str) -> str:
     negative arc length and the (squared) Euclidean distance give the same order. ``euclidean`` embeddings
     rank by the vector similarity they were trained with (``neg_euclidean`` when that was not one, e.g. SimO);
     an ``atlas`` ranks by ``manifold`` (−d_M, Korman 2021 eq. 7, on chart coordinates and memberships).
+
+    Args:
+        geometry: one of ``geojax.manifolds.GEOMETRIES``.
+        trained_with: the name of the similarity (or loss) the embeddings were trained with.
+
+    Returns:
+        A name of ``names()``, or ``'manifold'`` for an atlas.
+
+    Raises:
+        ValueError: ``geometry`` is unknown.
+
+    Example:
+        >>> from geojax import similarity
+        >>> similarity.retrieval_similarity("sphere", "neg_euclidean")
+        'cosine'
+        >>> similarity.retrieval_similarity("euclidean", "simo")
+        'neg_euclidean'
     """
     _checks.check_choice(geometry, "geometry", GEOMETRIES)
     if geometry == "atlas":

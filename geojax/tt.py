@@ -30,7 +30,26 @@ _HIGHEST = jax.lax.Precision.HIGHEST
 
 
 class TTMatrix(NamedTuple):
-    """Eq. 2: a TT matrix, cores G_k [r_{k-1}, b_k, d_k, r_k] with r_0 = r_t = 1 (a pytree)."""
+    """A TT matrix (Hong, Meng & Yuan 2018, eq. 2): cores G_k [r_{k-1}, b_k, d_k, r_k], r_0 = r_t = 1.
+
+    A NamedTuple and so a JAX pytree. R(s, l) = G_1[ν_1(s), μ_1(l)] ⋯ G_t[ν_t(s), μ_t(l)], row and column
+    indices split into mode indices in row-major order (module docstring).
+
+    Attributes:
+        cores: the t cores, a tuple of [r_{k-1}, b_k, d_k, r_k] arrays.
+
+    References:
+        Hong, Meng & Yuan 2018, "Tensorized Projection for High-Dimensional Binary Embedding" (AAAI 2018), eq.
+        2; Oseledets 2011, "Tensor-Train Decomposition" (SIAM J. Sci. Comput. 33(5)).
+
+    Example:
+        >>> import jax
+        >>> import jax.numpy as jnp
+        >>> from geojax import tt
+        >>> m = tt.init(jax.random.key(0), (2, 2), (3, 2), 2)  # a [4, 6] matrix, two cores, rank 2
+        >>> m.out_modes, m.in_modes, m.ranks, m.shape
+        ((2, 2), (3, 2), (1, 2, 1), (4, 6))
+    """
 
     cores: tuple[jax.Array, ...]
 
@@ -100,11 +119,35 @@ def _exact_ranks(
 def init(
     key: jax.Array, out_modes: Sequence[int], in_modes: Sequence[int], ranks: int | Sequence[int]
 ) -> TTMatrix:
-    """Eq. 2: a random TT matrix [∏ out_modes, ∏ in_modes] with the given TT-ranks.
+    """A random TT matrix [∏ out_modes, ∏ in_modes] with the given TT-ranks (Hong, Meng & Yuan 2018, eq. 2).
 
-    Core entries are N(0, 1/(d_k r_{k-1})), so every entry of the dense matrix has variance 1/∏ d_k.
-    ``ranks`` is one inner rank for all cores or the full list r_0 … r_t (r_0 = r_t = 1); ranks are
+    Core entries are N(0, 1/(d_k r_{k-1})), so every entry of the dense matrix has variance 1/∏ d_k. Ranks are
     taken as given (not capped), so ``num_params`` counts exactly what the paper's Tables 1–2 count.
+
+    Args:
+        key: a JAX PRNG key.
+        out_modes: the row modes (b_1, …, b_t), positive ints.
+        in_modes: the column modes (d_1, …, d_t), positive ints, as many as ``out_modes``.
+        ranks: one inner TT-rank for all cores, or the full list r_0 … r_t (r_0 = r_t = 1).
+
+    Returns:
+        A :class:`TTMatrix`.
+
+    Raises:
+        ValueError: the modes are empty, not positive ints, or of different lengths; ``ranks`` is not a
+            positive int or r_0 … r_t starting and ending with 1.
+
+    References:
+        Hong, Meng & Yuan 2018, "Tensorized Projection for High-Dimensional Binary Embedding" (AAAI 2018), eq.
+        2.
+
+    Example:
+        >>> import jax
+        >>> import jax.numpy as jnp
+        >>> from geojax import tt
+        >>> m = tt.init(jax.random.key(0), (2, 2), (3, 2), 2)  # a [4, 6] matrix, two cores, rank 2
+        >>> [g.shape for g in m.cores]
+        [(1, 2, 3, 2), (2, 2, 2, 1)]
     """
     out_modes, in_modes = _check_modes(out_modes, in_modes)
     full = _full_ranks(ranks, len(out_modes))
@@ -117,12 +160,52 @@ def init(
 
 
 def num_params(m: TTMatrix) -> int:
-    """Tables 1–2: number of parameters Σ_k r_{k-1} b_k d_k r_k."""
+    """Number of parameters Σ_k r_{k-1} b_k d_k r_k (Hong, Meng & Yuan 2018, Tables 1–2).
+
+    Args:
+        m: a :class:`TTMatrix`.
+
+    Returns:
+        The parameter count, a Python int.
+
+    References:
+        Hong, Meng & Yuan 2018, "Tensorized Projection for High-Dimensional Binary Embedding" (AAAI 2018),
+        Tables 1–2.
+
+    Example:
+        >>> import jax
+        >>> import jax.numpy as jnp
+        >>> from geojax import tt
+        >>> m = tt.init(jax.random.key(0), (2, 2), (3, 2), 2)  # a [4, 6] matrix, two cores, rank 2
+        >>> tt.num_params(m)
+        20
+    """
     return sum(int(np.prod(g.shape)) for g in m.cores)
 
 
 def to_dense(m: TTMatrix) -> jax.Array:
-    """Eq. 2: the dense matrix R [∏ b_k, ∏ d_k] of a TT matrix (for checks and fitting only)."""
+    """The dense matrix R [∏ b_k, ∏ d_k] of a TT matrix (Hong, Meng & Yuan 2018, eq. 2).
+
+    For checks and fitting only; a kernel (NaN propagates).
+
+    Args:
+        m: a :class:`TTMatrix`.
+
+    Returns:
+        [∏ b_k, ∏ d_k] array in the cores' dtype.
+
+    References:
+        Hong, Meng & Yuan 2018, "Tensorized Projection for High-Dimensional Binary Embedding" (AAAI 2018), eq.
+        2.
+
+    Example:
+        >>> import jax
+        >>> import jax.numpy as jnp
+        >>> from geojax import tt
+        >>> m = tt.init(jax.random.key(0), (2, 2), (3, 2), 2)  # a [4, 6] matrix, two cores, rank 2
+        >>> tt.to_dense(m).shape
+        (4, 6)
+    """
     dense = jnp.ones((1, 1, 1), m.cores[0].dtype)
     for g in m.cores:
         rows, cols, _ = dense.shape
@@ -132,15 +215,38 @@ def to_dense(m: TTMatrix) -> jax.Array:
 
 
 def matvec(m: TTMatrix, x: ArrayLike, *, block: int | None = None) -> jax.Array:
-    """Eq. 4: y = R x for x [..., ∏ d_k] → [..., ∏ b_k], one core at a time.
+    """y = R x for x [..., ∏ d_k] → [..., ∏ b_k], one core at a time (Hong, Meng & Yuan 2018, eq. 4).
 
-    The dense matrix is never formed. The working tensor has layout [N, d_k, M, r_{k-1}], where M holds
-    the input modes not yet contracted (d_{k+1} … d_t) followed by the output modes already produced
-    (b_1 … b_{k-1}); contracting (d_k, r_{k-1}) with G_k appends b_k, r_k at the end, which after a
-    reshape is the layout of the next step. Cost O(t r² b̂ max(b, d)) per vector; the intermediate holds
-    about N · max(b, d) · r values. ``block`` (rows) runs the batch in slabs of that many rows, one after
-    another (``map_rows``), so that on a CPU each slab's intermediates stay in cache; None does the whole
-    batch at once. ``plan`` picks a core grouping (``merge_cores``) and a block for a fast product.
+    The dense matrix is never formed. The working tensor has layout [N, d_k, M, r_{k-1}], where M holds the
+    input modes not yet contracted (d_{k+1} … d_t) followed by the output modes already produced
+    (b_1 … b_{k-1}); contracting (d_k, r_{k-1}) with G_k appends b_k, r_k at the end, which after a reshape is
+    the layout of the next step. Cost O(t r² b̂ max(b, d)) per vector; the intermediate holds about
+    N · max(b, d) · r values. ``plan`` picks a core grouping (``merge_cores``) and a block for a fast product.
+
+    Args:
+        m: a :class:`TTMatrix` [b, d].
+        x: [..., d] floating vectors, d = ∏ in_modes.
+        block: rows per slab: the batch runs in slabs of that many rows, one after another (``map_rows``), so
+            that on a CPU each slab's intermediates stay in cache; None does the whole batch at once.
+
+    Returns:
+        [..., b] products R x.
+
+    Raises:
+        ValueError: ``x`` is not floating with last dimension ∏ in_modes, or ``block`` is not a positive int.
+
+    References:
+        Hong, Meng & Yuan 2018, "Tensorized Projection for High-Dimensional Binary Embedding" (AAAI 2018), eq.
+        4.
+
+    Example:
+        >>> import jax
+        >>> import jax.numpy as jnp
+        >>> from geojax import tt
+        >>> m = tt.init(jax.random.key(0), (2, 2), (3, 2), 2)  # a [4, 6] matrix, two cores, rank 2
+        >>> x = jnp.ones((5, 6))
+        >>> bool(jnp.allclose(tt.matvec(m, x), x @ tt.to_dense(m).T, atol=1e-5))
+        True
     """
     _checks.check_floating(x, "x")
     if jnp.ndim(x) < 1 or jnp.shape(x)[-1] != m.shape[1]:
@@ -169,8 +275,25 @@ def map_rows(fn: Callable[[jax.Array], jax.Array], x: ArrayLike, block: int) -> 
 
     One slab after another in a loop, each written in place into the output [N, ...], so a slab's
     intermediates can stay in cache. When ``block`` does not divide N the last slab is the last ``block``
-    rows, overlapping the one before it (those rows are computed twice, with the same result), so no row
-    is padded or copied. N ≤ ``block`` is a single call.
+    rows, overlapping the one before it (those rows are computed twice, with the same result), so no row is
+    padded or copied. N ≤ ``block`` is a single call.
+
+    Args:
+        fn: a row-wise function, rows [block, ...] → [block, ...].
+        x: [N, ...] rows.
+        block: rows per slab (a positive int).
+
+    Returns:
+        [N, ...] the rows of ``fn(x)``.
+
+    Raises:
+        ValueError: ``block`` is not a positive int, or ``fn`` changes the number of rows.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from geojax import tt
+        >>> print(tt.map_rows(lambda r: 2 * r, jnp.arange(5.0)[:, None], 2).ravel())
+        [0. 2. 4. 6. 8.]
     """
     _checks.check_positive_int(block, "block")
     x = jnp.asarray(x)
@@ -190,13 +313,37 @@ def map_rows(fn: Callable[[jax.Array], jax.Array], x: ArrayLike, block: int) -> 
 
 
 def merge_cores(m: TTMatrix, group: int | Sequence[int]) -> TTMatrix:
-    """Eq. 2 regrouped: the same matrix with adjacent cores contracted into one.
+    """The same TT matrix with adjacent cores contracted into one (eq. 2 of Hong, Meng & Yuan 2018).
 
-    ``group`` is either a number of cores per group (the last group may be shorter) or the sizes of the
-    groups in order, summing to the number of cores (e.g. (2, 1, 1, 2)). Cores k … k+g−1 become one
-    core [r_{k-1}, b_k ⋯ b_{k+g−1}, d_k ⋯ d_{k+g−1}, r_{k+g−1}]: fewer, larger cores, so ``matvec`` makes
-    fewer passes over its N · max(b, d) · r intermediate at the price of more arithmetic and parameters
-    (e.g. 4096 → 4096 bits, 6 cores of 4×4 at rank 4, group 3: 2 cores, 32,768 parameters).
+    Cores k … k+g−1 become one core [r_{k-1}, b_k ⋯ b_{k+g−1}, d_k ⋯ d_{k+g−1}, r_{k+g−1}]: fewer, larger
+    cores, so ``matvec`` makes fewer passes over its N · max(b, d) · r intermediate at the price of more
+    arithmetic and parameters (e.g. 4096 → 4096 bits, 6 cores of 4×4 at rank 4, group 3: 2 cores, 32,768
+    parameters).
+
+    Args:
+        m: a :class:`TTMatrix`.
+        group: either a number of cores per group (the last group may be shorter) or the sizes of the groups
+            in order, summing to the number of cores (e.g. (2, 1, 1, 2)).
+
+    Returns:
+        A :class:`TTMatrix` with the same dense matrix.
+
+    Raises:
+        ValueError: ``group`` is not a positive int or a non-empty sequence of positive ints summing to the
+            number of cores.
+
+    References:
+        Hong, Meng & Yuan 2018, "Tensorized Projection for High-Dimensional Binary Embedding" (AAAI 2018), eq.
+        2.
+
+    Example:
+        >>> import jax
+        >>> import jax.numpy as jnp
+        >>> from geojax import tt
+        >>> m = tt.init(jax.random.key(0), (2, 2), (3, 2), 2)  # a [4, 6] matrix, two cores, rank 2
+        >>> merged = tt.merge_cores(m, 2)
+        >>> len(merged.cores), bool(jnp.allclose(tt.to_dense(merged), tt.to_dense(m), atol=1e-6))
+        (1, True)
     """
     t = len(m.cores)
     if isinstance(group, int | np.integer) and not isinstance(group, bool):
@@ -223,7 +370,14 @@ def merge_cores(m: TTMatrix, group: int | Sequence[int]) -> TTMatrix:
 
 
 class Plan(NamedTuple):
-    """A fast exact layout for ``matvec`` on a CPU: ``merge_cores(m, groups)``, slabs of ``block`` rows."""
+    """A fast exact layout for ``matvec`` on a CPU: ``merge_cores(m, groups)``, slabs of ``block`` rows.
+
+    Made by :func:`plan`.
+
+    Attributes:
+        groups: the group sizes for :func:`merge_cores`.
+        block: rows per slab for ``matvec`` / :func:`map_rows`.
+    """
 
     groups: tuple[int, ...]
     block: int
@@ -277,14 +431,27 @@ def plan(m: TTMatrix) -> Plan:
 
     Every grouping of adjacent cores (``merge_cores``) gives the same matrix, but a different amount of
     arithmetic and memory traffic: merging cores makes fewer passes over the intermediate with more
-    multiply-adds per value, and small contractions (r·d of 4–16) are bound by memory, not arithmetic.
-    Each grouping is scored by its multiply-adds plus 8 per value each pass reads or writes (a model fitted
-    to XLA:CPU timings of 4096-d inputs, 6 cores of 4, rank 4); groupings are searched exhaustively for up
-    to 12 cores, else cores are kept as they are. Merging itself (once per call, whatever the batch) is not
-    counted, and for a small matrix the cheapest grouping may be one core, the dense matrix. The block
-    holds about 1 M values (4 MiB of float32) in the largest pass.
-    E.g. 4096 → 4096 bits, 6 cores of 4×4, rank 4: groups (2, 1, 1, 2), block 32; about 1.05 M
-    multiply-adds per vector against 16.8 M dense.
+    multiply-adds per value, and small contractions (r·d of 4–16) are bound by memory, not arithmetic. Each
+    grouping is scored by its multiply-adds plus 8 per value each pass reads or writes (a model fitted to
+    XLA:CPU timings of 4096-d inputs, 6 cores of 4, rank 4); groupings are searched exhaustively for up to 12
+    cores, else cores are kept as they are. Merging itself (once per call, whatever the batch) is not counted,
+    and for a small matrix the cheapest grouping may be one core, the dense matrix. The block holds about 1 M
+    values (4 MiB of float32) in the largest pass. E.g. 4096 → 4096 bits, 6 cores of 4×4, rank 4: groups
+    (2, 1, 1, 2), block 32; about 1.05 M multiply-adds per vector against 16.8 M dense.
+
+    Args:
+        m: a :class:`TTMatrix`.
+
+    Returns:
+        Plan(groups, block).
+
+    Example:
+        >>> import jax
+        >>> import jax.numpy as jnp
+        >>> from geojax import tt
+        >>> m = tt.init(jax.random.key(0), (2, 2), (3, 2), 2)  # a [4, 6] matrix, two cores, rank 2
+        >>> tt.plan(m).groups  # small: one core, the dense matrix
+        (2,)
     """
     t = len(m.cores)
     candidates = _compositions(t) if t <= 12 else [(1,) * t]
@@ -323,14 +490,39 @@ def _pow2(n: int) -> int:
 
 
 def matvec_fused(m: TTMatrix, x: ArrayLike, *, block: int = 2, interpret: bool = False) -> jax.Array:
-    """Eq. 4 as one fused Pallas kernel (GPU): x [..., ∏ d_k] → R x [..., ∏ b_k] (float32).
+    """y = R x as one fused Pallas kernel (GPU; Hong, Meng & Yuan 2018, eq. 4), in float32.
 
-    ``matvec`` writes an N · max(b, d) · r intermediate to memory after every core; on a GPU those passes,
-    not the arithmetic, bound its speed. Here the cores are merged into two halves, A [B1, D1, r] (cores
+    ``matvec`` writes an N · max(b, d) · r intermediate to memory after every core; on a GPU those passes, not
+    the arithmetic, bound its speed. Here the cores are merged into two halves, A [B1, D1, r] (cores
     1 … ⌊t/2⌋) and B [r, B2, D2] (the rest), so that R = Σ_a A_a ⊗ B_a, and each vector x, viewed as
     X [D1, D2], gives Y = Σ_a A_a X B_aᵀ [B1, B2] without leaving the chip: 2r small matrix products per
     vector, ``block`` vectors per program. Matrix dimensions are zero-padded to powers of two (≥ 16).
-    ``interpret=True`` runs the Pallas interpreter instead (any backend; slow, for checks).
+
+    Args:
+        m: a :class:`TTMatrix` [b, d].
+        x: [..., d] floating vectors, d = ∏ in_modes.
+        block: vectors per program (a positive int).
+        interpret: run the Pallas interpreter instead (any backend; slow, for checks).
+
+    Returns:
+        [..., b] float32 products R x.
+
+    Raises:
+        ValueError: ``x`` is not floating with last dimension ∏ in_modes, or ``block`` is not a positive int.
+
+    References:
+        Hong, Meng & Yuan 2018, "Tensorized Projection for High-Dimensional Binary Embedding" (AAAI 2018), eq.
+        4.
+
+    Example:
+        >>> import jax
+        >>> import jax.numpy as jnp
+        >>> from geojax import tt
+        >>> m = tt.init(jax.random.key(0), (2, 2), (3, 2), 2)  # a [4, 6] matrix, two cores, rank 2
+        >>> x = jnp.ones((5, 6))
+        >>> y = tt.matvec_fused(m, x, interpret=True)
+        >>> bool(jnp.allclose(y, tt.matvec(m, x), atol=1e-5))
+        True
     """
     from jax.experimental import pallas as pl
 
@@ -365,12 +557,38 @@ def matvec_fused(m: TTMatrix, x: ArrayLike, *, block: int = 2, interpret: bool =
 def tt_svd(
     dense: ArrayLike, out_modes: Sequence[int], in_modes: Sequence[int], ranks: int | Sequence[int]
 ) -> TTMatrix:
-    """TT-SVD (Oseledets 2011, used by Hong, Meng & Yuan 2018, §5.4): round a dense [∏ b_k, ∏ d_k] matrix
-    to TT format (``dense`` must be finite).
+    """TT-SVD (Oseledets 2011, used by Hong, Meng & Yuan 2018, §5.4): round a dense matrix to TT format.
 
-    Sequential truncated SVDs of the unfoldings of the tensor with modes (b_1 d_1, …, b_t d_t). Each
-    requested rank is capped at the size of its unfolding, min(∏_{i≤k} b_i d_i, ∏_{i>k} b_i d_i), where
-    the decomposition is exact, so at those ranks ``to_dense(tt_svd(a, ...)) == a``.
+    Sequential truncated SVDs of the unfoldings of the tensor with modes (b_1 d_1, …, b_t d_t). Each requested
+    rank is capped at the size of its unfolding, min(∏_{i≤k} b_i d_i, ∏_{i>k} b_i d_i), where the
+    decomposition is exact, so at those ranks ``to_dense(tt_svd(a, ...)) == a``.
+
+    Args:
+        dense: [∏ b_k, ∏ d_k] finite floating matrix.
+        out_modes: the row modes (b_1, …, b_t), positive ints.
+        in_modes: the column modes (d_1, …, d_t), positive ints, as many as ``out_modes``.
+        ranks: one inner TT-rank for all cores, or the full list r_0 … r_t (r_0 = r_t = 1).
+
+    Returns:
+        A :class:`TTMatrix` with the (capped) ranks.
+
+    Raises:
+        ValueError: the modes or ranks are malformed, ``dense`` is not floating of shape (∏ out_modes,
+            ∏ in_modes), or a concrete ``dense`` holds NaN or ±inf.
+
+    References:
+        Oseledets 2011, "Tensor-Train Decomposition" (SIAM J. Sci. Comput. 33(5)); Hong, Meng & Yuan 2018,
+        "Tensorized Projection for High-Dimensional Binary Embedding" (AAAI 2018), §5.4.
+
+    Example:
+        >>> import jax
+        >>> import jax.numpy as jnp
+        >>> from geojax import tt
+        >>> m = tt.init(jax.random.key(0), (2, 2), (3, 2), 2)  # a [4, 6] matrix, two cores, rank 2
+        >>> a = tt.to_dense(m)
+        >>> s = tt.tt_svd(a, (2, 2), (3, 2), 4)
+        >>> s.ranks, bool(jnp.allclose(tt.to_dense(s), a, atol=1e-5))
+        ((1, 4, 1), True)
     """
     out_modes, in_modes = _check_modes(out_modes, in_modes)
     _checks.check_floating(dense, "dense")
@@ -395,8 +613,23 @@ def tt_svd(
 def balanced_modes(n: int, cores: int) -> tuple[int, ...]:
     """Split n into ``cores`` integer modes with product n, as even as its prime factors allow.
 
-    Prime factors, largest first, go to the currently smallest mode (e.g. 4096, 6 → 4×4×4×4×4×4;
-    784, 4 → 7×7×4×4). Modes of 1 appear only when n has fewer prime factors than ``cores``.
+    Prime factors, largest first, go to the currently smallest mode. Modes of 1 appear only when n has fewer
+    prime factors than ``cores``.
+
+    Args:
+        n: the dimension to split (a positive int).
+        cores: the number of modes (a positive int).
+
+    Returns:
+        The modes, a tuple of ints in descending order.
+
+    Raises:
+        ValueError: ``n`` or ``cores`` is not a positive int.
+
+    Example:
+        >>> from geojax import tt
+        >>> tt.balanced_modes(4096, 6), tt.balanced_modes(784, 4)
+        ((4, 4, 4, 4, 4, 4), (7, 7, 4, 4))
     """
     _checks.check_positive_int(n, "n")
     _checks.check_positive_int(cores, "cores")
@@ -431,17 +664,48 @@ def _right_orthogonalize(cores: list[jax.Array]) -> list[jax.Array]:
 
 
 def als_sweep(m: TTMatrix, gram: ArrayLike, cross: ArrayLike) -> TTMatrix:
-    """Eqs. 17–22: one ALS sweep (cores 1 → t) for min_R tr(R S Rᵀ) − 2⟨R, T⟩ in TT format.
+    """One ALS sweep (cores 1 → t) of min_R tr(R S Rᵀ) − 2⟨R, T⟩ in TT format (Hong, Meng & Yuan 2018).
 
-    With S = X Xᵀ (``gram`` [d, d]) and T = Z Xᵀ (``cross`` [b, d]) this is min_R ‖R X − Z‖²_F (eq. 13)
-    at the ranks of ``m``. Each core is the exact least-squares minimiser of eq. 22 with the others
-    fixed, so the objective never increases. With R(s, l) = L[s_<, l_<, α] G_k[α, i, j, β] Rt[β, s_>, l_>]
-    the normal matrix (QG_≠k)ᵀ(QG_≠k) of eq. 22 is I_{b_k} ⊗ H̃_k with
-    H̃_k = Σ PL[l_<, α, l'_<, α'] S[(l_<, j, l_>), (l'_<, j', l'_>)] PR[β, l_>, β', l'_>], where PL, PR are the
-    Grams of the left and right interfaces (eq. 19) summed over the row indices. The cores are kept
-    orthonormal on both sides of the one being solved (QR moves, which leave R unchanged), so each
-    small system is as well conditioned as S allows; a pseudo-inverse handles a singular S. ``gram`` and
-    ``cross`` must be finite.
+    Eqs. 17–22. With S = X Xᵀ (``gram``) and T = Z Xᵀ (``cross``) this is min_R ‖R X − Z‖²_F (eq. 13) at the
+    ranks of ``m``. Each core is the exact least-squares minimiser of eq. 22 with the others fixed, so the
+    objective never increases. With R(s, l) = L[s_<, l_<, α] G_k[α, i, j, β] Rt[β, s_>, l_>] the normal matrix
+    (QG_≠k)ᵀ(QG_≠k) of eq. 22 is I_{b_k} ⊗ H̃_k with H̃_k = Σ PL[l_<, α, l'_<, α'] S[(l_<, j, l_>), (l'_<, j',
+    l'_>)] PR[β, l_>, β', l'_>], where PL, PR are the Grams of the left and right interfaces (eq. 19) summed
+    over the row indices. The cores are kept orthonormal on both sides of the one being solved (QR moves,
+    which leave R unchanged), so each small system is as well conditioned as S allows; a pseudo-inverse
+    handles a singular S.
+
+    Args:
+        m: the current :class:`TTMatrix` [b, d], with ranks no larger than its unfoldings (as ``tt_svd``
+            gives).
+        gram: S = X Xᵀ, [d, d], finite.
+        cross: T = Z Xᵀ, [b, d], finite.
+
+    Returns:
+        The updated :class:`TTMatrix`, same modes and ranks.
+
+    Raises:
+        ValueError: ``gram`` or ``cross`` has the wrong shape or (concrete) holds NaN or ±inf, or ``m``'s
+            ranks exceed its unfoldings.
+
+    References:
+        Hong, Meng & Yuan 2018, "Tensorized Projection for High-Dimensional Binary Embedding" (AAAI 2018),
+        eqs. 13 and 17–22.
+
+    Example:
+        >>> import jax
+        >>> import jax.numpy as jnp
+        >>> from geojax import tt
+        >>> m = tt.init(jax.random.key(0), (2, 2), (3, 2), 2)  # a [4, 6] matrix, two cores, rank 2
+        >>> a = tt.to_dense(m)
+        >>> x = jax.random.normal(jax.random.key(1), (6, 20))
+        >>> z = a @ x
+        >>> start = tt.tt_svd(a + 0.1, (2, 2), (3, 2), 2)
+        >>> swept = jax.jit(tt.als_sweep)(start, x @ x.T, z @ x.T)  # traceable; one compilation
+        >>> def error(r):
+        ...     return float(jnp.sum((tt.to_dense(r) @ x - z) ** 2))
+        >>> error(swept) < error(start)
+        True
     """
     b, d = m.shape
     if jnp.shape(gram) != (d, d):

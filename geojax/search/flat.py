@@ -44,7 +44,24 @@ _MIN_CAPACITY = 1024
 
 
 def check_ids(ids: ArrayLike | None, n: int) -> np.ndarray | None:
-    """User ids as int64 [n], distinct, in [0, 2^31 − 1); ValueError naming ``ids`` otherwise."""
+    """User ids as int64 [n], distinct, in [0, 2^31 − 1); None passes through.
+
+    Args:
+        ids: [n] integer ids, or None.
+        n: the number of rows the ids label.
+
+    Returns:
+        [n] int64 NumPy array, or None.
+
+    Raises:
+        ValueError: ``ids`` is not a rank-1 integer array of n distinct entries in [0, 2^31 − 1).
+
+    Example:
+        >>> import numpy as np
+        >>> from geojax.search import flat
+        >>> flat.check_ids(np.array([3, 1]), 2)
+        array([3, 1])
+    """
     if ids is None:
         return None
     _checks.check_rank(ids, "ids", 1)
@@ -60,19 +77,51 @@ def check_ids(ids: ArrayLike | None, n: int) -> np.ndarray | None:
 
 
 def check_k(k, ntotal: int) -> int:
+    """``k`` as an int, checked against the rows in the index.
+
+    Args:
+        k: the number of neighbours, 1 ≤ k ≤ ``ntotal``.
+        ntotal: the rows in the index.
+
+    Returns:
+        ``k`` as a Python int.
+
+    Raises:
+        ValueError: ``k`` is not a positive int or exceeds ``ntotal``.
+    """
     _checks.check_k(k, "k", ntotal, "rows in the index")
     return int(k)
 
 
 class IndexFlat:
-    """Exact top-k search over a codec's codes (:mod:`geojax.search.codecs`), sharded over ``mesh``'s
-    ``db_axis`` (default: every device of every process on one axis); faiss's ``IndexFlat`` shape.
+    """Exact top-k search over a codec's codes (:mod:`geojax.search.codecs`), sharded over a mesh axis.
 
-    ``train(x)`` fits the codec (codecs without parameters are trained already), ``add(x, ids=None)`` encodes
-    and appends vectors, ``add_codes`` appends codes made elsewhere, ``search(q, k)`` encodes the queries and
-    returns ``(distances [Q, k], ids [Q, k] int32)`` as ``jax.Array``s, ascending, ties to the lower id:
-    int32 for torus and binary codes, float32 for PQ. The distances are those of
-    :func:`geojax.search.torus_topk`, :func:`geojax.search.hamming_topk` and :func:`geojax.search.pq_topk`.
+    Rows are sharded over ``mesh``'s ``db_axis`` (default: every device of every process on one axis); faiss's
+    ``IndexFlat`` shape. ``train(x)`` fits the codec (codecs without parameters are trained already),
+    ``add(x, ids=None)`` encodes and appends vectors, ``add_codes`` appends codes made elsewhere,
+    ``search(q, k)`` encodes the queries and returns ``(distances [Q, k], ids [Q, k] int32)`` as
+    ``jax.Array``s, ascending, ties to the lower id: int32 for torus and binary codes, float32 for PQ. The
+    distances are those of :func:`geojax.search.torus_topk`, :func:`geojax.search.hamming_topk` and
+    :func:`geojax.search.pq_topk`. Memory and multi-process rules: the module docstring.
+
+    Args:
+        codec: a :class:`geojax.search.codecs.Codec`.
+        mesh: the device mesh; None: every device of every process on one axis named ``db_axis``.
+        db_axis: the mesh axis the rows are sharded over.
+        query_axis: a second mesh axis the queries are split over, or None.
+
+    Raises:
+        ValueError: ``codec`` is not a codec, or the axes are not axes of the mesh.
+
+    Example:
+        >>> import numpy as np
+        >>> from geojax.search import IndexFlat, TorusCodec
+        >>> t = np.array([[0.0, 0.25, 0.5, 0.75], [0.1, 0.2, 0.3, 0.4], [0.5, 0.5, 0.5, 0.5]], np.float32)
+        >>> index = IndexFlat(TorusCodec(4))
+        >>> index.add(t)
+        >>> distances, ids = index.search(t[:1], 2)
+        >>> print(distances, ids)
+        [[  0 180]] [[0 1]]
     """
 
     kind = "flat"
@@ -101,6 +150,7 @@ class IndexFlat:
 
     @property
     def is_trained(self) -> bool:
+        """Whether the codec is trained (codecs without parameters always are)."""
         return self.codec.is_trained
 
     @property
@@ -117,17 +167,55 @@ class IndexFlat:
         self._next_id = 0
 
     def train(self, x: ArrayLike, *, key: jax.Array | None = None) -> None:
-        """Fit the codec to training vectors x [N, dim] (``key``: its random initialisation)."""
+        """Fit the codec to training vectors x [N, dim].
+
+        Args:
+            x: [N, dim] finite floating training vectors.
+            key: the codec's random initialisation (a JAX PRNG key), or None.
+
+        Raises:
+            ValueError: ``x`` is not a finite floating [N, dim] matrix (the codec's checks).
+        """
         self.codec.train(x, key=key)
 
     # ------------------------------------------------------------------------------------------------ add
     def add(self, x: ArrayLike, ids: ArrayLike | None = None) -> None:
-        """Encode and append this process's vectors x [n, dim] (n may be 0). Without ``ids`` they take the
-        ids after the largest so far, in process order; ``ids`` [n] (one process only) distinct and new."""
+        """Encode and append this process's vectors x [n, dim] (n may be 0).
+
+        Without ``ids`` they take the ids after the largest so far, in process order.
+
+        Args:
+            x: [n, dim] finite floating vectors.
+            ids: [n] distinct new integer ids in [0, 2^31 − 1) (one process only), or None.
+
+        Raises:
+            ValueError: the codec is not trained, ``x`` or ``ids`` is malformed, an id is in the index
+                already, ids are given with several processes, or the index would pass 2^31 − 1 rows.
+
+        Example:
+            >>> import numpy as np
+            >>> from geojax.search import IndexFlat, TorusCodec
+            >>> t = np.array([[0.0, 0.25, 0.5, 0.75], [0.1, 0.2, 0.3, 0.4], [0.5, 0.5, 0.5, 0.5]], np.float32)
+            >>> index = IndexFlat(TorusCodec(4))
+            >>> index.add(t)
+            >>> index.ntotal
+            3
+        """
         self.add_codes(self.codec.encode(x), ids)
 
     def add_codes(self, codes: ArrayLike, ids: ArrayLike | None = None) -> None:
-        """Append this process's codes [n, width] made by the codec elsewhere (see :meth:`add`)."""
+        """Append this process's codes [n, width] made by the codec elsewhere (see :meth:`add`).
+
+        Args:
+            codes: [n, width] codes of the codec's dtype.
+            ids: [n] distinct new integer ids (one process only), or None for the ids after the largest so
+                far.
+
+        Raises:
+            ValueError: ``codes`` or ``ids`` is malformed, an id is in the index already, ids are given with
+                several processes, a process adds rows but holds no shard, or the index would pass 2^31 − 1
+                rows.
+        """
         codes = self.codec.check_codes(codes)
         ids = check_ids(ids, len(codes))
         counts = placement.process_counts([len(codes)])[:, 0]
@@ -204,8 +292,30 @@ class IndexFlat:
 
     # --------------------------------------------------------------------------------------------- remove
     def remove_ids(self, ids: ArrayLike) -> int:
-        """Remove the rows with these ids (ids not in the index are ignored); returns how many rows went
-        (over all processes). Every process calls it with the same ids."""
+        """Remove the rows with these ids (ids not in the index are ignored).
+
+        Every process calls it with the same ids.
+
+        Args:
+            ids: [m] integer ids.
+
+        Returns:
+            How many rows went, over all processes.
+
+        Raises:
+            ValueError: ``ids`` is not a rank-1 integer array.
+
+        Example:
+            >>> import numpy as np
+            >>> from geojax.search import IndexFlat, TorusCodec
+            >>> t = np.array([[0.0, 0.25, 0.5, 0.75], [0.1, 0.2, 0.3, 0.4], [0.5, 0.5, 0.5, 0.5]], np.float32)
+            >>> index = IndexFlat(TorusCodec(4))
+            >>> index.add(t)
+            >>> index.remove_ids(np.array([0]))
+            1
+            >>> print(*index.search(t[:1], 2))
+            [[180 256]] [[1 2]]
+        """
         _checks.check_rank(ids, "ids", 1)
         _checks.check_integer(ids, "ids")
         codes, held = self._local_rows()
@@ -218,8 +328,20 @@ class IndexFlat:
 
     # --------------------------------------------------------------------------------------------- search
     def search(self, q: ArrayLike, k: int) -> tuple[jax.Array, jax.Array]:
-        """Exact k nearest rows of the whole index for query vectors q [Q, dim] (the same on every
-        process) → (distances [Q, k] ascending, ids [Q, k] int32), ties to the lower id."""
+        """Exact k nearest rows of the whole index for query vectors q [Q, dim], ties to the lower id.
+
+        The queries are the same on every process.
+
+        Args:
+            q: [Q, dim] finite floating query vectors.
+            k: neighbours per query, 1 ≤ k ≤ ``ntotal``.
+
+        Returns:
+            (distances [Q, k] ascending, int32 for torus and binary codes, float32 for PQ; ids [Q, k] int32).
+
+        Raises:
+            ValueError: the index is not trained, ``q`` is malformed, or ``k`` is not in [1, ntotal].
+        """
         if not self.is_trained:
             raise ValueError("the index must be trained (call train) before searching")
         queries = self.codec.queries(q)
@@ -272,15 +394,41 @@ class IndexFlat:
         return np.concatenate(codes)[order], ids_all[order]
 
     def state(self) -> tuple[dict, dict]:
-        """(description, arrays) of this process's part, for ``write_index``."""
+        """(description, arrays) of this process's part, for ``write_index``.
+
+        Returns:
+            ({"ntotal", "next_id", "rows"}, {"ids": int32 [rows], "codes": [rows, width]}), ascending ids.
+        """
         codes, ids = self._local_rows()
         meta = {"ntotal": self.ntotal, "next_id": self._next_id, "rows": len(ids)}
         return meta, {"ids": ids.astype(np.int32), "codes": codes}
 
     @classmethod
     def from_state(cls, codec: Codec, meta: dict, arrays: dict, **placement_args) -> IndexFlat:
-        """The index that :meth:`state` described, placed on ``placement_args`` (``mesh``, ``db_axis``,
-        ``query_axis``)."""
+        """The index that :meth:`state` described, placed on ``placement_args``.
+
+        Args:
+            codec: the index's codec (:func:`geojax.search.codecs.codec_from_state`).
+            meta: the description of :meth:`state`.
+            arrays: the arrays of :meth:`state`.
+            **placement_args: ``mesh``, ``db_axis``, ``query_axis`` of the constructor.
+
+        Returns:
+            The :class:`IndexFlat`.
+
+        Raises:
+            ValueError: the files read hold rows of indexes of different sizes, or codes the codec rejects.
+
+        Example:
+            >>> import numpy as np
+            >>> from geojax.search import IndexFlat, TorusCodec
+            >>> t = np.array([[0.0, 0.25, 0.5, 0.75], [0.1, 0.2, 0.3, 0.4], [0.5, 0.5, 0.5, 0.5]], np.float32)
+            >>> index = IndexFlat(TorusCodec(4))
+            >>> index.add(t)
+            >>> again = IndexFlat.from_state(index.codec, *index.state())
+            >>> again.ntotal
+            3
+        """
         index = cls(codec, **placement_args)
         index._load_rows(arrays["codes"], arrays["ids"].astype(np.int64), meta)
         return index

@@ -34,8 +34,31 @@ _CLASSES = {"flat": IndexFlat, "ivf": IndexIVF}
 
 
 def write_index(index, path: str) -> None:
-    """Write ``index`` (this process's part) to ``path`` atomically: ``path`` holds its old content or all of
-    the new."""
+    """Write ``index`` (this process's part) to ``path`` atomically.
+
+    ``path`` holds its old content or all of the new (a temporary file renamed over it). The file is the
+    header, the JSON description and the arrays' bytes (module docstring).
+
+    Args:
+        index: an :class:`geojax.search.IndexFlat` or :class:`geojax.search.IndexIVF`.
+        path: the file to write (with several processes, each its own).
+
+    Raises:
+        ValueError: ``index`` is not an IndexFlat or IndexIVF.
+
+    Example:
+        >>> import os
+        >>> import tempfile
+        >>> import numpy as np
+        >>> from geojax.search import IndexFlat, TorusCodec, read_index, write_index
+        >>> index = IndexFlat(TorusCodec(4))
+        >>> index.add(np.array([[0.0, 0.25, 0.5, 0.75], [0.1, 0.2, 0.3, 0.4]], np.float32))
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     write_index(index, os.path.join(folder, "index.gjx"))
+        ...     again = read_index(os.path.join(folder, "index.gjx"), kind="flat", codec="torus")
+        >>> type(again).__name__, again.ntotal
+        ('IndexFlat', 2)
+    """
     classes = _CLASSES
     if type(index) not in classes.values():
         raise ValueError(
@@ -109,11 +132,35 @@ def _read(path: str) -> tuple[dict, dict, dict]:
 
 
 def read_index(path: str, *, kind: str | None = None, codec: str | None = None, **placement):
-    """The index written by :func:`write_index` (this process's file), placed on ``placement`` (``mesh``,
-    ``db_axis``, ``query_axis`` as the index's constructor takes).
+    """The index written by :func:`write_index` (this process's file), placed on ``placement``.
 
-    kind: 'flat' or 'ivf' to refuse any other index; codec: 'torus', 'binary' or 'pq' to refuse any other
-    codec (ValueError, one line naming the path).
+    Args:
+        path: the file to read.
+        kind: 'flat' or 'ivf' to refuse any other index; None accepts both.
+        codec: 'torus', 'binary' or 'pq' to refuse any other codec; None accepts all.
+        **placement: ``mesh``, ``db_axis``, ``query_axis`` as the index's constructor takes.
+
+    Returns:
+        The :class:`geojax.search.IndexFlat` or :class:`geojax.search.IndexIVF`.
+
+    Raises:
+        ValueError: (one line naming the path) ``kind`` is not None, 'flat' or 'ivf'; the file is of another
+            format or of a format version this geojax does not read; it holds another index or codec than
+            asked for; it is damaged (a size other than its header describes, a checksum that does not match,
+            a description that does not parse).
+
+    Example:
+        >>> import os
+        >>> import tempfile
+        >>> import numpy as np
+        >>> from geojax.search import IndexFlat, TorusCodec, read_index, write_index
+        >>> index = IndexFlat(TorusCodec(4))
+        >>> index.add(np.array([[0.0, 0.25, 0.5, 0.75], [0.1, 0.2, 0.3, 0.4]], np.float32))
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     write_index(index, os.path.join(folder, "index.gjx"))
+        ...     again = read_index(os.path.join(folder, "index.gjx"), kind="flat", codec="torus")
+        >>> type(again).__name__, again.ntotal
+        ('IndexFlat', 2)
     """
     classes = _CLASSES
     if kind is not None and kind not in classes:

@@ -68,7 +68,23 @@ def _nearest_lists(features: jax.Array, centroids: jax.Array, nprobe: int) -> ja
 
 
 def assign(features: jax.Array, centroids: jax.Array) -> np.ndarray:
-    """The nearest list of each row of ``features`` [n, F] (in blocks of rows) → [n] int32."""
+    """The nearest list of each row of ``features``.
+
+    Squared Euclidean on the features, ties to the lower list; computed in blocks of 8,192 rows.
+
+    Args:
+        features: [n, F] float32 coarse features.
+        centroids: [nlist, F] float32 centroids.
+
+    Returns:
+        [n] int32 NumPy array of list indices.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from geojax.search import ivf
+        >>> ivf.assign(jnp.array([[0.0, 0.0], [1.0, 1.0], [0.9, 1.0]]), jnp.array([[0.0, 0.0], [1.0, 1.0]]))
+        array([0, 1, 1], dtype=int32)
+    """
     parts = [
         _nearest_lists(features[i : i + _ASSIGN_ROWS], centroids, 1)[:, 0]
         for i in range(0, features.shape[0], _ASSIGN_ROWS)
@@ -92,9 +108,36 @@ def _project(centroids: jax.Array, geometry: str) -> jax.Array:
 
 @functools.partial(jax.jit, static_argnames=("nlist", "iters", "geometry"))
 def kmeans(features: jax.Array, key: jax.Array, *, nlist: int, iters: int, geometry: str) -> jax.Array:
-    """Lloyd's k-means on ``features`` [n ≥ nlist, F]: ``nlist`` distinct rows as the start, ``iters``
-    rounds of assignment and mean (empty lists keep their centroid), each mean put back on the geometry
-    → centroids [nlist, F]."""
+    """Lloyd's k-means on ``features``, each mean put back on the geometry (module docstring).
+
+    ``nlist`` distinct rows as the start, ``iters`` rounds of assignment and mean (empty lists keep their
+    centroid). On the torus each centroid pair is scaled back to unit length (circular means; an empty
+    direction keeps angle 0), on the sphere each centroid row (spherical k-means); otherwise Euclidean.
+    Jitted.
+
+    Args:
+        features: [n, F] float32 coarse features, n ≥ nlist.
+        key: a JAX PRNG key for the start.
+        nlist: the number of centroids.
+        iters: the rounds of assignment and mean.
+        geometry: 'euclidean', 'sphere' or 'torus'.
+
+    Returns:
+        [nlist, F] float32 centroids.
+
+    References:
+        Sivic & Zisserman 2003, "Video Google"; Jégou, Douze & Schmid 2011, "Product Quantization for Nearest
+        Neighbor Search" (IEEE TPAMI 33(1)), §IV.
+
+    Example:
+        >>> import jax
+        >>> import jax.numpy as jnp
+        >>> from geojax.search import ivf
+        >>> features = jnp.array([[0.0, 0.0], [1.0, 1.0], [0.9, 1.0]])
+        >>> print(ivf.kmeans(features, jax.random.key(0), nlist=2, iters=3, geometry="euclidean"))
+        [[0.   0.  ]
+         [0.95 1.  ]]
+    """
     n = features.shape[0]
     start = features[jax.random.choice(key, n, (nlist,), replace=False)]
     rows = -(-n // _ASSIGN_ROWS) * _ASSIGN_ROWS
@@ -117,9 +160,39 @@ def kmeans(features: jax.Array, key: jax.Array, *, nlist: int, iters: int, geome
 class IndexIVF:
     """Inverted lists over a codec's codes (module docstring); faiss's ``IndexIVF`` shape.
 
-    nlist: lists; nprobe: lists scanned per query (settable); block: rows per block; iters: k-means
-    rounds; train_rows: the most training rows the quantiser uses (a random subset; faiss's default is
-    256 per list); mesh, db_axis: the devices the blocks are dealt over (one process).
+    A coarse quantiser files every row in one of ``nlist`` lists, and a search scans only the ``nprobe`` lists
+    nearest each query; with ``nprobe = nlist`` the result is exactly the flat index's, ties included. Runs in
+    one process, its blocks dealt over that process's devices.
+
+    Args:
+        codec: a :class:`geojax.search.codecs.Codec`.
+        nlist: the number of lists (a positive int).
+        nprobe: lists scanned per query, 1 ≤ nprobe ≤ nlist (settable later).
+        block: rows per block (a positive int).
+        iters: k-means rounds (a positive int).
+        train_rows: the most training rows the quantiser uses (a random subset); None: 256 per list, faiss's
+            default.
+        mesh: the devices the blocks are dealt over; None: every device on one axis named ``db_axis``.
+        db_axis: the mesh axis the blocks are dealt over.
+
+    Raises:
+        ValueError: ``codec`` is not a codec, a size is not a positive int, ``nprobe`` > ``nlist``, the axis
+            is not the mesh's, or several processes run.
+
+    References:
+        Jégou, Douze & Schmid 2011, "Product Quantization for Nearest Neighbor Search" (IEEE TPAMI 33(1)),
+        §IV; Sivic & Zisserman 2003, "Video Google".
+
+    Example:
+        >>> import numpy as np
+        >>> from geojax.search import IndexIVF, TorusCodec
+        >>> t = np.random.default_rng(0).random((64, 4), dtype=np.float32)
+        >>> index = IndexIVF(TorusCodec(4), nlist=4, nprobe=4, iters=5)
+        >>> index.train(t)
+        >>> index.add(t)
+        >>> distances, ids = index.search(t[:2], 1)
+        >>> print(ids.ravel())
+        [0 1]
     """
 
     kind = "ivf"
@@ -158,10 +231,12 @@ class IndexIVF:
 
     @property
     def nprobe(self) -> int:
+        """Lists scanned per query; setting it checks 1 ≤ nprobe ≤ nlist (``ValueError`` otherwise)."""
         return self._nprobe
 
     @nprobe.setter
     def nprobe(self, value: int) -> None:
+        """Lists scanned per query; setting it checks 1 ≤ nprobe ≤ nlist (``ValueError`` otherwise)."""
         _checks.check_positive_int(value, "nprobe")
         if value > self.nlist:
             raise ValueError(f"nprobe must be at most nlist = {self.nlist}, got {value}")
@@ -169,6 +244,7 @@ class IndexIVF:
 
     @property
     def is_trained(self) -> bool:
+        """Whether the codec and the coarse quantiser are trained."""
         return self.codec.is_trained and self.centroids is not None
 
     @property
@@ -178,8 +254,10 @@ class IndexIVF:
 
     @property
     def nbytes(self) -> int:
-        """Bytes the index holds for its rows: the host's lists, and the devices' blocks, ids and block
-        tables (laid out now if a change is pending)."""
+        """Bytes the index holds for its rows.
+
+        The host's lists, and the devices' blocks, ids and block tables (laid out now if a change is pending).
+        """
         layout = self._layout()
         host = sum(c.nbytes for c in self._codes) + sum(i.nbytes for i in self._ids)
         return host + layout.blocks.nbytes + layout.ids.nbytes + layout.table.nbytes
@@ -195,7 +273,17 @@ class IndexIVF:
 
     # ---------------------------------------------------------------------------------------------- train
     def train(self, x: ArrayLike, *, key: jax.Array | None = None) -> None:
-        """Fit the codec (unless it is trained already) and the coarse quantiser to x [N ≥ nlist, dim]."""
+        """Fit the codec (unless it is trained already) and the coarse quantiser to x [N ≥ nlist, dim].
+
+        The quantiser runs on the coarse features of at most ``train_rows`` rows (a random subset).
+
+        Args:
+            x: [N, dim] finite floating training vectors, N ≥ nlist.
+            key: a JAX PRNG key, split for the codec, the subset and k-means; None: ``jax.random.key(0)``.
+
+        Raises:
+            ValueError: ``x`` is not a finite floating [N, dim] matrix or has fewer than ``nlist`` rows.
+        """
         x = codecs.check_vectors(x, "x", self.codec.dim)
         if len(x) < self.nlist:
             raise ValueError(
@@ -218,8 +306,27 @@ class IndexIVF:
 
     # ------------------------------------------------------------------------------------------------ add
     def add(self, x: ArrayLike, ids: ArrayLike | None = None) -> None:
-        """Encode and file vectors x [n, dim] (n may be 0), in steps of 65,536 rows; ``ids`` as for
-        :meth:`geojax.search.IndexFlat.add`."""
+        """Encode and file vectors x [n, dim] (n may be 0), in steps of 65,536 rows.
+
+        Args:
+            x: [n, dim] finite floating vectors.
+            ids: as for :meth:`geojax.search.IndexFlat.add`: [n] distinct new integer ids, or None for the ids
+                after the largest so far.
+
+        Raises:
+            ValueError: the index is not trained, ``x`` or ``ids`` is malformed, an id is in the index
+                already, or the index would pass 2^31 − 1 rows.
+
+        Example:
+            >>> import numpy as np
+            >>> from geojax.search import IndexIVF, TorusCodec
+            >>> t = np.random.default_rng(0).random((64, 4), dtype=np.float32)
+            >>> index = IndexIVF(TorusCodec(4), nlist=4, nprobe=4, iters=5)
+            >>> index.train(t)
+            >>> index.add(t)
+            >>> index.ntotal, int(index.list_sizes.sum())
+            (64, 64)
+        """
         self._check_trained("adding")
         x = self.codec.check_vectors(x, "x")
         ids = self._new_ids(ids, len(x))
@@ -228,7 +335,16 @@ class IndexIVF:
             self._file(codes, ids[i : i + _ADD_ROWS])
 
     def add_codes(self, codes: ArrayLike, ids: ArrayLike | None = None) -> None:
-        """File codes [n, width] made by the codec elsewhere (see :meth:`add`)."""
+        """File codes [n, width] made by the codec elsewhere (see :meth:`add`).
+
+        Args:
+            codes: [n, width] codes of the codec's dtype.
+            ids: [n] distinct new integer ids, or None for the ids after the largest so far.
+
+        Raises:
+            ValueError: the index is not trained, ``codes`` or ``ids`` is malformed, an id is in the index
+                already, or the index would pass 2^31 − 1 rows.
+        """
         self._check_trained("adding")
         codes = self.codec.check_codes(codes)
         ids = self._new_ids(ids, len(codes))
@@ -271,7 +387,27 @@ class IndexIVF:
         self._device = None
 
     def remove_ids(self, ids: ArrayLike) -> int:
-        """Remove the rows with these ids (others are ignored); returns how many went."""
+        """Remove the rows with these ids (others are ignored).
+
+        Args:
+            ids: [m] integer ids.
+
+        Returns:
+            How many rows went.
+
+        Raises:
+            ValueError: ``ids`` is not a rank-1 integer array.
+
+        Example:
+            >>> import numpy as np
+            >>> from geojax.search import IndexIVF, TorusCodec
+            >>> t = np.random.default_rng(0).random((64, 4), dtype=np.float32)
+            >>> index = IndexIVF(TorusCodec(4), nlist=4, nprobe=4, iters=5)
+            >>> index.train(t)
+            >>> index.add(t)
+            >>> index.remove_ids(np.array([0, 1000]))
+            1
+        """
         _checks.check_rank(ids, "ids", 1)
         _checks.check_integer(ids, "ids")
         gone = np.asarray(ids, np.int64)
@@ -296,9 +432,21 @@ class IndexIVF:
 
     # --------------------------------------------------------------------------------------------- search
     def search(self, q: ArrayLike, k: int) -> tuple[jax.Array, jax.Array]:
-        """The k nearest rows among the ``nprobe`` lists nearest each query vector of q [Q, dim] →
-        (distances [Q, k] ascending, ids [Q, k] int32, −1 where the lists held fewer than k rows), ties to
-        the lower id; the distances of :class:`geojax.search.IndexFlat`."""
+        """The k nearest rows among the ``nprobe`` lists nearest each query vector, ties to the lower id.
+
+        The distances are those of :class:`geojax.search.IndexFlat`. A query whose probed lists hold fewer
+        than k rows gets id −1 and the largest distance (int32 max, or +inf for PQ) in the slots left.
+
+        Args:
+            q: [Q, dim] finite floating query vectors.
+            k: neighbours per query, 1 ≤ k ≤ ``ntotal``.
+
+        Returns:
+            (distances [Q, k] ascending, ids [Q, k] int32, −1 where the lists held fewer than k rows).
+
+        Raises:
+            ValueError: the index is not trained, ``q`` is malformed, or ``k`` is not in [1, ntotal].
+        """
         self._check_trained("searching")
         queries = self.codec.queries(q)
         _checks.check_matrix(queries, "q")
@@ -330,7 +478,12 @@ class IndexIVF:
 
     # ----------------------------------------------------------------------------------------------- files
     def state(self) -> tuple[dict, dict]:
-        """(description, arrays) for ``write_index``: the quantiser and every list's rows in list order."""
+        """(description, arrays) for ``write_index``: the quantiser and every list's rows in list order.
+
+        Returns:
+            ({"nlist", "nprobe", "block", "iters", "train_rows", "ntotal", "next_id"}, {"centroids",
+            "list_sizes", "ids", "codes"}).
+        """
         meta = {
             "nlist": self.nlist,
             "nprobe": self.nprobe,
@@ -352,7 +505,31 @@ class IndexIVF:
 
     @classmethod
     def from_state(cls, codec: Codec, meta: dict, arrays: dict, **placement_args) -> IndexIVF:
-        """The index that :meth:`state` described, placed on ``placement_args`` (``mesh``, ``db_axis``)."""
+        """The index that :meth:`state` described, placed on ``placement_args``.
+
+        Args:
+            codec: the index's codec (:func:`geojax.search.codecs.codec_from_state`).
+            meta: the description of :meth:`state`.
+            arrays: the arrays of :meth:`state`.
+            **placement_args: ``mesh``, ``db_axis`` of the constructor.
+
+        Returns:
+            The :class:`IndexIVF`.
+
+        Raises:
+            ValueError: the arrays do not match the description, or the codec rejects the codes.
+
+        Example:
+            >>> import numpy as np
+            >>> from geojax.search import IndexIVF, TorusCodec
+            >>> t = np.random.default_rng(0).random((64, 4), dtype=np.float32)
+            >>> index = IndexIVF(TorusCodec(4), nlist=4, nprobe=4, iters=5)
+            >>> index.train(t)
+            >>> index.add(t)
+            >>> again = IndexIVF.from_state(index.codec, *index.state())
+            >>> again.ntotal, again.nprobe
+            (64, 4)
+        """
         index = cls(
             codec,
             meta["nlist"],

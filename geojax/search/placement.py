@@ -12,12 +12,39 @@ NO_ID = np.iinfo(np.int32).max  # the id of an empty slot; ids are int32 in [0, 
 
 
 def split(rows: int, parts: int) -> list[int]:
-    """``rows`` in ``parts`` near-equal pieces, the larger ones first."""
+    """``rows`` in ``parts`` near-equal pieces, the larger ones first.
+
+    Args:
+        rows: the number of rows.
+        parts: the number of pieces.
+
+    Returns:
+        The piece sizes, a list of ``parts`` ints summing to ``rows``.
+
+    Example:
+        >>> import numpy as np
+        >>> from geojax.search import placement
+        >>> placement.split(10, 4)
+        [3, 3, 2, 2]
+    """
     return [rows // parts + (i < rows % parts) for i in range(parts)]
 
 
 def process_counts(values: list[int]) -> np.ndarray:
-    """[processes, len(values)]: every process's ``values`` (one row per process, in process order)."""
+    """Every process's ``values``, one row per process, in process order.
+
+    Args:
+        values: this process's integers.
+
+    Returns:
+        [processes, len(values)] int64 NumPy array.
+
+    Example:
+        >>> import numpy as np
+        >>> from geojax.search import placement
+        >>> placement.process_counts([5, 7])  # one process
+        array([[5, 7]])
+    """
     local = np.asarray(values, np.int64)
     if jax.process_count() == 1:
         return local[None]
@@ -25,24 +52,63 @@ def process_counts(values: list[int]) -> np.ndarray:
 
 
 def host(x: jax.Array) -> np.ndarray:
-    """A global array as a numpy array on every process."""
+    """A global array as a NumPy array on every process.
+
+    Args:
+        x: a global ``jax.Array``.
+
+    Returns:
+        Its whole value as a NumPy array (gathered from every process when it is not fully addressable).
+    """
     if x.is_fully_addressable:
         return np.asarray(x)
     return np.asarray(multihost_utils.process_allgather(x, tiled=True))
 
 
 def pad_rows(x: np.ndarray, rows: int, value=0) -> np.ndarray:
-    """x [n, ...] padded with ``value`` to [rows, ...] (rows ≥ n)."""
+    """x [n, ...] padded with ``value`` to [rows, ...] (rows ≥ n).
+
+    Args:
+        x: [n, ...] NumPy array.
+        rows: the padded length, ≥ n.
+        value: the fill value.
+
+    Returns:
+        [rows, ...] NumPy array.
+
+    Example:
+        >>> import numpy as np
+        >>> from geojax.search import placement
+        >>> placement.pad_rows(np.array([1, 2]), 4, value=-1)
+        array([ 1,  2, -1, -1])
+    """
     return np.pad(x, ((0, rows - len(x)),) + ((0, 0),) * (x.ndim - 1), constant_values=value)
 
 
 def default_mesh(db_axis: str) -> jax.sharding.Mesh:
-    """Every device of every process on one axis named ``db_axis``."""
+    """Every device of every process on one axis named ``db_axis``.
+
+    Args:
+        db_axis: the axis name.
+
+    Returns:
+        A 1-D ``jax.sharding.Mesh``.
+    """
     return jax.sharding.Mesh(np.array(jax.devices()), (db_axis,))
 
 
 def check_axes(mesh: jax.sharding.Mesh, db_axis: str, query_axis: str | None) -> None:
-    """ValueError unless ``db_axis`` (and ``query_axis``, if given, another one) are axes of ``mesh``."""
+    """Check that ``db_axis`` (and ``query_axis``, if given, another one) are axes of ``mesh``.
+
+    Args:
+        mesh: the device mesh.
+        db_axis: the mesh axis the rows are sharded over.
+        query_axis: a second axis for the queries, or None.
+
+    Raises:
+        ValueError: ``db_axis`` is not an axis of the mesh, or ``query_axis`` is neither None nor another of
+            its axes.
+    """
     names = tuple(mesh.axis_names)
     if db_axis not in names:
         raise ValueError(f"db_axis must be one of the mesh's axes {names}, got {db_axis!r}")
@@ -53,8 +119,18 @@ def check_axes(mesh: jax.sharding.Mesh, db_axis: str, query_axis: str | None) ->
 
 
 def shard_owners(mesh: jax.sharding.Mesh, db_axis: str) -> tuple[dict, list[int]]:
-    """(device → its shard along ``db_axis``, each shard's process); ValueError when a shard's devices
-    belong to several processes."""
+    """Each device's shard along ``db_axis``, and each shard's process.
+
+    Args:
+        mesh: the device mesh.
+        db_axis: the mesh axis the rows are sharded over.
+
+    Returns:
+        (device → its shard index, [shards] the process index owning each shard).
+
+    Raises:
+        ValueError: a shard's devices belong to several processes.
+    """
     dim = mesh.axis_names.index(db_axis)
     shard_of, owners = {}, [set() for _ in range(mesh.shape[db_axis])]
     for position, device in np.ndenumerate(mesh.devices):
@@ -66,8 +142,20 @@ def shard_owners(mesh: jax.sharding.Mesh, db_axis: str) -> tuple[dict, list[int]
 
 
 def put_shards(mesh: jax.sharding.Mesh, db_axis: str, shard_of: dict, shard_data, shape) -> jax.Array:
-    """A global array of ``shape`` sharded over ``db_axis``, each local device given ``shard_data(its
-    shard)``."""
+    """A global array of ``shape`` sharded over ``db_axis``.
+
+    Each local device is given ``shard_data(its shard)``.
+
+    Args:
+        mesh: the device mesh.
+        db_axis: the mesh axis the rows are sharded over.
+        shard_of: device → its shard along ``db_axis`` (:func:`shard_owners`).
+        shard_data: shard index → that shard's NumPy rows.
+        shape: the global shape.
+
+    Returns:
+        The global ``jax.Array``.
+    """
     sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(db_axis))
     arrays = [jax.device_put(shard_data(shard_of[d]), d) for d in sharding.addressable_devices]
     return jax.make_array_from_single_device_arrays(tuple(shape), sharding, arrays)

@@ -283,12 +283,30 @@ def _round_up(x: int, m: int) -> int:
 
 
 def plan(n: int, k: int, chunk: int, qb: int, select: int, row_bytes: int) -> tuple[int, int, int, int]:
-    """(rows per sub-chunk c, sub-chunks per selection block s, group size, selection blocks).
+    """The scan's layout for n rows: (rows per sub-chunk c, sub-chunks per block s, group, blocks).
 
-    Groups of _GROUP rows when k·_GROUP candidates are few against a sub-chunk, else single rows. A
-    selection block holds as many sub-chunks as keep its group minima within ``select`` elements per query
-    block and its codes (``row_bytes`` per row) within _BLOCK_BYTES; c is then shrunk (to a multiple of the
-    group) so that the blocks cover n with little padding.
+    s is the sub-chunks per selection block and blocks the number of selection blocks. Groups of 32 rows when
+    k·32 candidates are few against a sub-chunk, else single rows. A selection block holds as many sub-chunks
+    as keep its group minima within ``select`` elements per query block and its codes (``row_bytes`` per row)
+    within 8 MiB; c is then shrunk (to a multiple of the group) so that the blocks cover n with little
+    padding.
+
+    Args:
+        n: database rows.
+        k: neighbours per query.
+        chunk: the wanted rows per sub-chunk.
+        qb: queries per block.
+        select: group minima held per query block between two selections (elements).
+        row_bytes: bytes per database row in the kernel's operand form.
+
+    Returns:
+        (c, s, group, blocks), Python ints.
+
+    Example:
+        >>> import numpy as np
+        >>> from geojax.search import scan
+        >>> scan.plan(1000, 5, 16384, 256, scan.SELECT, 4)
+        (2560, 1, 32, 1)
     """
     rows = max(min(chunk, n), k)
     group = _GROUP if k * _GROUP * 4 <= rows else 1
@@ -304,11 +322,17 @@ def plan(n: int, k: int, chunk: int, qb: int, select: int, row_bytes: int) -> tu
 
 @functools.partial(jax.jit, static_argnames="plan")
 def layout(db: jax.Array, plan: tuple[int, int, int, int]) -> tuple[jax.Array, jax.Array]:
-    """The database padded to whole selection blocks, as rows [blocks, s·c, W] and as sub-chunk columns
-    [blocks, s, W, c/group, group] (see :func:`_group_minima`).
+    """The database padded to whole selection blocks, as rows and as sub-chunk columns.
 
-    A jitted function of its own, so that the column copy is written once: inside the search XLA would
-    fuse the transpose into the distance loop and read the rows with a stride.
+    A jitted function of its own, so that the column copy is written once: inside the search XLA would fuse
+    the transpose into the distance loop and read the rows with a stride.
+
+    Args:
+        db: [n, W] database in the kernel's operand form.
+        plan: (c, s, group, blocks) of :func:`plan`.
+
+    Returns:
+        (rows [blocks, s·c, W], columns [blocks, s, W, c/group, group]).
     """
     c, s, group, blocks = plan
     width = db.shape[1]
@@ -318,7 +342,27 @@ def layout(db: jax.Array, plan: tuple[int, int, int, int]) -> tuple[jax.Array, j
 
 
 def blocked(queries, rows, cols, aux, *, kernel, prepare, n, k, group, query_block, exact):
-    """Keys and indices [q, k] of queries [q, ...] in blocks of ``query_block`` (lax.map)."""
+    """Keys and indices [q, k] of queries [q, ...] in blocks of ``query_block`` (``lax.map``).
+
+    The exact top-k of each query block over the laid-out database (module docstring): keys are negated
+    distances, higher = nearer, ties to the lower database index.
+
+    Args:
+        queries: [q, ...] queries in the kernel's operand form.
+        rows: [blocks, s·c, W] database rows of :func:`layout`.
+        cols: [blocks, s, W, c/group, group] database columns of :func:`layout`.
+        aux: the kernel's extra data (PQ: codebooks; else :data:`NO_AUX`).
+        kernel: the distance kernel.
+        prepare: ``prepare(aux, query_block)`` → the kernel's per-query data (PQ: lookup tables).
+        n: the real database rows (the rest is padding).
+        k: neighbours per query.
+        group: the group size of the plan.
+        query_block: queries per block.
+        exact: whether integer keys fit float32 (else int32 keys).
+
+    Returns:
+        (keys [q, k], indices [q, k] int32).
+    """
     q = queries.shape[0]
     qb = min(query_block, q)
     key_dtype = _F32 if exact else jnp.int32
@@ -403,14 +447,23 @@ def _devices(q: int) -> tuple:
 
 
 def use_cpu_cores(n: int | None = None) -> int:
-    """Give JAX's CPU backend one device per core (``n``, default ``os.cpu_count()``), so that the searches
-    also split their queries across devices; returns the device count asked.
+    """Give JAX's CPU backend one device per core, so the searches split their queries across devices.
 
     Not needed for speed on JAX's default single CPU device: XLA already splits a search's scan loop across
     the CPU's threads (on 2 cores, ``benchmarks/search.py --cpu-devices 2`` measured no gain over the
     default). The device count can only be set before JAX runs its first operation: call this right after
     ``import jax`` (a ``RuntimeError`` says so otherwise). It changes the process's device list, which other
     code (e.g. data-parallel training over "all devices") also sees.
+
+    Args:
+        n: the number of CPU devices; None: ``os.cpu_count()``.
+
+    Returns:
+        The device count asked.
+
+    Raises:
+        ValueError: ``n`` is not a positive int.
+        RuntimeError: JAX has already started its backends.
     """
     count = int(n) if n is not None else (os.cpu_count() or 1)
     _checks.check_positive_int(count, "n")
@@ -478,8 +531,15 @@ def _torus_bound(width: int, bits: int, p: int) -> int:
 class Scan(NamedTuple):
     """How one kind of code is scanned: the arguments of :func:`blocked` and the scan's defaults.
 
-    ``operand`` maps codes (or queries) [n, B] to the kernel's operand (e.g. uint32 words); ``prepare(aux,
-    queries)`` gives a query block's kernel data (PQ: lookup tables from ``aux`` = codebooks).
+    Attributes:
+        kernel: the distance kernel.
+        prepare: ``prepare(aux, queries)`` gives a query block's kernel data (PQ: lookup tables from ``aux`` =
+            codebooks).
+        operand: maps codes (or queries) [n, B] to the kernel's operand (e.g. uint32 words).
+        exact: whether integer keys fit float32.
+        integer: whether distances are integers.
+        chunk: the default rows per sub-chunk.
+        query_block: the default queries per block.
     """
 
     kernel: Callable
@@ -497,7 +557,21 @@ def _as_is(x):
 
 @functools.cache
 def hamming_scan(width: int) -> Scan:
-    """The scan of packed bit codes of ``width`` bytes by Hamming distance."""
+    """The scan of packed bit codes of ``width`` bytes by Hamming distance (cached).
+
+    Args:
+        width: the code width in bytes.
+
+    Returns:
+        A :class:`Scan`.
+
+    Example:
+        >>> import numpy as np
+        >>> from geojax.search import scan
+        >>> spec = scan.hamming_scan(4)
+        >>> spec.chunk, spec.query_block, spec.exact, spec.integer
+        (16384, 1024, True, True)
+    """
     return Scan(_hamming_kernel, _queries_as_is, _as_words, width * 8 <= _EXACT_F32, True, 16384, 1024)
 
 
@@ -507,8 +581,18 @@ def _torus_operand(p: int, bits: int, codes: jax.Array) -> jax.Array:
 
 @functools.cache
 def torus_scan(width: int, bits: int, p: int) -> Scan:
-    """The scan of packed b-bit torus codes of ``width`` bytes by wraparound Lp^p (:func:`torus_distances`);
-    cached, so that every index of one shape shares one compiled program."""
+    """The scan of packed b-bit torus codes of ``width`` bytes by wraparound Lp^p (:func:`torus_distances`).
+
+    Cached, so that every index of one shape shares one compiled program.
+
+    Args:
+        width: the code width in bytes.
+        bits: bits per coordinate, 1, 2, 4 or 8.
+        p: 1 (L1) or 2 (squared L2).
+
+    Returns:
+        A :class:`Scan`.
+    """
     kernel = _torus_codes(p, bits, jnp.zeros((1, width), jnp.uint8))[0]
     exact = _torus_bound(width, bits, p) <= _EXACT_F32
     return Scan(kernel, _queries_as_is, functools.partial(_torus_operand, p, bits), exact, True, 16384, 256)
@@ -523,11 +607,34 @@ PQ_SCAN = Scan(_pq_kernel, _pq_tables, _as_is, True, False, 4096, 32)
 
 
 def torus_distances(a: ArrayLike, b: ArrayLike, *, p: int = 1, bits: int = 8) -> jax.Array:
-    """Flat-torus Lp^p distance on packed b-bit codes with wraparound (Stowell 2026, §4; 8-bit: 250 vs 5
-    → 11).
+    """Flat-torus Lp^p distance on packed b-bit codes with wraparound (Stowell 2026, §4).
 
-    a: [N, B] uint8, b: [M, B] uint8 (``quantize.torus_codes(·, bits)``: 8/bits codes per byte) →
-    [N, M] int32, Σ_k min(d_k, 2^b − d_k)^p with d_k = (a_k − b_k) mod 2^b over the 8B/bits coordinates.
+    Σ_k min(d_k, 2^b − d_k)^p with d_k = (a_k − b_k) mod 2^b over the 8B/bits coordinates (8-bit: 250 vs 5 →
+    11).
+
+    Args:
+        a: [N, B] uint8 codes, packed by ``quantize.torus_codes(·, bits)`` (8/bits codes per byte).
+        b: [M, B] uint8 codes, packed alike.
+        p: 1 (L1) or 2 (squared L2).
+        bits: bits per coordinate, 1, 2, 4 or 8.
+
+    Returns:
+        [N, M] int32 distances.
+
+    Raises:
+        ValueError: ``a`` or ``b`` is not a non-empty uint8 matrix, their widths differ, or ``p`` or ``bits``
+            is not an allowed value.
+
+    References:
+        Stowell 2026, "Torus embeddings" (arXiv 2603.03135), §4.
+
+    Example:
+        >>> import numpy as np
+        >>> from geojax.search import scan
+        >>> a = np.array([[250, 0]], np.uint8)
+        >>> b = np.array([[5, 0], [250, 128]], np.uint8)
+        >>> print(scan.torus_distances(a, b), scan.torus_distances(a, b, p=2))
+        [[ 11 128]] [[  121 16384]]
     """
     _check_codes(a, b, "a", "b")
     _check_p(p)
@@ -537,7 +644,24 @@ def torus_distances(a: ArrayLike, b: ArrayLike, *, p: int = 1, bits: int = 8) ->
 
 
 def hamming_distances(a: ArrayLike, b: ArrayLike) -> jax.Array:
-    """Hamming distance of packed bit codes. a: [N, B] uint8, b: [M, B] uint8 → [N, M] int32."""
+    """Hamming distance of packed bit codes (XOR + popcount on uint32 words).
+
+    Args:
+        a: [N, B] uint8 packed bits.
+        b: [M, B] uint8 packed bits.
+
+    Returns:
+        [N, M] int32 distances.
+
+    Raises:
+        ValueError: ``a`` or ``b`` is not a non-empty uint8 matrix, or their widths differ.
+
+    Example:
+        >>> import numpy as np
+        >>> from geojax.search import scan
+        >>> print(scan.hamming_distances(np.array([[0b1011]], np.uint8), np.array([[0], [0b1111]], np.uint8)))
+        [[3 1]]
+    """
     _check_codes(a, b, "a", "b")
     return _hamming_kernel(_as_words(jnp.asarray(a)), _as_words(jnp.asarray(b)).T, True)
 
@@ -545,8 +669,34 @@ def hamming_distances(a: ArrayLike, b: ArrayLike) -> jax.Array:
 def pq_distances(queries: ArrayLike, pq: PQ, codes: ArrayLike) -> jax.Array:
     """Asymmetric PQ distance ‖q − decode(code)‖² via lookup tables (Jégou et al. 2011 eq. 13).
 
-    queries: [Q, D] float, codes: [N, m] uint8/uint16 → [Q, N] float32. A kernel: NaN or ±inf in a query
-    row gives a non-finite distance row, a code outside [0, 2^nbits) a NaN column (no ValueError).
+    A kernel: NaN or ±inf in a query row gives a non-finite distance row, a code outside [0, 2^nbits) a NaN
+    column (no ValueError).
+
+    Args:
+        queries: [Q, D] floating query vectors.
+        pq: a fitted :class:`geojax.quantize.PQ`.
+        codes: [N, m] uint8/uint16 PQ codes.
+
+    Returns:
+        [Q, N] float32 squared distances.
+
+    Raises:
+        ValueError: ``pq.codebooks`` is not rank 3, ``queries`` is not a floating matrix of D = m·D/m columns,
+            or ``codes`` is not a matrix of m columns of the code dtype.
+
+    References:
+        Jégou, Douze & Schmid 2011, "Product Quantization for Nearest Neighbor Search" (IEEE TPAMI 33(1)), eq.
+        13.
+
+    Example:
+        >>> import jax
+        >>> from geojax import quantize
+        >>> from geojax.search import scan
+        >>> x = jax.random.normal(jax.random.key(0), (64, 4))
+        >>> pq = quantize.pq_fit(x, m=2, nbits=2, key=jax.random.key(1), iters=5)
+        >>> codes = quantize.pq_encode(pq, x)
+        >>> scan.pq_distances(x[:2], pq, codes).shape
+        (2, 64)
     """
     _check_pq_search(queries, pq, codes)
     return _pq_kernel(_pq_tables(pq.codebooks, jnp.asarray(queries)), jnp.asarray(codes).T, True)
@@ -562,12 +712,37 @@ def torus_topk(
     chunk: int = 16384,
     query_block: int = 256,
 ) -> tuple[jax.Array, jax.Array]:
-    """Exact k nearest packed b-bit torus codes under the wraparound L1 (p=1) or squared L2 (p=2) distance
-    (:func:`torus_distances`), bits ∈ {1, 2, 4, 8}.
+    """Exact k nearest packed b-bit torus codes by wraparound L1 (p=1) or squared L2 (p=2) distance.
 
-    queries: [Q, B] uint8, db: [N, B] uint8, packed by ``quantize.torus_codes(·, bits)`` → (distances
-    [Q, k] int32 ascending, indices [Q, k] int32). L1 scans the packed words directly (SWAR: 32/bits
-    coordinates per uint32 operation); 1-bit codes are ranked by Hamming distance, which equals both.
+    The distance is :func:`torus_distances`'s, bits ∈ {1, 2, 4, 8}; ties to the lower database index. L1 scans
+    the packed words directly (SWAR: 32/bits coordinates per uint32 operation); 1-bit codes are ranked by
+    Hamming distance, which equals both.
+
+    Args:
+        queries: [Q, B] uint8 codes, packed by ``quantize.torus_codes(·, bits)``.
+        db: [N, B] uint8 codes, packed alike.
+        k: neighbours per query, 1 ≤ k ≤ N.
+        bits: bits per coordinate, 1, 2, 4 or 8.
+        p: 1 (L1) or 2 (squared L2).
+        chunk: database rows per sub-chunk (a positive int).
+        query_block: queries per block (a positive int).
+
+    Returns:
+        (distances [Q, k] int32 ascending, indices [Q, k] int32).
+
+    Raises:
+        ValueError: the codes are not non-empty uint8 matrices of one width, ``p`` or ``bits`` is not an
+            allowed value, ``k`` is not in [1, N], or ``chunk`` or ``query_block`` is not a positive int.
+
+    References:
+        Stowell 2026, "Torus embeddings" (arXiv 2603.03135), §4.
+
+    Example:
+        >>> import numpy as np
+        >>> from geojax.search import scan
+        >>> db = np.array([[0, 0], [10, 0], [250, 0], [128, 128]], np.uint8)
+        >>> print(*scan.torus_topk(np.array([[250, 0]], np.uint8), db, 2))
+        [[0 6]] [[2 0]]
     """
     _check_codes(queries, db)
     _check_p(p)
@@ -594,7 +769,28 @@ def hamming_topk(
 ) -> tuple[jax.Array, jax.Array]:
     """Exact k nearest packed bit codes by Hamming distance (XOR + popcount on uint32 words).
 
-    queries: [Q, B] uint8, db: [N, B] uint8 → (distances [Q, k] int32 ascending, indices [Q, k] int32).
+    Ties to the lower database index.
+
+    Args:
+        queries: [Q, B] uint8 packed bits.
+        db: [N, B] uint8 packed bits.
+        k: neighbours per query, 1 ≤ k ≤ N.
+        chunk: database rows per sub-chunk (a positive int).
+        query_block: queries per block (a positive int).
+
+    Returns:
+        (distances [Q, k] int32 ascending, indices [Q, k] int32).
+
+    Raises:
+        ValueError: the codes are not non-empty uint8 matrices of one width, ``k`` is not in [1, N], or
+            ``chunk`` or ``query_block`` is not a positive int.
+
+    Example:
+        >>> import numpy as np
+        >>> from geojax.search import scan
+        >>> db = np.array([[0], [0b1111], [0b1011]], np.uint8)
+        >>> print(*scan.hamming_topk(np.array([[0b1011]], np.uint8), db, 2))
+        [[0 1]] [[2 1]]
     """
     _check_codes(queries, db)
     _check_search(k, db.shape[0], chunk, query_block)
@@ -637,10 +833,40 @@ def pq_topk(
 ) -> tuple[jax.Array, jax.Array]:
     """Exact k nearest PQ codes by asymmetric distance computation (Jégou et al. 2011 §III-A, eq. 13).
 
-    queries: [Q, D] finite float, codes: [N, m] uint8/uint16 in [0, 2^nbits) → (distances [Q, k] float32,
-    indices [Q, k] int32). Concrete arguments with bad values are rejected. Traced ones cannot be read:
-    then a non-finite query gets NaN distances, and non-finite centroids or an out-of-range code make every
-    distance NaN (the indices of such rows mean nothing).
+    Ties to the lower database index. Concrete arguments with bad values are rejected. Traced ones cannot be
+    read: then a non-finite query gets NaN distances, and non-finite centroids or an out-of-range code make
+    every distance NaN (the indices of such rows mean nothing).
+
+    Args:
+        queries: [Q, D] finite floating query vectors.
+        pq: a fitted :class:`geojax.quantize.PQ` with finite codebooks.
+        codes: [N, m] uint8/uint16 PQ codes in [0, 2^nbits).
+        k: neighbours per query, 1 ≤ k ≤ N.
+        chunk: database rows per sub-chunk (a positive int).
+        query_block: queries per block (a positive int).
+
+    Returns:
+        (distances [Q, k] float32 ascending, indices [Q, k] int32).
+
+    Raises:
+        ValueError: the shapes or dtypes do not match ``pq``, ``k`` is not in [1, N], ``chunk`` or
+            ``query_block`` is not a positive int, a concrete query or centroid holds NaN or ±inf, or a
+            concrete code lies outside [0, 2^nbits).
+
+    References:
+        Jégou, Douze & Schmid 2011, "Product Quantization for Nearest Neighbor Search" (IEEE TPAMI 33(1)),
+        §III-A and eq. 13.
+
+    Example:
+        >>> import jax
+        >>> from geojax import quantize
+        >>> from geojax.search import scan
+        >>> x = jax.random.normal(jax.random.key(0), (64, 4))
+        >>> pq = quantize.pq_fit(x, m=2, nbits=2, key=jax.random.key(1), iters=5)
+        >>> codes = quantize.pq_encode(pq, x)
+        >>> distances, indices = scan.pq_topk(x[:2], pq, codes, 3)
+        >>> distances.shape, indices.dtype
+        ((2, 3), dtype('int32'))
     """
     _check_pq_search(queries, pq, codes)
     _check_search(k, codes.shape[0], chunk, query_block)

@@ -1,0 +1,204 @@
+"""geojax's docstring style (docs/conventions.md, "Docstring style") holds for every public definition.
+
+(a) every public function, class and method (name without a leading underscore, in a public class) of every
+module under ``geojax`` has a docstring written as a literal in its ``def`` (the first statement of the body
+is a string), so editors and doc tools see it; (b) a function with parameters has an ``Args:`` section that
+names each of them and nothing else; (c) a function whose return annotation is not ``None`` has a
+``Returns:`` section; the sections come in the stated order; (d) the ``>>>`` examples run and pass.
+"""
+
+from __future__ import annotations
+
+import ast
+import doctest
+import importlib
+import inspect
+import pkgutil
+import re
+
+import pytest
+
+import geojax
+
+SECTIONS = ("Args:", "Returns:", "Raises:", "References:", "Example:")
+# The doctest examples (``>>>`` statements) the docstrings hold, 652 when this was written; a lower bound,
+# so that adding examples never fails the test while losing many does.
+MIN_EXAMPLES = 600
+
+
+def _module_names() -> list[str]:
+    names = ["geojax"]
+    for info in pkgutil.walk_packages(geojax.__path__, prefix="geojax."):
+        names.append(info.name)
+    return sorted(names)
+
+
+MODULES = tuple(_module_names())
+
+
+def _is_property(node: ast.FunctionDef) -> bool:
+    """A ``@property`` getter or a ``@x.setter`` / ``@x.deleter``: documented as an attribute."""
+    for d in node.decorator_list:
+        if isinstance(d, ast.Name) and d.id in ("property", "cached_property"):
+            return True
+        if isinstance(d, ast.Attribute) and d.attr in ("setter", "deleter", "getter"):
+            return True
+    return False
+
+
+def _public_defs(tree: ast.Module):
+    """(qualified name, node) of the public functions, classes and methods of public classes."""
+    out = []
+
+    def walk(body, prefix):
+        for node in body:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                if node.name.startswith("_"):
+                    continue
+                out.append((prefix + node.name, node))
+                if isinstance(node, ast.ClassDef):
+                    walk(node.body, prefix + node.name + ".")
+
+    walk(tree.body, "")
+    return out
+
+
+def _defs():
+    rows = []
+    for name in MODULES:
+        module = importlib.import_module(name)
+        tree = ast.parse(inspect.getsource(module))
+        rows += [(name, qual, node) for qual, node in _public_defs(tree)]
+    return rows
+
+
+DEFS = _defs()
+FUNCTIONS = [row for row in DEFS if not isinstance(row[2], ast.ClassDef)]
+
+
+def _init(node: ast.ClassDef) -> ast.FunctionDef | None:
+    return next((n for n in node.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
+
+
+# Classes with their own __init__: the class docstring's Args: describes the constructor.
+CONSTRUCTED = [row for row in DEFS if isinstance(row[2], ast.ClassDef) and _init(row[2]) is not None]
+
+
+def _ids(rows):
+    return [f"{m}.{q}" for m, q, _ in rows]
+
+
+def _literal_docstring(node) -> str | None:
+    first = node.body[0] if node.body else None
+    if (
+        isinstance(first, ast.Expr)
+        and isinstance(first.value, ast.Constant)
+        and isinstance(first.value.value, str)
+    ):
+        return inspect.cleandoc(first.value.value)
+    return None
+
+
+def _section(doc: str, header: str) -> list[str] | None:
+    """The lines of one Google-style section (``header`` alone on a line), up to the next section."""
+    lines = doc.split("\n")
+    try:
+        start = lines.index(header)
+    except ValueError:
+        return None
+    body = []
+    for line in lines[start + 1 :]:
+        if line in SECTIONS:
+            break
+        body.append(line)
+    return body
+
+
+def _documented_names(section: list[str]) -> list[str]:
+    """Parameter names of an ``Args:`` section: the entries indented one level, ``name: text``."""
+    names = []
+    for line in section:
+        m = re.match(r"^    (\*{0,2}\w+)(?: \(.*?\))?:(?: |$)", line)
+        if m:
+            names.append(m.group(1))
+    return names
+
+
+def _parameters(node: ast.FunctionDef) -> list[str]:
+    a = node.args
+    names = [p.arg for p in a.posonlyargs + a.args + a.kwonlyargs]
+    if a.vararg:
+        names.append("*" + a.vararg.arg)
+    if a.kwarg:
+        names.append("**" + a.kwarg.arg)
+    return [n for n in names if n not in ("self", "cls")]
+
+
+def test_every_module_is_walked():
+    assert {"geojax.losses", "geojax.similarity", "geojax.search.ivf", "geojax.search.scan"} <= set(MODULES)
+    assert len(DEFS) >= 200
+
+
+@pytest.mark.parametrize(("module", "name", "node"), DEFS, ids=_ids(DEFS))
+def test_literal_docstring(module, name, node):
+    doc = _literal_docstring(node)
+    assert doc, f"{module}.{name} has no docstring written in its def"
+    summary = doc.split("\n")[0]
+    assert summary.strip() and summary.rstrip().endswith((".", ":", ")")), (
+        f"{name}: one-line summary: {summary!r}"
+    )
+    headers = [line for line in doc.split("\n") if line in SECTIONS]
+    assert len(headers) == len(set(headers)), f"{name}: a section appears twice"
+    assert headers == sorted(headers, key=SECTIONS.index), f"{name}: sections out of order: {headers}"
+    for line in doc.split("\n"):
+        assert not re.search(r"\bseed \d{3}\b|\bDESIGN\b|/tmp/|/work/", line), (
+            f"{name}: internal label: {line!r}"
+        )
+
+
+def _check_args(module, name, doc, params):
+    args = _section(doc, "Args:")
+    if params:
+        assert args is not None, f"{module}.{name} takes {params} but has no Args: section"
+        documented = _documented_names(args)
+        missing = [p for p in params if p not in documented and p.lstrip("*") not in documented]
+        assert not missing, f"{module}.{name}: Args: does not describe {missing}"
+        unknown = [
+            d for d in documented if d not in params and "*" + d not in params and "**" + d not in params
+        ]
+        assert not unknown, f"{module}.{name}: Args: describes {unknown}, which are not parameters"
+    else:
+        assert args is None, f"{module}.{name} takes no parameters but has an Args: section"
+
+
+@pytest.mark.parametrize(("module", "name", "node"), FUNCTIONS, ids=_ids(FUNCTIONS))
+def test_args_and_returns(module, name, node):
+    doc = _literal_docstring(node) or ""
+    if _is_property(node):
+        return  # a property is documented as an attribute: what it is, no sections
+    _check_args(module, name, doc, _parameters(node))
+    returns = node.returns
+    if returns is not None and not (isinstance(returns, ast.Constant) and returns.value is None):
+        assert _section(doc, "Returns:") is not None, f"{module}.{name} returns a value but has no Returns:"
+
+
+@pytest.mark.parametrize(("module", "name", "node"), CONSTRUCTED, ids=_ids(CONSTRUCTED))
+def test_constructor_args(module, name, node):
+    _check_args(module, name, _literal_docstring(node) or "", _parameters(_init(node)))
+
+
+def test_examples_run():
+    finder = doctest.DocTestFinder(exclude_empty=True)
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    attempted, failed, names, report = 0, 0, [], []
+    for name in MODULES:
+        module = importlib.import_module(name)
+        for test in finder.find(module):
+            if test.examples and test.name.split(".")[0] == "geojax":
+                result = runner.run(test, out=report.append)
+                if result.failed:
+                    names.append(test.name)
+                attempted += result.attempted
+                failed += result.failed
+    assert failed == 0, f"{failed} doctest examples failed in {names}:\n" + "".join(report)
+    assert attempted >= MIN_EXAMPLES, f"only {attempted} doctest examples ran"
