@@ -47,7 +47,7 @@ class Paper:
     title: str
     trains: bool = True
     recipe: str = ""  # where the recipe's values come from and how it deviates, in one line (the page's
-    # recipe table; the presets' comments in train/config.py give the detail)
+    # recipe table; the comments in train/presets.py give the detail)
 
 
 PAPERS: dict[str, Paper] = {

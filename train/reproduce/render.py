@@ -186,7 +186,7 @@ LEGACY = (
 
 def recipe_table(keys: Sequence[str]) -> str:
     """The recipes against their papers, one row per paper of ``keys`` that trains: where its values come
-    from and each deviation, stated once (the presets' comments in train/config.py give the detail)."""
+    from and each deviation, stated once (the comments in train/presets.py give the detail)."""
     rows = [[PAPERS[k].citation, PAPERS[k].recipe] for k in keys if PAPERS[k].trains]
     return tables.markdown_table(["paper", "recipe: sources and deviations"], rows, align="ll")
 
