@@ -22,6 +22,7 @@ HOLDS, FAILS, INCONCLUSIVE = "holds", "does not hold at this scale", "inconclusi
 VERDICTS = (HOLDS, FAILS, INCONCLUSIVE)
 LEARNED = 2.0  # a run learned when its P@1 reaches LEARNED × chance (1 / classes); below: "failed to learn"
 EQUIVALENT = 0.02  # the margin of every "≈" claim: a difference within ±2 points of P@1 / accuracy
+ABOVE_BASELINE = 0.03  # a learned embedding worth having: P@1 at least 3 points above the raw pixels
 LEVEL = 0.95  # the confidence level of every interval a verdict is judged on
 # The cpu scale's share of the papers' epochs: 180,000 training images per run (3 epochs of Fashion-MNIST's
 # 60,000, each image in the recipe's views) on the small CNN with batch norm, each seed its own program (three

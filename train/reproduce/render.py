@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from train import files, report, tables
-from train.reproduce.common import EQUIVALENT, LEARNED, PAPERS, Run, version_text
+from train.reproduce.common import ABOVE_BASELINE, EQUIVALENT, LEARNED, PAPERS, Run, version_text
 
 
 def _cell(text: str) -> str:
@@ -78,6 +78,30 @@ def runs_table(runs: Sequence[Run]) -> str:
     return tables.markdown_table(header, rows, align="l" + "r" * (len(header) - 1)) + "\n"
 
 
+def baseline_gap(res: Mapping[str, Any]) -> str:
+    """A sentence on the learned runs of a result (P@1 at least LEARNED × chance) against the raw pixels: how
+    many reach ABOVE_BASELINE over the raw-pixel P@1, and which do not, with their P@1; '' when no run of it
+    has a report."""
+    runs = [Run.from_json(r) for r in res["runs"]]
+    raw = raw_pixels(runs)
+    if raw is None:
+        return ""
+    learned = [r for r in runs if r.report and r.learned(1.0 / res["data"]["classes"])]
+    below = [r for r in learned if r.metric("precision_at_1") < raw["precision_at_1"] + ABOVE_BASELINE]
+    head = (
+        f"**Against the raw pixels** (P@1 {100 * raw['precision_at_1']:.1f}): {len(learned) - len(below)} of "
+        f"{len(learned)} learned runs reach {100 * ABOVE_BASELINE:.0f} points of P@1 above them or more"
+    )
+    if not below:
+        return head + "."
+    return (
+        head
+        + "; below: "
+        + ", ".join(f"{r.name} {100 * r.metric('precision_at_1'):.1f}" for r in below)
+        + "."
+    )
+
+
 def records_table(records: Sequence[Mapping[str, Any]]) -> str:
     """Records sharing their keys (those of the first) as a table, one column per key."""
     keys = list(records[0])
@@ -136,6 +160,7 @@ def paper_section(res: Mapping[str, Any], *, sizes: bool = False, current: Mappi
         "",
         *([f"{_sizes(sc)}.", ""] if sizes else []),
         *([stale, ""] if (stale := stale_runs(res, current)) else []),
+        *([gap, ""] if (gap := baseline_gap(res)) else []),
         *(
             [
                 f"Verdicts judged by {version_text(res['judged']['code_version'])} on "
