@@ -297,8 +297,21 @@ def _seed_counts() -> dict[str, int]:
 def test_seeds_per_configuration_as_the_runs_show():
     counts = _seed_counts()
     assert counts, "no Fashion-MNIST runs found"
-    claims = re.findall(r"(\d+) seeds per configuration(?:,? (\d+) for torusC's)?", README.read_text())
+    claims = re.findall(
+        r"(\d+) seeds per\s+configuration(?:,?\s+(\d+) for\s+torusC's(?:[\w\s]+runs)?)?"
+        r"(?:,?\s+(\d+) for\s+the\s+recipe\s+control)?",
+        README.read_text(),
+    )
     assert claims, "README no longer states the seeds per configuration: drop this test with the claim"
-    for k, torus_k in claims:
-        expected = {c: int(torus_k if torus_k and c.startswith("torus_c") else k) for c in counts}
+    for k, torus_k, control_k in claims:
+        expected = {
+            c: int(
+                control_k
+                if control_k and c.endswith("crop_flip")
+                else torus_k
+                if torus_k and c.startswith("torus_c")
+                else k
+            )
+            for c in counts
+        }
         assert counts == expected, f"README says {k} seeds per configuration; the runs: {counts}"
