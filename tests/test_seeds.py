@@ -59,7 +59,11 @@ def test_the_report_of_several_seeds_is_their_mean_with_deviations():
         {"precision_at_1": 0.9, "recall_at_k": {"1": 0.9, "8": 1.0}, "circular_variance": None, "loss": "x"},
         {"precision_at_1": 0.7, "recall_at_k": {"1": 0.6, "8": 0.8}, "circular_variance": None, "loss": "x"},
     ]
+    for r, used in zip(reports, (3, 4, 4), strict=True):
+        r |= {"knn_k": 5, "charts_used": used}
     out = report.over_seeds(reports)
+    assert out["knn_k"] == 5 and isinstance(out["knn_k"], int)  # a shared setting stays the integer it is
+    assert out["charts_used"] == pytest.approx(11 / 3)  # a count that differs is averaged
     assert out["precision_at_1"] == pytest.approx(0.8) and out["precision_at_1_std"] == pytest.approx(0.1)
     assert out["recall_at_k"]["8"] == pytest.approx(0.9) and out["recall_at_k_std"]["1"] == pytest.approx(
         np.std([0.8, 0.9, 0.6], ddof=1)

@@ -136,10 +136,13 @@ def _number(v: Any) -> bool:
 
 
 def _mean_tree(values: list[Any]) -> Any:
-    """The mean over replicas of each number of the reports (None where any is None); others as the first."""
+    """The mean over replicas of each number of the reports (None where any is None; an integer setting that
+    all replicas share, such as ``knn_k``, as that integer); others as the first."""
     first = values[0]
     if isinstance(first, dict):
         return {k: _mean_tree([v[k] for v in values]) for k in first}
+    if isinstance(first, int) and not isinstance(first, bool) and all(v == first for v in values):
+        return first
     if _number(first):
         return float(np.mean(values)) if all(_number(v) for v in values) else None
     return first
