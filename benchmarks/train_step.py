@@ -39,8 +39,12 @@ CPU (default: geojax 10 steps per call against PyTorch eager):
 2026's CIFAR recipe on one accelerator: ResNet-18 (CIFAR stem, batch norm) on 32×32×3 (50,000 synthetic
 uint8 images held on the device), torusN head D = 16, SupCon (τ = 0.1, × τ/0.07) + KoLeo per view, SGD,
 element-wise clipping at 100, bf16 compute (PyTorch: autocast bf16 and channels_last), 512 images × 2 views
-per step; first, blocked SupCon fwd+bwd at a global batch of 65,536: time and peak memory. ``--quick``
-shrinks every size to seconds (also on a CPU, as a smoke test).
+per step; first, blocked SupCon fwd+bwd at a global batch of 65,536: time and peak memory; after the
+comparison, where the device time of the best geojax and the best PyTorch step goes (their kernels by
+``jax.profiler`` and ``torch.profiler``: products against the rest, the device's busy time against the
+step's, the top kernels; ``--trace`` keeps geojax's trace); the several-seeds step on Korman 2021's MSimCLR
+recipe (ResNet-18 on 28×28×1, batch 128, its augmentations), the recipe whose seeds the paper scale runs in
+one program. ``--quick`` shrinks every size to seconds (also on a CPU, as a smoke test).
 
 A full run writes every table (rows, ratios, sizes, rounds) with the machine to
 ``benchmarks/results/train_step.json``, its name carrying the run's variant (``train_step_gpu``,
@@ -50,11 +54,18 @@ A full run writes every table (rows, ratios, sizes, rounds) with the machine to
 from __future__ import annotations
 
 import argparse
+import collections
 import dataclasses
+import glob
+import gzip
+import json
 import math
 import os
+import re
+import shutil
 import statistics
 import sys
+import tempfile
 from collections.abc import Callable
 from typing import Any
 
@@ -136,6 +147,20 @@ def gpu_case(quick: bool) -> Case:
     )
     images = rng.integers(0, 256, (n, 32, 32, 3), dtype=np.uint8)
     return Case("resnet18", cfg, images, rng.integers(0, 10, n).astype(np.int32))
+
+
+def msimclr_case(quick: bool) -> Case:
+    """Korman 2021's MSimCLR as the paper scale runs it on Fashion-MNIST (``preset=msimclr_mnist``):
+    ResNet-18 (CIFAR stem) on 28×28×1, 16 charts at d = 2, 128 images × 2 views per step, its own
+    augmentations drawn on the device; 60,000 synthetic uint8 images."""
+    rng = np.random.default_rng(1)
+    n = 2048 if quick else 60_000
+    sizes = {"batch_size": 16, "width": 8} if quick else {}
+    cfg = config.make(
+        preset="msimclr_mnist", dataset="digits", epochs=None, steps=10**6, feed="device", **sizes
+    )
+    images = rng.integers(0, 256, (n, 28, 28, 1), dtype=np.uint8)
+    return Case("msimclr", cfg, images, rng.integers(0, 10, n).astype(np.int32))
 
 
 def geojax_call(
@@ -491,10 +516,13 @@ def geojax_name(k: int, devices: int) -> str:
     return f"geojax (device feed, {k} step{'s' if k > 1 else ''}/call{split})"
 
 
-def compare(cases: list[Case], args: argparse.Namespace, *, device: str, peak: float | None) -> list[dict]:
+def compare(
+    cases: list[Case], args: argparse.Namespace, *, device: str, peak: float | None
+) -> tuple[list[dict], dict[str, dict[str, tuple[Callable[[], Any], int, Callable]]]]:
     """Print, per case, the interleaved medians of geojax at each ``--steps-per-call`` and of PyTorch in
-    each ``--torch-modes`` mode, and the ratio of the best of each; return them, one dict per case."""
-    results = []
+    each ``--torch-modes`` mode, and the ratio of the best of each; return them, one dict per case, and per
+    case the best geojax and best PyTorch runners (name → (call, steps per call, block))."""
+    results, calls = [], {}
     header = ["model", "step", "steps/s", "images/s", "view-images/s", "ms/step", "CPU s/step", "MFU"]
     header.append("best geojax ×")
     for case in cases:
@@ -571,7 +599,141 @@ def compare(cases: list[Case], args: argparse.Namespace, *, device: str, peak: f
                 "best_torch_over_best_geojax": None if theirs is None else theirs[0] / ours[0],
             }
         )
-    return results
+        calls[case.name] = {name: runners[name] for name in (ours[1], theirs and theirs[1]) if name}
+    return results, calls
+
+
+# Kernel names of matrix products and convolutions on NVIDIA GPUs (cuBLAS, cuDNN, CUTLASS, Triton's
+# matmul templates, XLA's own emitters).
+_GPU_PRODUCT = re.compile(r"gemm|xmma|conv|cutlass|cudnn|wgmma|matmul|dot|mm_", re.IGNORECASE)
+# PyTorch's product operators (their self time on the device is their kernels').
+_TORCH_PRODUCT_OP = re.compile(r"^aten::(mm|addmm|bmm|matmul|linear|conv.*|.*convolution.*|cudnn_.*)$")
+
+
+def trace_events(call: Callable[[], Any], calls: int, keep: str | None) -> list[dict]:
+    """The perfetto trace events of ``calls`` calls of ``call`` (after one untraced call) under
+    ``jax.profiler``; the compressed trace is copied to ``keep`` when given."""
+    jax.block_until_ready(call())
+    with tempfile.TemporaryDirectory() as folder:
+        with jax.profiler.trace(folder, create_perfetto_trace=True):
+            for _ in range(calls):
+                jax.block_until_ready(call())
+        (path,) = glob.glob(f"{folder}/**/perfetto_trace.json.gz", recursive=True)
+        if keep:
+            shutil.copy(path, keep)
+        with gzip.open(path) as f:
+            trace = json.load(f)
+    return trace["traceEvents"] if isinstance(trace, dict) else trace
+
+
+def busy_time(spans: list[tuple[float, float]]) -> float:
+    """Length of the union of ``(start, end)`` intervals."""
+    total, reach = 0.0, -math.inf
+    for start, end in sorted(spans):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
+
+
+def kernel_split(events: list[dict], steps: int, top: int = 12) -> dict | None:
+    """Where a traced step's device time goes: the device's kernel events (the GPU process's stream
+    threads; durations in µs) as ms per step: products (:data:`_GPU_PRODUCT`) against the rest, the
+    device's busy time (union of its kernels) and the traced window's length, and the ``top`` kernels by
+    time. None when the trace holds no device process (a CPU run)."""
+    meta = {(e.get("pid"), e.get("tid")): e["args"].get("name", "") for e in events if e.get("ph") == "M"}
+    devices = {pid for (pid, tid), name in meta.items() if tid is None and re.search(r"GPU|device:", name)}
+    process = {e["pid"]: e["args"].get("name", "") for e in events if e.get("name") == "process_name"}
+    devices |= {pid for pid, name in process.items() if re.search(r"GPU|/device:", name)}
+    if not devices:
+        return None
+    threads = {
+        (e["pid"], e["tid"]): e["args"].get("name", "") for e in events if e.get("name") == "thread_name"
+    }
+    streams = {key for key, name in threads.items() if key[0] in devices and name.startswith("Stream")}
+    kernels = [
+        e
+        for e in events
+        if e.get("ph") == "X" and e.get("pid") in devices and (not streams or (e["pid"], e["tid"]) in streams)
+    ]
+    if not kernels:
+        return None
+    by_name: collections.Counter = collections.Counter()
+    for e in kernels:
+        by_name[e["name"]] += e["dur"]
+    products = sum(t for name, t in by_name.items() if _GPU_PRODUCT.search(name))
+    spans = [(e["ts"], e["ts"] + e["dur"]) for e in kernels]
+    window = max(end for _, end in spans) - min(start for start, _ in spans)
+    return {
+        "steps": steps,
+        "kernels_per_step": len(kernels) / steps,
+        "products_ms": products / 1e3 / steps,
+        "rest_ms": (sum(by_name.values()) - products) / 1e3 / steps,
+        "busy_ms": busy_time(spans) / 1e3 / steps,
+        "window_ms": window / 1e3 / steps,
+        "top": [
+            {"kernel": name[:160], "ms_per_step": t / 1e3 / steps, "product": bool(_GPU_PRODUCT.search(name))}
+            for name, t in by_name.most_common(top)
+        ],
+    }
+
+
+def torch_kernels(one: Callable[[], Any], steps: int, top: int = 12) -> dict:
+    """``torch.profiler`` device self time of ``steps`` PyTorch steps (after two unprofiled ones) as ms per
+    step: products against the rest, and the ``top`` operators by time."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(2):
+        one()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            one()
+        torch.cuda.synchronize()
+    times = collections.Counter()
+    for event in prof.key_averages():
+        t = getattr(event, "self_device_time_total", None)
+        times[event.key] += t if t is not None else event.self_cuda_time_total
+    products = sum(
+        t for name, t in times.items() if _GPU_PRODUCT.search(name) or _TORCH_PRODUCT_OP.match(name)
+    )
+    return {
+        "steps": steps,
+        "products_ms": products / 1e3 / steps,
+        "rest_ms": (sum(times.values()) - products) / 1e3 / steps,
+        "top": [{"op": name[:160], "ms_per_step": t / 1e3 / steps} for name, t in times.most_common(top)],
+    }
+
+
+def profile_step(
+    case: Case, runners: dict[str, tuple[Callable[[], Any], int, Callable]], args: argparse.Namespace
+) -> dict:
+    """Where the best geojax step's and the best PyTorch step's device time goes (:func:`kernel_split`,
+    :func:`torch_kernels`), printed and returned; the geojax trace is kept at ``--trace`` when given."""
+    out: dict[str, Any] = {"model": case.name}
+    header = ["step", "products ms", "rest ms", "busy ms", "window ms", "kernels/step"]
+    rows = []
+    for name, (call, per_call, _) in runners.items():
+        if name.startswith("geojax"):
+            calls = max(1, 20 // per_call)
+            split = kernel_split(trace_events(call, calls, args.trace), calls * per_call)
+            out["geojax"] = {"step": name, **(split or {})}
+            if split:
+                cells = [
+                    split[k] for k in ("products_ms", "rest_ms", "busy_ms", "window_ms", "kernels_per_step")
+                ]
+                rows.append([name, *(f"{v:.2f}" for v in cells)])
+        elif args.torch is not None:
+            split = torch_kernels(call, 20)
+            out["torch"] = {"step": name, **split}
+            rows.append([name, f"{split['products_ms']:.2f}", f"{split['rest_ms']:.2f}", None, None, None])
+    print(f"\nwhere the device time goes ({case.name}, ms per step):")
+    print(markdown_table(header, rows, align="lrrrrr"))
+    for side in ("geojax", "torch"):
+        for row in out.get(side, {}).get("top", []):
+            print(f"  {side} {row['ms_per_step']:8.3f} ms  {row.get('kernel') or row.get('op')}")
+    return out
 
 
 def replica_rates(case: Case, counts: list[int], k: int, args: argparse.Namespace) -> dict:
@@ -682,6 +844,7 @@ def main() -> None:
         default=1,
         help="CPU: split the host into this many one-thread XLA devices, geojax's step data-parallel",
     )
+    ap.add_argument("--trace", default=None, help="--gpu: keep geojax's profiled trace (.json.gz) here")
     add_out_argument(ap)
     args = ap.parse_args()
     if args.cpu_devices < 1:
@@ -746,15 +909,29 @@ def main() -> None:
         "target": args.target,
         "peak_tflops": peak and peak / 1e12,
         "blocked_supcon": blocked,
-        "cases": compare(cases, args, device=device, peak=peak),
-        "replicas": [replica_rates(case, args.replicas, max(args.steps_per_call), args) for case in cases]
-        if args.replicas
-        else [],
     }
     folder = destination(args.out, quick=args.quick)
-    if folder is not None:
-        name = result_name(args)
-        print(f"wrote {write_result(name, figures, argv=sys.argv, machine=machine, folder=folder)}")
+
+    def save() -> None:  # after each part, so that a run stopped part-way keeps what it measured
+        if folder is not None:
+            path = write_result(result_name(args), figures, argv=sys.argv, machine=machine, folder=folder)
+            print(f"wrote {path}")
+
+    figures["cases"], best = compare(cases, args, device=device, peak=peak)
+    save()
+    if args.gpu and device == "cuda" and jax.default_backend() == "gpu":
+        try:
+            figures["profiles"] = [profile_step(case, best[case.name], args) for case in cases]
+        except Exception as err:  # noqa: BLE001 (a profiler the machine lacks: the timings still stand)
+            figures["profiles"] = f"failed: {type(err).__name__}: {err}"
+            print(f"profile {figures['profiles']}")
+        save()
+    if args.replicas:
+        # On a GPU the several-seeds step is timed on the recipe that runs seeds in one program at the
+        # paper scale: Korman 2021's MSimCLR.
+        timed = [msimclr_case(args.quick)] if args.gpu else cases
+        figures["replicas"] = [replica_rates(c, args.replicas, max(args.steps_per_call), args) for c in timed]
+        save()
 
 
 if __name__ == "__main__":

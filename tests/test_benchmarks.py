@@ -13,6 +13,7 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from train.results import RESULTS_DIR, destination, write_result
@@ -346,6 +347,57 @@ def test_train_step_refuses_a_batch_the_cpu_devices_do_not_divide():
     proc = _script("train_step.py", *args)
     assert proc.returncode != 0
     assert "mlp: batch_size 64 must be divisible by the 3 devices" in proc.stderr
+
+
+def _train_step():
+    spec = importlib.util.spec_from_file_location("train_step", ROOT / "benchmarks" / "train_step.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("train_step", module)  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_train_step_busy_time_is_the_union_of_intervals():
+    ts = _train_step()
+    assert ts.busy_time([]) == 0
+    assert ts.busy_time([(0, 2), (1, 3), (5, 6), (5.5, 5.7), (2.5, 2.6)]) == pytest.approx(4.0)
+    rng = np.random.default_rng(0)
+    starts = rng.integers(0, 100, 30)
+    spans = [(int(a), int(a + b)) for a, b in zip(starts, rng.integers(1, 10, 30), strict=True)]
+    covered = np.zeros(120, bool)
+    for a, b in spans:
+        covered[a:b] = True
+    assert ts.busy_time(spans) == covered.sum()
+
+
+def test_train_step_kernel_split_reads_the_device_streams_of_a_trace():
+    ts = _train_step()
+    meta = [
+        {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "/host:CPU"}},
+        {"ph": "M", "name": "process_name", "pid": 2, "args": {"name": "/device:GPU:0"}},
+        {"ph": "M", "name": "thread_name", "pid": 2, "tid": 7, "args": {"name": "Stream #7(Compute)"}},
+        {"ph": "M", "name": "thread_name", "pid": 2, "tid": 8, "args": {"name": "XLA Ops"}},
+    ]
+    kernel = {"ph": "X", "pid": 2, "tid": 7}
+    events = meta + [
+        {**kernel, "name": "sm90_xmma_fprop_implicit_gemm", "ts": 0, "dur": 3000},
+        {**kernel, "name": "loop_add_fusion", "ts": 3000, "dur": 1000},
+        {**kernel, "name": "loop_add_fusion", "ts": 6000, "dur": 1000},
+        {**kernel, "name": "cutlass_80_wgmma_tensorop", "ts": 6500, "dur": 1500},  # overlaps the last
+        {"ph": "X", "pid": 2, "tid": 8, "name": "fusion.3", "ts": 0, "dur": 8000},  # XLA Ops line
+        {"ph": "X", "pid": 1, "tid": 1, "name": "loop_add_fusion", "ts": 0, "dur": 50000},  # host side
+    ]
+    split = ts.kernel_split(events, steps=2, top=2)
+    assert split["kernels_per_step"] == 2
+    assert split["products_ms"] == pytest.approx((3 + 1.5) / 2)
+    assert split["rest_ms"] == pytest.approx(2 / 2)
+    assert split["busy_ms"] == pytest.approx(6 / 2)  # 0–4 ms and 6–8 ms
+    assert split["window_ms"] == pytest.approx(8 / 2)
+    assert [(k["kernel"], k["ms_per_step"], k["product"]) for k in split["top"]] == [
+        ("sm90_xmma_fprop_implicit_gemm", 1.5, True),
+        ("loop_add_fusion", 1.0, False),
+    ]
+    assert ts.kernel_split(meta[:1] + events[-1:], steps=1) is None  # a CPU trace: no device
 
 
 def _step_profile():
