@@ -603,11 +603,52 @@ def compare(
     return results, calls
 
 
-# Kernel names of matrix products and convolutions on NVIDIA GPUs (cuBLAS, cuDNN, CUTLASS, Triton's
-# matmul templates, XLA's own emitters).
-_GPU_PRODUCT = re.compile(r"gemm|xmma|conv|cutlass|cudnn|wgmma|matmul|dot|mm_", re.IGNORECASE)
-# PyTorch's product operators (their self time on the device is their kernels').
-_TORCH_PRODUCT_OP = re.compile(r"^aten::(mm|addmm|bmm|matmul|linear|conv.*|.*convolution.*|cudnn_.*)$")
+# What a GPU kernel does, by its name (first match): cuDNN's convolutions (fprop, dgrad, wgrad) and Triton's
+# convolution templates; matrix products (cuBLAS, cuBLASLt's nvjet, CUTLASS, XLA's and Triton's GEMMs);
+# reductions (XLA's reduce fusions, Inductor's reduction kernels); element-wise work (XLA's loop fusions,
+# Inductor's pointwise kernels); copies. Inductor names a fused kernel after the operations it fuses, so a
+# pointwise kernel of a convolution's backward says "convolution_backward" and is no product: its prefix
+# decides first.
+KERNEL_KINDS = (
+    ("convolution", re.compile(r"^triton_convolution|fprop|dgrad|wgrad|cudnn.*conv", re.IGNORECASE)),
+    ("reduction", re.compile(r"^triton_(red|per)_|^input_reduce|reduce|reduction", re.IGNORECASE)),
+    ("element-wise", re.compile(r"^triton_poi_|^loop_|^wrapped_|elementwise", re.IGNORECASE)),
+    ("matrix product", re.compile(r"^triton_b?mm|^triton_tem|gemm|nvjet|cutlass|wgmma|matmul|cublas", re.I)),
+    ("copy", re.compile(r"memcpy|memset|copy|transpose", re.IGNORECASE)),
+)
+PRODUCT_KINDS = ("convolution", "matrix product")
+
+
+def kernel_kind(name: str) -> str:
+    """The first of :data:`KERNEL_KINDS` whose pattern the kernel ``name`` matches, else ``"other"``."""
+    return next((kind for kind, pattern in KERNEL_KINDS if pattern.search(name)), "other")
+
+
+def kernel_summary(kernels: list[tuple[str, float, float]], steps: int, top: int = 12) -> dict:
+    """Where ``steps`` steps' device time goes, from their kernels ``(name, start µs, duration µs)``, as ms
+    per step: by :func:`kernel_kind`, products (:data:`PRODUCT_KINDS`) against the rest, the device's busy
+    time (the union of the kernels) and the window from the first kernel's start to the last one's end, and
+    the ``top`` kernels by time."""
+    by_name: collections.Counter = collections.Counter()
+    by_kind: collections.Counter = collections.Counter()
+    for name, _, dur in kernels:
+        by_name[name] += dur
+        by_kind[kernel_kind(name)] += dur
+    spans = [(start, start + dur) for _, start, dur in kernels]
+    products = sum(by_kind[kind] for kind in PRODUCT_KINDS)
+    return {
+        "steps": steps,
+        "kernels_per_step": len(kernels) / steps,
+        "products_ms": products / 1e3 / steps,
+        "rest_ms": (sum(by_kind.values()) - products) / 1e3 / steps,
+        "kinds_ms": {kind: t / 1e3 / steps for kind, t in by_kind.most_common()},
+        "busy_ms": busy_time(spans) / 1e3 / steps,
+        "window_ms": (max(end for _, end in spans) - min(start for start, _ in spans)) / 1e3 / steps,
+        "top": [
+            {"kernel": name[:160], "ms_per_step": t / 1e3 / steps, "kind": kernel_kind(name)}
+            for name, t in by_name.most_common(top)
+        ],
+    }
 
 
 def trace_events(call: Callable[[], Any], calls: int, keep: str | None) -> list[dict]:
@@ -637,50 +678,26 @@ def busy_time(spans: list[tuple[float, float]]) -> float:
 
 
 def kernel_split(events: list[dict], steps: int, top: int = 12) -> dict | None:
-    """Where a traced step's device time goes: the device's kernel events (the GPU process's stream
-    threads; durations in µs) as ms per step: products (:data:`_GPU_PRODUCT`) against the rest, the
-    device's busy time (union of its kernels) and the traced window's length, and the ``top`` kernels by
-    time. None when the trace holds no device process (a CPU run)."""
-    meta = {(e.get("pid"), e.get("tid")): e["args"].get("name", "") for e in events if e.get("ph") == "M"}
-    devices = {pid for (pid, tid), name in meta.items() if tid is None and re.search(r"GPU|device:", name)}
+    """:func:`kernel_summary` of a ``jax.profiler`` perfetto trace's device kernels: the complete events
+    (durations in µs) on the GPU process's stream threads (all its threads where none is named a stream).
+    None when the trace holds no device process (a CPU run) or no kernel."""
     process = {e["pid"]: e["args"].get("name", "") for e in events if e.get("name") == "process_name"}
-    devices |= {pid for pid, name in process.items() if re.search(r"GPU|/device:", name)}
-    if not devices:
-        return None
+    devices = {pid for pid, name in process.items() if re.search(r"GPU|/device:", name)}
     threads = {
         (e["pid"], e["tid"]): e["args"].get("name", "") for e in events if e.get("name") == "thread_name"
     }
     streams = {key for key, name in threads.items() if key[0] in devices and name.startswith("Stream")}
     kernels = [
-        e
+        (e["name"], e["ts"], e["dur"])
         for e in events
         if e.get("ph") == "X" and e.get("pid") in devices and (not streams or (e["pid"], e["tid"]) in streams)
     ]
-    if not kernels:
-        return None
-    by_name: collections.Counter = collections.Counter()
-    for e in kernels:
-        by_name[e["name"]] += e["dur"]
-    products = sum(t for name, t in by_name.items() if _GPU_PRODUCT.search(name))
-    spans = [(e["ts"], e["ts"] + e["dur"]) for e in kernels]
-    window = max(end for _, end in spans) - min(start for start, _ in spans)
-    return {
-        "steps": steps,
-        "kernels_per_step": len(kernels) / steps,
-        "products_ms": products / 1e3 / steps,
-        "rest_ms": (sum(by_name.values()) - products) / 1e3 / steps,
-        "busy_ms": busy_time(spans) / 1e3 / steps,
-        "window_ms": window / 1e3 / steps,
-        "top": [
-            {"kernel": name[:160], "ms_per_step": t / 1e3 / steps, "product": bool(_GPU_PRODUCT.search(name))}
-            for name, t in by_name.most_common(top)
-        ],
-    }
+    return kernel_summary(kernels, steps, top) if kernels else None
 
 
 def torch_kernels(one: Callable[[], Any], steps: int, top: int = 12) -> dict:
-    """``torch.profiler`` device self time of ``steps`` PyTorch steps (after two unprofiled ones) as ms per
-    step: products against the rest, and the ``top`` operators by time."""
+    """:func:`kernel_summary` of ``steps`` PyTorch steps (after two unprofiled ones) from ``torch.profiler``'s
+    device kernel events (not its operators, whose device time is the same kernels')."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -691,19 +708,12 @@ def torch_kernels(one: Callable[[], Any], steps: int, top: int = 12) -> dict:
         for _ in range(steps):
             one()
         torch.cuda.synchronize()
-    times = collections.Counter()
-    for event in prof.key_averages():
-        t = getattr(event, "self_device_time_total", None)
-        times[event.key] += t if t is not None else event.self_cuda_time_total
-    products = sum(
-        t for name, t in times.items() if _GPU_PRODUCT.search(name) or _TORCH_PRODUCT_OP.match(name)
-    )
-    return {
-        "steps": steps,
-        "products_ms": products / 1e3 / steps,
-        "rest_ms": (sum(times.values()) - products) / 1e3 / steps,
-        "top": [{"op": name[:160], "ms_per_step": t / 1e3 / steps} for name, t in times.most_common(top)],
-    }
+    kernels = [
+        (e.name, e.time_range.start, e.time_range.elapsed_us())
+        for e in prof.events()
+        if e.device_type == torch.autograd.DeviceType.CUDA
+    ]
+    return kernel_summary(kernels, steps, top)
 
 
 def profile_step(
@@ -712,27 +722,26 @@ def profile_step(
     """Where the best geojax step's and the best PyTorch step's device time goes (:func:`kernel_split`,
     :func:`torch_kernels`), printed and returned; the geojax trace is kept at ``--trace`` when given."""
     out: dict[str, Any] = {"model": case.name}
-    header = ["step", "products ms", "rest ms", "busy ms", "window ms", "kernels/step"]
+    header = ["step", "products ms", "rest ms", "busy ms", "window ms", "kernels/step", "by kind, ms"]
     rows = []
     for name, (call, per_call, _) in runners.items():
+        split = None
         if name.startswith("geojax"):
             calls = max(1, 20 // per_call)
             split = kernel_split(trace_events(call, calls, args.trace), calls * per_call)
             out["geojax"] = {"step": name, **(split or {})}
-            if split:
-                cells = [
-                    split[k] for k in ("products_ms", "rest_ms", "busy_ms", "window_ms", "kernels_per_step")
-                ]
-                rows.append([name, *(f"{v:.2f}" for v in cells)])
         elif args.torch is not None:
             split = torch_kernels(call, 20)
             out["torch"] = {"step": name, **split}
-            rows.append([name, f"{split['products_ms']:.2f}", f"{split['rest_ms']:.2f}", None, None, None])
+        if split:
+            keys = ("products_ms", "rest_ms", "busy_ms", "window_ms", "kernels_per_step")
+            kinds = ", ".join(f"{kind} {t:.2f}" for kind, t in split["kinds_ms"].items())
+            rows.append([name, *(f"{split[k]:.2f}" for k in keys), kinds])
     print(f"\nwhere the device time goes ({case.name}, ms per step):")
-    print(markdown_table(header, rows, align="lrrrrr"))
+    print(markdown_table(header, rows, align="lrrrrrl"))
     for side in ("geojax", "torch"):
         for row in out.get(side, {}).get("top", []):
-            print(f"  {side} {row['ms_per_step']:8.3f} ms  {row.get('kernel') or row.get('op')}")
+            print(f"  {side} {row['ms_per_step']:8.3f} ms  {row['kind']:<14} {row['kernel']}")
     return out
 
 
@@ -862,6 +871,7 @@ def main() -> None:
     if unknown := sorted(set(args.torch_modes) - set(TORCH_MODES)):
         ap.error(f"--torch-modes: unknown {unknown}; choose from {', '.join(TORCH_MODES)}")
     args.target = 1.2 if args.gpu else 1.5
+    mfu_target = 30.0 if args.gpu else None  # percent of the device's dense bf16 peak
     flags = []  # XLA's, set before JAX starts its CPU backend
     if args.cpu_devices > 1:
         flags.append(f"--xla_force_host_platform_device_count={args.cpu_devices}")
@@ -907,6 +917,7 @@ def main() -> None:
         "steps": args.steps,
         "torch_threads": None if args.torch is None else torch.get_num_threads(),
         "target": args.target,
+        "mfu_target_percent": mfu_target,
         "peak_tflops": peak and peak / 1e12,
         "blocked_supcon": blocked,
     }

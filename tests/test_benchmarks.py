@@ -380,24 +380,52 @@ def test_train_step_kernel_split_reads_the_device_streams_of_a_trace():
     ]
     kernel = {"ph": "X", "pid": 2, "tid": 7}
     events = meta + [
-        {**kernel, "name": "sm90_xmma_fprop_implicit_gemm", "ts": 0, "dur": 3000},
-        {**kernel, "name": "loop_add_fusion", "ts": 3000, "dur": 1000},
-        {**kernel, "name": "loop_add_fusion", "ts": 6000, "dur": 1000},
-        {**kernel, "name": "cutlass_80_wgmma_tensorop", "ts": 6500, "dur": 1500},  # overlaps the last
+        {**kernel, "name": "sm90_xmma_fprop_implicit_gemm_bf16_cudnn", "ts": 0, "dur": 3000},
+        {**kernel, "name": "loop_convert_fusion", "ts": 3000, "dur": 1000},
+        {**kernel, "name": "loop_convert_fusion", "ts": 6000, "dur": 1000},
+        {**kernel, "name": "nvjet_hsh_128x64_64x4", "ts": 6500, "dur": 1500},  # overlaps the last
+        {**kernel, "name": "input_reduce_fusion_3", "ts": 8000, "dur": 500},
         {"ph": "X", "pid": 2, "tid": 8, "name": "fusion.3", "ts": 0, "dur": 8000},  # XLA Ops line
         {"ph": "X", "pid": 1, "tid": 1, "name": "loop_add_fusion", "ts": 0, "dur": 50000},  # host side
     ]
     split = ts.kernel_split(events, steps=2, top=2)
-    assert split["kernels_per_step"] == 2
+    assert split["kernels_per_step"] == 2.5
+    assert split["kinds_ms"] == {
+        "convolution": 1.5,
+        "element-wise": 1.0,
+        "matrix product": 0.75,
+        "reduction": 0.25,
+    }
     assert split["products_ms"] == pytest.approx((3 + 1.5) / 2)
-    assert split["rest_ms"] == pytest.approx(2 / 2)
-    assert split["busy_ms"] == pytest.approx(6 / 2)  # 0–4 ms and 6–8 ms
-    assert split["window_ms"] == pytest.approx(8 / 2)
-    assert [(k["kernel"], k["ms_per_step"], k["product"]) for k in split["top"]] == [
-        ("sm90_xmma_fprop_implicit_gemm", 1.5, True),
-        ("loop_add_fusion", 1.0, False),
+    assert split["rest_ms"] == pytest.approx((2 + 0.5) / 2)
+    assert split["busy_ms"] == pytest.approx(6.5 / 2)  # 0–4 ms and 6–8.5 ms
+    assert split["window_ms"] == pytest.approx(8.5 / 2)
+    assert [(k["kernel"], k["ms_per_step"], k["kind"]) for k in split["top"]] == [
+        ("sm90_xmma_fprop_implicit_gemm_bf16_cudnn", 1.5, "convolution"),
+        ("loop_convert_fusion", 1.0, "element-wise"),
     ]
     assert ts.kernel_split(meta[:1] + events[-1:], steps=1) is None  # a CPU trace: no device
+
+
+@pytest.mark.parametrize(
+    "name, kind",
+    [
+        ("sm90_xmma_dgrad_implicit_gemm_bf16bf16_nhwc_cudnn", "convolution"),
+        ("sm90_xmma_wgrad_indexed_implicit_gemm_bf16_cudnn", "convolution"),
+        ("triton_convolution2d_238", "convolution"),
+        # Inductor names a fused pointwise kernel after the operations in it: not a product
+        ("triton_poi_fused__native_batch_norm_legit_functional_convolution_backward_37", "element-wise"),
+        ("triton_red_fused__native_batch_norm_legit_functional_add_32", "reduction"),
+        ("triton_mm_422", "matrix product"),
+        ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", "matrix product"),
+        ("input_reduce_select_fusion_3", "reduction"),
+        ("loop_convert_fusion", "element-wise"),  # "convert" is no convolution
+        ("Memcpy DtoD (Device -> Device)", "copy"),
+        ("void cub::DeviceRadixSortOnesweepKernel<float>", "other"),
+    ],
+)
+def test_train_step_kernel_kind(name, kind):
+    assert _train_step().kernel_kind(name) == kind
 
 
 def _step_profile():

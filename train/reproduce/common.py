@@ -141,7 +141,10 @@ SCALES: dict[str, Scale] = {
         images=None,
         probe_epochs=None,
         steps_per_call=10,
-        replicas=True,
+        # Each seed its own program: on an H100 MSimCLR's step (ResNet-18, batch 128, 28×28×1) ran 137
+        # steps/s alone and 82 / 88 replica-steps/s as 3 / 8 seeds in one program (0.60× / 0.64× one seed at
+        # a time; benchmarks/results/train_step_gpu.json).
+        replicas=False,
         seeds=3,
         charts=(1, 16, 4, 32),
         atlas_seeds=3,
