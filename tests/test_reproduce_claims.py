@@ -261,3 +261,27 @@ def test_simo_claims():
     diverged = {full: _simo_variant([]), ablation: _simo_variant([])}
     assert _verdicts(simo.claims({"D=16": diverged})) == [FAILS, INCONCLUSIVE]
     assert "D=16" not in simo.claims(details)[0].paper  # the paper's text gives no dimension
+
+
+def _p1_run(name, p1):
+    return common.Run(name=name, overrides={}, seed=0, steps=1, epochs=1.0, report={"precision_at_1": p1})
+
+
+@pytest.mark.parametrize(
+    "own, random, loss, says",
+    [
+        (0.53, 0.21, 0.90, ["batch norm under SimO's loss, not the batches", "the loss, not the encoder"]),
+        (0.74, 0.73, 0.75, ["batch norm does not explain", "the recipe at this length, not SimO's loss"]),
+    ],
+)
+def test_simo_control_note_follows_the_numbers(own, random, loss, says):
+    controls = [_p1_run(simo.BN_OWN, own), _p1_run(simo.BN_RANDOM, random), _p1_run(simo.LOSS_CONTROL, loss)]
+    note = simo.control_note(controls, [0.75, 0.74, 0.72])
+    assert note.startswith("Controls (D = 16, seed 0):")
+    for text in says:
+        assert text in note
+    for p1 in (own, random, loss):
+        assert f"P@1 {100 * p1:.1f}" in note or f"and {100 * p1:.1f} with" in note
+    assert "against 73.7 ± 1.5 without batch norm" in note
+    only_loss = simo.control_note(controls[2:], [0.75, 0.74, 0.72])
+    assert "batch norm" not in only_loss and says[1] in only_loss
