@@ -232,6 +232,12 @@ class Config:
     momentum: float = optimisation(
         0.0, "momentum (0 = none, as PyTorch's and optax's default)", when=MOMENTUM
     )
+    init_from: str | None = optimisation(
+        None,
+        "start a new run from the newest checkpoint of this run directory: its weights, optimiser state and "
+        "step, under this run's keys (fine-tuning, e.g. qat_bits on a float run; the model's shapes must "
+        "match)",
+    )
     schedule: Schedule = optimisation("cosine", "learning-rate schedule after the linear warm-up")
     lr_min: float = optimisation(0.0, "final learning rate (PyTorch's eta_min)", when=COSINE)
     warmup: int = optimisation(100, "linear warm-up steps (at most steps/2)")

@@ -112,6 +112,28 @@ def check_workdir(cfg: Config) -> dict[str, Any] | None:
     return saved
 
 
+def _init_from(cfg: Config, like: step.State) -> tuple[step.State, int]:
+    """The newest checkpoint of run directory ``cfg.init_from`` restored into ``like``'s structure, and its
+    step: a new run's starting point (before its own workdir is touched)."""
+    source = os.path.join(cfg.init_from, "checkpoints")
+    if not os.path.isdir(source):
+        raise UsageError(f"init_from {cfg.init_from!r} is not a run directory with checkpoints")
+    ckpt = checkpoint.Checkpointer(source)
+    try:
+        restored = ckpt.restore(like)
+    except checkpoint.CheckpointError as err:
+        raise UsageError(f"init_from {cfg.init_from!r}: {err}") from None
+    finally:
+        ckpt.close()
+    if restored is None:
+        raise UsageError(f"init_from {cfg.init_from!r} holds no checkpoint")
+    start = int(np.max(restored["step"]))
+    if start > cfg.steps:
+        raise UsageError(f"init_from {cfg.init_from!r} is at step {start}; steps must be ≥ {start}")
+    say(f"starting from step {start} of {cfg.init_from}")
+    return restored, start
+
+
 def _prepare_workdir(cfg: Config) -> str:
     """Create (or reuse) the run directory and write config.json."""
     workdir = cfg.workdir or _fresh_workdir()
@@ -374,6 +396,8 @@ def train(cfg: Config, *, stop_at: int | None = None) -> TrainResult:
                 )
             _say_resume(cfg, saved, start)
         ckpt.close()
+    if start == 0 and cfg.init_from is not None:
+        state, start = _init_from(cfg, state)
     if jax.process_count() > 1:  # every process has read the workdir before the lead writes to it
         multihost_utils.sync_global_devices("train: workdir checked")
     workdir = _prepare_workdir(cfg)

@@ -7,12 +7,12 @@ retrieval precision do b-bit codes (``quantize.torus_codes``, b ∈ {8, 4, 2}) k
 model trained in float (post-training quantisation, PTQ), and when the model is trained through the b-bit
 grid (``models.GeometryHead(qat_bits=b)``: rounding with the straight-through gradient, or ``qat_noise``:
 one grid step of uniform noise)? Every model is the app's ``supcon_torus_n`` recipe (SupCon + KoLeo, MLP
-encoder of width 128, torusN head) trained with ``train.loop.train``, the QAT switch set on the head it
-builds; a QAT model resumes the float model's checkpoint after the first 2/3 of the steps and trains the
-rest through the grid (:func:`train_setting`). P@1 (``geojax.metrics``) ranks the test split against the
-training split: cosine for float embeddings, the wraparound L1 of ``search`` for codes. Data: the digits
-set (its fixed 75/25 split) and, with ``--mnist PATH``, the MNIST test set (an npz of its ``images`` and
-``labels``, a fixed 8,000/2,000 split).
+encoder of width 128, torusN head) trained with ``train.loop.train``; a QAT model starts from the float
+model's checkpoint after the first 2/3 of the steps (``init_from``) and trains the rest through the grid
+(``qat_bits``, ``qat_noise``; :func:`train_setting`). P@1 (``geojax.metrics``) ranks the test split
+against the training split: cosine for float embeddings, the wraparound L1 of ``search`` for codes. Data: the
+digits set (its fixed 75/25 split) and, with ``--mnist PATH``, the MNIST test set (an npz of its ``images``
+and ``labels``, a fixed 8,000/2,000 split).
 
 Writes OUT/low_bit.json (every run), OUT/low_bit.md (the claim table, mean ± sd over seeds, and what the
 library offers for low-bit codes) and OUT/low_bit_p1_bits.png (P@1 against bits per vector with each
@@ -22,7 +22,6 @@ setting's frontier). ``--render OUT/low_bit.json`` rewrites the .md and .png fro
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import shutil
@@ -30,7 +29,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from geojax import manifolds, metrics, quantize
@@ -48,23 +47,6 @@ TRAININGS: tuple[tuple[str, int | None, bool], ...] = (
     ("qat2_noise", 2, True),
 )
 DIMS = (16, 64)  # torusN values per vector: 8 and 32 angles
-
-
-@contextlib.contextmanager
-def qat_models(bits: int | None, noise: bool) -> Iterator[None]:
-    """Make ``train.step.build_model`` give models whose torus head trains through the b-bit grid."""
-    build = step.build_model
-
-    def build_qat(*args: Any, **kwargs: Any):
-        model = build(*args, **kwargs)
-        model.head.qat_bits, model.head.qat_noise = bits, noise
-        return model
-
-    step.build_model = build_qat
-    try:
-        yield
-    finally:
-        step.build_model = build
 
 
 def _score(run: loop.TrainResult) -> dict[str, float]:
@@ -94,13 +76,13 @@ def train_setting(
 ) -> list[dict]:
     """Train the float model and every QAT variant of one (dataset, D, seed); their P@1 rows.
 
-    The float model trains ``steps`` steps. Every QAT model resumes the float model's checkpoint after
-    (1 − qat_fraction)·steps steps (the same weights, optimiser state and batches) and trains the remaining
-    steps through the grid: quantisation-aware fine-tuning on the float model's schedule.
+    The float model trains ``steps`` steps. Every QAT model starts from the float model's checkpoint after
+    (1 − qat_fraction)·steps steps (``init_from``: the same weights, optimiser state and batches) and trains
+    the remaining steps through the grid: quantisation-aware fine-tuning on the float model's schedule.
     """
     warm = steps - max(1, round(qat_fraction * steps))
 
-    def cfg_for(name: str) -> config.Config:
+    def cfg_for(name: str, **keys: Any) -> config.Config:
         return config.make(
             dataset=dataset,
             test_fraction=0.2 if dataset.startswith("npz:") else 0.25,
@@ -113,18 +95,17 @@ def train_setting(
             steps_per_call=50,
             log_every=50,
             checkpoint_every=warm,
+            **keys,
         )
 
     base = cfg_for("warm")
-    with qat_models(None, False):
-        loop.train(base, stop_at=warm)
+    loop.train(base, stop_at=warm)
     rows = []
     for name, bits, noise in trainings:
-        cfg = cfg_for(name)
-        shutil.copytree(base.workdir, cfg.workdir)
+        qat = {} if bits is None else {"qat_bits": bits, "qat_noise": noise}
+        cfg = cfg_for(name, init_from=base.workdir, **qat)
         t0 = time.time()
-        with qat_models(bits, noise):
-            run = loop.train(cfg)
+        run = loop.train(cfg)
         row = {
             "training": name,
             "qat_bits": bits,
