@@ -219,7 +219,7 @@ def control_note(controls: list[Run], simo: list[float]) -> str:
             f"reaches P@1 {mean_sd([p1[LOSS_CONTROL]])}"
             + (
                 f", {100 * gap:.1f} points above SimO's: the loss, not the encoder, the batches or the "
-                "length, holds the SimO rows where they are."
+                "length, accounts for that gap."
                 if gap > ABOVE_BASELINE
                 else f", within {100 * ABOVE_BASELINE:g} points of SimO's or below: the recipe at this "
                 "length, not SimO's loss, holds the rows where they are."
