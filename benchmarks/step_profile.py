@@ -18,14 +18,10 @@ from __future__ import annotations
 
 import argparse
 import collections
-import glob
-import gzip
-import json
 import os
 import re
 import statistics
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -101,18 +97,9 @@ def split_events(events: list[dict], kinds: dict[str, str], steps: int) -> dict[
 def geojax_split(hlo: str, call: Callable[[], Any], calls: int, per_call: int) -> dict[str, float]:
     """Trace ``calls`` calls of ``per_call`` steps each (after two untraced ones) and split their kernels'
     time (ms per step) by :func:`classify_hlo`."""
-    import jax
+    import train_step
 
-    for _ in range(2):
-        jax.block_until_ready(call())
-    with tempfile.TemporaryDirectory() as trace_dir:
-        with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
-            for _ in range(calls):
-                jax.block_until_ready(call())
-        (path,) = glob.glob(f"{trace_dir}/**/perfetto_trace.json.gz", recursive=True)
-        with gzip.open(path) as f:
-            trace = json.load(f)
-    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    events = train_step.trace_events(call, calls, None, warmup=2)
     return split_events(events, classify_hlo(hlo), calls * per_call)
 
 

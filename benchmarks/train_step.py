@@ -651,10 +651,11 @@ def kernel_summary(kernels: list[tuple[str, float, float]], steps: int, top: int
     }
 
 
-def trace_events(call: Callable[[], Any], calls: int, keep: str | None) -> list[dict]:
-    """The perfetto trace events of ``calls`` calls of ``call`` (after one untraced call) under
+def trace_events(call: Callable[[], Any], calls: int, keep: str | None, *, warmup: int = 1) -> list[dict]:
+    """The perfetto trace events of ``calls`` calls of ``call`` (after ``warmup`` untraced calls) under
     ``jax.profiler``; the compressed trace is copied to ``keep`` when given."""
-    jax.block_until_ready(call())
+    for _ in range(warmup):
+        jax.block_until_ready(call())
     with tempfile.TemporaryDirectory() as folder:
         with jax.profiler.trace(folder, create_perfetto_trace=True):
             for _ in range(calls):

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from train.reproduce import simo, torus
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 # Files whose figures README does not quote yet (not written, or from a newer run): skipped while listed.
@@ -294,6 +296,10 @@ def _seed_counts() -> dict[str, int]:
     return dict(counts)
 
 
+# The reproductions' control runs, as configurations (run names less their seed).
+CONTROL_CONFIGS = {re.sub(r"-seed\d+$", "", name) for name in (torus.CONTROL, *simo.CONTROLS)}
+
+
 def test_seeds_per_configuration_as_the_runs_show():
     counts = _seed_counts()
     assert counts, "no Fashion-MNIST runs found"
@@ -307,7 +313,7 @@ def test_seeds_per_configuration_as_the_runs_show():
         expected = {
             c: int(
                 control_k
-                if control_k and (c.endswith("crop_flip") or "batch_norm" in c or c == "supcon-D16")
+                if control_k and c in CONTROL_CONFIGS
                 else torus_k
                 if torus_k and c.startswith("torus_c")
                 else k

@@ -112,26 +112,36 @@ def check_workdir(cfg: Config) -> dict[str, Any] | None:
     return saved
 
 
+def _newest(directory: str, like: step.State, steps: int, what: str) -> tuple[step.State, int] | None:
+    """The newest checkpoint under ``directory`` restored into ``like``'s structure, and its step; None when
+    there is none. ``what`` names its run in the error for a step past ``steps``."""
+    ckpt = checkpoint.Checkpointer(directory)
+    try:
+        restored = ckpt.restore(like)
+    finally:
+        ckpt.close()
+    if restored is None:
+        return None
+    start = int(np.max(restored["step"]))
+    if start > steps:
+        raise UsageError(f"{what} at step {start}; steps must be ≥ {start}")
+    return restored, start
+
+
 def _init_from(cfg: Config, like: step.State) -> tuple[step.State, int]:
     """The newest checkpoint of run directory ``cfg.init_from`` restored into ``like``'s structure, and its
     step: a new run's starting point (before its own workdir is touched)."""
     source = os.path.join(cfg.init_from, "checkpoints")
     if not os.path.isdir(source):
         raise UsageError(f"init_from {cfg.init_from!r} is not a run directory with checkpoints")
-    ckpt = checkpoint.Checkpointer(source)
     try:
-        restored = ckpt.restore(like)
+        restored = _newest(source, like, cfg.steps, f"init_from {cfg.init_from!r} is")
     except checkpoint.CheckpointError as err:
         raise UsageError(f"init_from {cfg.init_from!r}: {err}") from None
-    finally:
-        ckpt.close()
     if restored is None:
         raise UsageError(f"init_from {cfg.init_from!r} holds no checkpoint")
-    start = int(np.max(restored["step"]))
-    if start > cfg.steps:
-        raise UsageError(f"init_from {cfg.init_from!r} is at step {start}; steps must be ≥ {start}")
-    say(f"starting from step {start} of {cfg.init_from}")
-    return restored, start
+    say(f"starting from step {restored[1]} of {cfg.init_from}")
+    return restored
 
 
 def _prepare_workdir(cfg: Config) -> str:
@@ -386,16 +396,11 @@ def train(cfg: Config, *, stop_at: int | None = None) -> TrainResult:
     state = step.replicate(state, mesh)
     start = 0
     if saved is not None:
-        ckpt = checkpoint.Checkpointer(os.path.join(cfg.workdir, "checkpoints"))
-        restored = ckpt.restore(state)
+        where = os.path.join(cfg.workdir, "checkpoints")
+        restored = _newest(where, state, cfg.steps, f"workdir {cfg.workdir!r} holds a run")
         if restored is not None:
-            state, start = restored, int(np.max(restored["step"]))
-            if start > cfg.steps:
-                raise UsageError(
-                    f"workdir {cfg.workdir!r} holds a run at step {start}; steps must be ≥ {start}"
-                )
+            state, start = restored
             _say_resume(cfg, saved, start)
-        ckpt.close()
     if start == 0 and cfg.init_from is not None:
         state, start = _init_from(cfg, state)
     if jax.process_count() > 1:  # every process has read the workdir before the lead writes to it
