@@ -74,7 +74,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from geojax import losses, parallel
-from train import config, data, step
+from train import config, data, optim, step
 from train.results import add_out_argument, destination, machine_info, write_result
 from train.tables import markdown_table
 from train.timing import measure
@@ -178,7 +178,7 @@ def geojax_call(
     init = step.init_replicas if replicas > 1 else step.init_state
     graphdef, state = init(cfg, case.images.shape[1:])
     mesh = parallel.make_mesh(devices)
-    per_device = step.make_step(cfg, graphdef, step.make_optimizer(cfg))
+    per_device = step.make_step(cfg, graphdef, optim.make_optimizer(cfg))
     batches = step.make_batches(cfg)
     several = replicas > 1
 

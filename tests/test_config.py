@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from geojax import losses, models, regularizers
-from train import app, config, step
+from train import app, config, optim, registry, step
 from train.errors import UsageError
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -121,10 +121,10 @@ LOSS_KWARGS = {
 @pytest.mark.parametrize("loss", losses.LOSSES)
 def test_the_loss_gets_exactly_its_own_keys_under_its_own_names(loss):
     cfg = config.make(loss=loss, **({"geometry": "euclidean"} if loss == "simo" else {}))
-    kwargs = config.loss_kwargs(cfg)
+    kwargs = registry.option_kwargs(cfg, "loss")
     assert kwargs == LOSS_KWARGS[loss]
     assert set(kwargs) <= set(inspect.signature(getattr(losses, loss)).parameters)
-    margins = config.loss_kwargs(config.make(loss="contrastive", pos_margin=0.9, neg_margin=0.1))
+    margins = registry.option_kwargs(config.make(loss="contrastive", pos_margin=0.9, neg_margin=0.1), "loss")
     assert margins == {"pos_margin": 0.9, "neg_margin": 0.1}
 
 
@@ -135,7 +135,7 @@ def test_rmsprop_receives_momentum():
 
     def two_updates(momentum):
         cfg = config.make(optimizer="rmsprop", momentum=momentum, lr=lr, warmup=0, schedule="constant")
-        tx = step.make_optimizer(cfg)
+        tx = optim.make_optimizer(cfg)
         state = tx.init(params)
         _, state = tx.update(g, state, params)
         return np.asarray(tx.update(g, state, params)[0]["w"])

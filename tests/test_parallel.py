@@ -7,7 +7,7 @@ import pytest
 from flax import nnx
 
 from geojax import parallel
-from train import config, data, loop, step
+from train import config, data, loop, optim, step
 
 pytestmark = pytest.mark.multidevice
 
@@ -82,7 +82,7 @@ def test_one_step_on_4_devices_equals_1_device(case):
     cfg = config.make(**CASES[case], optimizer="sgd", momentum=0.0, lr=1.0, warmup=0, steps=4)
     ds = data.load("digits")
     graphdef, state = step.init_state(cfg, ds.image_shape)
-    tx = step.make_optimizer(cfg)
+    tx = optim.make_optimizer(cfg)
     calls = [(0, 1)]
     feed = loop.host_feed(
         step.make_batches(cfg), data.label_tables(ds.train_y), ds.train_x, calls, processes=1
@@ -149,7 +149,7 @@ def test_k_steps_per_call_equal_k_single_steps_on_4_devices():
     )
     ds = data.load("digits")
     graphdef, state = step.init_state(cfg, ds.image_shape)
-    one = step.make_step(cfg, graphdef, step.make_optimizer(cfg))
+    one = step.make_step(cfg, graphdef, optim.make_optimizer(cfg))
     mesh = parallel.make_mesh(4)
     batches = step.make_batches(cfg)
     on_devices = step.replicate({"images": ds.train_x, **data.label_tables(ds.train_y)}, mesh)

@@ -12,7 +12,7 @@ from flax import nnx
 
 from geojax import losses, similarity
 from geojax.models import Outputs
-from train import app, config, loop, step
+from train import app, config, loop, optim, step
 
 TINY = dict(width=8, dim=4, batch_size=16, progress=False, eval_batch=512)
 
@@ -82,7 +82,7 @@ def test_report_evaluates_the_ema_weights(tmp_path):
 
 def test_cosine_schedule_floor_and_epochs():
     cfg = config.make(lr=0.1, lr_min=0.01, warmup=0, steps=100)
-    lr = step.schedule(cfg)
+    lr = optim.schedule(cfg)
     assert float(lr(0)) == pytest.approx(0.1) and float(lr(100)) == pytest.approx(0.01)
     assert float(lr(50)) == pytest.approx(0.055, rel=1e-5)  # halfway down the cosine
     cfg = config.make(epochs=2.5, batch_size=200)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from train import app as cli
-from train import checkpoint, config, data, loop, step
+from train import checkpoint, config, data, loop, optim, step
 from train.errors import UsageError
 
 TINY = dict(width=8, dim=4, batch_size=16, progress=False, eval_batch=512)
@@ -88,12 +88,12 @@ def test_presets_apply_then_overrides_win():
 
 
 def test_schedules_warm_up_then_decay_or_hold():
-    cos = step.schedule(config.make(lr=0.5, warmup=10, steps=100))
+    cos = optim.schedule(config.make(lr=0.5, warmup=10, steps=100))
     assert (
         float(cos(0)) == 0 and float(cos(5)) == pytest.approx(0.25) and float(cos(10)) == pytest.approx(0.5)
     )
     assert float(cos(55)) == pytest.approx(0.25, abs=1e-6) and float(cos(100)) == pytest.approx(0, abs=1e-7)
-    const = step.schedule(config.make(lr=0.5, warmup=10, steps=100, schedule="constant"))
+    const = optim.schedule(config.make(lr=0.5, warmup=10, steps=100, schedule="constant"))
     assert float(const(5)) == pytest.approx(0.25) and float(const(80)) == pytest.approx(0.5)
 
 
@@ -102,7 +102,7 @@ def test_clipping_modes_and_optimisers():
     params = {"w": jnp.zeros(3)}
 
     def first_update(**kw):
-        tx = step.make_optimizer(
+        tx = optim.make_optimizer(
             config.make(optimizer="sgd", momentum=0.0, lr=1.0, warmup=0, schedule="constant", **kw)
         )
         return np.asarray(tx.update(g, tx.init(params), params)[0]["w"])
@@ -112,20 +112,20 @@ def test_clipping_modes_and_optimisers():
     np.testing.assert_allclose(first_update(clip=0.5, clip_mode="value"), [-0.5, 0.5, -0.1], rtol=1e-6)
     np.testing.assert_allclose(first_update(clip=100.0), -np.asarray(g["w"]), rtol=1e-6)
     # SGD with momentum 0.9: the second update of a constant gradient is −(1 + 0.9)·g
-    tx = step.make_optimizer(
+    tx = optim.make_optimizer(
         config.make(optimizer="sgd", momentum=0.9, lr=1.0, warmup=0, schedule="constant")
     )
     state = tx.init(params)
     _, state = tx.update(g, state, params)
     np.testing.assert_allclose(tx.update(g, state, params)[0]["w"], -1.9 * np.asarray(g["w"]), rtol=1e-6)
     big = {"w": g["w"] * 1e6}
-    tx = step.make_optimizer(config.make(optimizer="sgd", lr=1.0, warmup=0, schedule="constant", clip=None))
+    tx = optim.make_optimizer(config.make(optimizer="sgd", lr=1.0, warmup=0, schedule="constant", clip=None))
     np.testing.assert_allclose(
         tx.update(big, tx.init(params), params)[0]["w"], -np.asarray(big["w"]), rtol=1e-6
     )
     # PyTorch's SGD(weight_decay=l2) after clip_grad_norm_: d = clip(g) + l2·w, buf = 0.9·buf + d, w -= lr·buf
     w = {"w": jnp.asarray([1.0, 2.0, -3.0])}
-    tx = step.make_optimizer(
+    tx = optim.make_optimizer(
         config.make(optimizer="sgd", momentum=0.9, l2=0.1, lr=1.0, warmup=0, schedule="constant", clip=0.5)
     )
     state = tx.init(w)
@@ -139,7 +139,7 @@ def test_clipping_modes_and_optimisers():
     with pytest.raises(UsageError, match="clip_mode applies to clip=a threshold"):
         config.make(clip=None, clip_mode="value")
     for name in ("adam", "adamw", "rmsprop"):
-        tx = step.make_optimizer(config.make(optimizer=name, lr=1e-2, warmup=0, schedule="constant"))
+        tx = optim.make_optimizer(config.make(optimizer=name, lr=1e-2, warmup=0, schedule="constant"))
         upd = tx.update(g, tx.init(params), params)[0]["w"]
         assert np.all(np.sign(upd) == -np.sign(np.asarray(g["w"])))
 

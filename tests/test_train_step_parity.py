@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from train import config, step
+from train import config, optim, step
 
 torch = pytest.importorskip("torch")
 
@@ -93,7 +93,7 @@ def test_same_step_with_active_clipping(name):
     # clip a quarter of the elements (element-wise) or to half the global norm
     clip = np.quantile(flat, 0.75) if case.cfg.clip_mode == "value" else 0.5 * np.linalg.norm(flat)
     case = dataclasses.replace(case, cfg=dataclasses.replace(case.cfg, clip=float(clip)))
-    one = jax.jit(step.make_step(case.cfg, graphdef, step.make_optimizer(case.cfg), axis_name=None))
+    one = jax.jit(step.make_step(case.cfg, graphdef, optim.make_optimizer(case.cfg), axis_name=None))
     new, metrics = one(state, _batch(case))
     twin = bench.torch_step(case, "cpu", params=state["params"])
     loss = twin.step(torch.arange(8))

@@ -1,42 +1,42 @@
-"""Run configuration: one typed dataclass whose every key belongs to a choice, the named presets (the papers'
-recipes, held in :mod:`train.presets` and re-exported here), and ``key=value`` overrides.
+"""Run configuration: one typed, frozen ``Config`` whose every key is declared once, the named presets (the
+papers' recipes, held in :mod:`train.presets` and re-exported here), and ``key=value`` overrides.
 
-Every field carries its type, its default, one line of help, its group, and — when it only means something
-for some choices — the choice it belongs to (:class:`When`): ``margin`` belongs to ``loss=triplet``,
-``momentum`` to ``optimizer=sgd|rmsprop``, ``charts`` to ``geometry=atlas``. From that one table follow:
+The keys every run has are declared here; the keys of a choice are declared beside the code the choice
+selects, with its registration (:mod:`train.registry`): a loss's in :mod:`train.objective`, an optimiser's in
+:mod:`train.optim`, a sampler's and a data source's in :mod:`train.data`, an encoder's and a geometry's in
+:mod:`train.model`. ``Config`` is built from those declarations (and rebuilt when a user registers a choice
+of their own). Each key carries its type, default, one line of help, its group, its range and — when it
+only means something for some choices — the choice it belongs to (:class:`~train.registry.When`):
+``margin`` belongs to ``loss=triplet``, ``momentum`` to ``optimizer=sgd|rmsprop``, ``charts`` to
+``geometry=atlas``. From that one table follow:
 
 - refusal: a key the user gives that the run's choices do not use stops the run before any work, naming the
   key, the choice that makes it unused and the choices that would use it;
 - presets: a key a preset set that the user's own choices make unused is dropped with one log line (so
   ``loss=triplet`` on the default preset trains); a preset whose own choices ignore one of its keys is a bug
   (tests check every preset);
-- the loss's keyword arguments (:func:`loss_kwargs`), what a resumed run may change (``run`` keys), and the
-  grouped ``python -m train --help``.
+- the range checks, the keyword arguments of what each choice calls (:func:`train.registry.option_kwargs`),
+  what a resumed run may change (``run`` keys), and the grouped ``python -m train --help``.
 
-Choices are ``Literal`` types, most of them imported from the library (geometries, losses, similarities,
-mining, encoders) or the data module (samplers, augmentations). ``None`` is the one "use the default" marker
-(the encoder's own width, the loss's own margins, all devices, a fresh run directory); on the command line it
-is written ``none``. :func:`validate` then rejects values and combinations that have no meaning (an odd
-``dim`` for torus_n, a vector similarity on an atlas without a projection head, ...).
+``None`` is the one "use the default" marker (the encoder's own width, the loss's own margins, all devices,
+a fresh run directory); on the command line it is written ``none``. :func:`validate` then rejects
+combinations that have no meaning (an odd ``dim`` for torus_n, a vector similarity on an atlas without a
+projection head, ...).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import types
 import typing
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Literal
 
-from geojax.losses import LossName, Mining
-from geojax.manifolds import GEOMETRIES, TORUS_GEOMETRIES, Geometry
-from geojax.models import ENCODERS, PROJECTIONS, EncoderName, ProjectionName
+from geojax.manifolds import TORUS_GEOMETRIES
 from geojax.parallel import MODES
 from geojax.similarity import SimilarityName
-from train.data import TFDS_NAMES, Augmentation, Sampler, check_dataset_name
+from train import model, objective, optim, registry  # noqa: F401  (their registrations declare keys)
+from train.data import Augmentation, check_dataset_name, dataset_source
 from train.errors import UsageError
 
 # The papers' recipes live in train/presets.py; re-exported here (config.PRESETS is presets.PRESETS, the one
@@ -51,70 +51,17 @@ from train.presets import SINCERE_CIFAR10 as SINCERE_CIFAR10
 from train.presets import STOWELL_2026 as STOWELL_2026
 from train.presets import STOWELL_2026_DIGITS as STOWELL_2026_DIGITS
 from train.presets import SUPCON_CIFAR10 as SUPCON_CIFAR10
+from train.registry import NON_NEGATIVE, POSITIVE, POSITIVE_INT, UNIT_INTERVAL, Key, When
 
 Labels = Literal["class", "instance"]
-Norm = Literal["batch", "group", "none"]
-Head = Literal["stowell", "supcontrast", "linear"]
-Optimizer = Literal["adam", "adamw", "sgd", "rmsprop"]
-Schedule = Literal["cosine", "constant"]
-ClipMode = Literal["global_norm", "value"]
 Precision = Literal["fp32", "bf16"]
 Probe = Literal["linear", "piecewise"]
-QatBits = Literal[1, 2, 4, 8]
 Feed = Literal["device", "host"]
+ClipMode = Literal["global_norm", "value"]
 # "manifold" ranks atlas points by −d_M (Korman 2021 eq. 7); the rest are geojax.similarity's names.
 LossSimilarity = SimilarityName | Literal["manifold"]
 
 log = logging.getLogger(__name__)
-
-
-def dataset_source(name: str) -> str:
-    """The kind of a ``dataset`` value: digits, npz, idx or tfds (a tfds name or tfds:NAME)."""
-    prefix, sep, _ = name.partition(":")
-    if name == "digits" or (sep and prefix in ("npz", "idx")):
-        return name if name == "digits" else prefix
-    return "tfds"
-
-
-@dataclass(frozen=True)
-class When:
-    """The choice a key belongs to: the key is used only when ``choice`` (another key) takes one of
-    ``values``. ``kind`` maps the choice's value to what ``values`` lists (``dataset`` → its source);
-    ``label`` is how the values read in messages (default: ``a|b|c``)."""
-
-    choice: str
-    values: tuple[Any, ...]
-    kind: Callable[[Any], Any] | None = None
-    label: str | None = None
-
-    def holds(self, cfg: Config) -> bool:
-        value = getattr(cfg, self.choice)
-        return (value if self.kind is None else self.kind(value)) in self.values
-
-    def __str__(self) -> str:
-        return f"{self.choice}={self.label or '|'.join(map(str, self.values))}"
-
-
-SOFTMAX = When("loss", ("supcon", "sincere", "info_nce"))
-TRIPLET = When("loss", ("triplet",))
-MARGINS = When("loss", ("contrastive", "lifted_structured"))
-SIMO = When("loss", ("simo",))
-VECTORS = When("geometry", tuple(g for g in GEOMETRIES if g != "atlas"))
-ATLAS = When("geometry", ("atlas",))
-TORUS = When("geometry", TORUS_GEOMETRIES)
-QAT = When("qat_bits", typing.get_args(QatBits))
-CONV = When("encoder", tuple(e for e in ENCODERS if e != "mlp"))
-PROJECTED = When("projection", tuple(p for p in PROJECTIONS if p != "none"))
-CLIPPED = When("clip", (True,), lambda clip: clip is not None, "a threshold")
-ADAMW = When("optimizer", ("adamw",))
-MOMENTUM = When("optimizer", ("sgd", "rmsprop"))
-COSINE = When("schedule", ("cosine",))
-M_PER_CLASS = When("sampler", ("m_per_class",))
-CLASS_SUBSAMPLED = When("sampler", ("class_subsampled",))
-PROBE = When("probe", typing.get_args(Probe))
-SELECT = When("select_best", (True,))
-OWN_SPLIT = When("dataset", ("digits", "npz"), dataset_source, "digits|npz:PATH")
-TFDS = When("dataset", ("tfds",), dataset_source, f"{'|'.join(TFDS_NAMES)}|tfds:NAME")
 
 GROUPS = {
     "data": "data",
@@ -126,194 +73,275 @@ GROUPS = {
     "evaluation": "evaluation",
     "run": "run: how it executes, not what it computes (a resumed run may change these)",
 }
+CLIPPED = When("clip", (True,), lambda clip: clip is not None, "a threshold")
+PROBED = When("probe", typing.get_args(Probe))
+SELECT = When("select_best", (True,))
+OPTIONAL_INT = int | None
 
 
-def key(
-    default: Any,
-    help: str,
-    *,
-    group: str,
-    when: When | None = None,
-    arg: str | None = None,
-) -> Any:
-    """A config field: its default, its ``--help`` line, its group (:data:`GROUPS`), the choice it belongs to
-    (``when``; None: every run uses it) and, for a loss's hyper-parameter, the loss's keyword (``arg``)."""
-    meta = {"help": help, "group": group, "when": when, "arg": arg}
-    return dataclasses.field(default=default, metadata=meta)
+def _keys(group: str, *rows: tuple | Key) -> tuple[Key, ...]:
+    """Core keys of one group from (name, default, help, type[, range[, when]]) rows (or keys)."""
+    return tuple(
+        row if isinstance(row, Key) else Key(row[0], row[1], row[2], row[3], group, *row[4:]) for row in rows
+    )
 
 
-data = functools.partial(key, group="data")
-model = functools.partial(key, group="model")
-objective = functools.partial(key, group="objective")
-optimisation = functools.partial(key, group="optimisation")
-length = functools.partial(key, group="length")
-batches = functools.partial(key, group="batches")
-evaluation = functools.partial(key, group="evaluation")
-run = functools.partial(key, group="run")
+def _choice(name: str, default: str, text: str, group: str, kind: Any = None) -> Key:
+    """A choice key: its values are the registered ones (``kind`` maps a value to its registration)."""
+    return Key(name, default, text, str, group, options=True, kind=kind)
 
 
-@dataclass(frozen=True)
-class Config:
-    """Every knob of a run (defaults: the offline digits recipe, torus_n + SupCon; the default preset adds
-    Stowell 2026's KoLeo and SupContrast's τ/τ_base factor)."""
+registry.core(
+    Key("preset", "supcon_torus_n", "named recipe whose values replace these defaults", str, "preset"),
+    *_keys(
+        "data",
+    ),
+    _choice(
+        "dataset",
+        "digits",
+        "digits | mnist | fashion_mnist | cifar10 | cifar100 | tfds:NAME | npz:PATH | idx:DIR",
+        "data",
+        kind=dataset_source,
+    ),
+    *_keys(
+        "model",
+        _choice("encoder", "mlp", "image encoder", "model"),
+        (
+            "width",
+            None,
+            "encoder width (none = the encoder's own: mlp 512 hidden per layer; cnn 32, its first "
+            "stage; resnet18 / resnet50 64, the base of torchvision's)",
+            OPTIONAL_INT,
+            POSITIVE_INT,
+        ),
+        _choice("geometry", "torus_n", "where embeddings live", "model"),
+        (
+            "dim",
+            64,
+            "D before projection (torus_c gives 2D extrinsic values); an atlas's chart dim d",
+            int,
+            POSITIVE_INT,
+        ),
+        _choice(
+            "projection", "none", "projection head: mlp (SimCLR) or mixed (MSimCLR, atlas only)", "model"
+        ),
+        ("precision", "fp32", "bf16: bf16 compute, fp32 parameters, loss and embeddings", Precision),
+    ),
+    *_keys(
+        "objective",
+        _choice(
+            "loss", "supcon", "loss over the batch similarity matrix (simo: over the embeddings)", "objective"
+        ),
+        (
+            "similarity",
+            "cosine",
+            "what the loss compares and retrieval ranks by; torus: −flat-torus L1 of the "
+            "angles; manifold: an atlas's −d_M",
+            LossSimilarity,
+        ),
+        ("labels", "class", "positives: same class, or instance (each image its own: SimCLR)", Labels),
+    ),
+    *_keys(
+        "optimisation",
+        _choice("optimizer", "adamw", "optimiser", "optimisation"),
+        ("lr", 1e-3, "peak learning rate", float, POSITIVE),
+        (
+            "init_from",
+            None,
+            "start a new run from the newest checkpoint of this run directory: its weights, "
+            "optimiser state and step, under this run's keys (fine-tuning, e.g. qat_bits on a float run; the "
+            "model's shapes must match)",
+            str | None,
+        ),
+        _choice("schedule", "cosine", "learning-rate schedule after the linear warm-up", "optimisation"),
+        ("warmup", 100, "linear warm-up steps (at most steps/2)", int, NON_NEGATIVE),
+        (
+            "clip",
+            100.0,
+            "gradient clipping threshold (Stowell 2026 clips at 100; none: no clipping)",
+            float | None,
+            POSITIVE,
+        ),
+        (
+            "clip_mode",
+            "global_norm",
+            "optax.clip_by_global_norm, or element-wise optax.clip",
+            ClipMode,
+            None,
+            CLIPPED,
+        ),
+        (
+            "ema",
+            None,
+            "decay per epoch of an EMA of the weights, which the report evaluates (none: no EMA)",
+            float | None,
+            UNIT_INTERVAL,
+        ),
+    ),
+    *_keys(
+        "length",
+        ("steps", 1500, "training steps (a preset's epochs give way to it)", int, POSITIVE_INT),
+        ("epochs", None, "passes over the training set (none: use steps)", float | None, POSITIVE),
+    ),
+    *_keys(
+        "batches",
+        (
+            "batch_size",
+            256,
+            "images per step (global); each gives `views` augmented views",
+            int,
+            POSITIVE_INT,
+        ),
+        ("views", 2, "augmented views per image", int, POSITIVE_INT),
+        _choice("sampler", "random", "batch sampler", "batches"),
+        (
+            "augment",
+            "shift",
+            "view augmentation: shift (±1 px + contrast), crop_flip (±2 px crop, flip), "
+            "simclr (SupContrast's CIFAR views), crop_jitter_gray (Korman 2021 A.1: no flip), or none",
+            Augmentation,
+        ),
+        ("seed", 0, "seed of the initialisation, the batches and the augmentations", int),
+        (
+            "seeds",
+            1,
+            "train seeds seed … seed+seeds−1 as replicas in one program (stacked, vmapped); report: "
+            "their mean",
+            int,
+            POSITIVE_INT,
+        ),
+    ),
+    *_keys(
+        "evaluation",
+        ("knn_k", 5, "k of the reported kNN accuracy", int, POSITIVE_INT),
+        ("probe", None, "linear (frozen-feature classifier) or piecewise (one per chart)", Probe | None),
+        ("probe_epochs", 1, "probe training epochs", int, POSITIVE_INT, PROBED),
+        (
+            "select_best",
+            False,
+            "hold out val_fraction of the training set, measure its P@1 every val_every "
+            "steps and report the weights of the best evaluation (early stopping, Stowell 2026 §5)",
+            bool,
+        ),
+        (
+            "val_fraction",
+            0.1,
+            "held-out validation fraction of the training set (stratified, fixed split)",
+            float,
+            UNIT_INTERVAL,
+            SELECT,
+        ),
+        (
+            "val_every",
+            None,
+            "steps between validations (none: one epoch)",
+            OPTIONAL_INT,
+            POSITIVE_INT,
+            SELECT,
+        ),
+    ),
+    *_keys(
+        "run",
+        ("workdir", None, "run directory (none: new, under runs/); an existing one resumes", str | None),
+        ("parallel", "shard_map", "data-parallel mode: shard_map or pmap", str),
+        ("devices", None, "data-parallel devices (none = all)", OPTIONAL_INT, POSITIVE_INT),
+        (
+            "feed",
+            None,
+            "device: training images held on the devices, batches drawn inside the step; host: rows "
+            "gathered in NumPy by a prefetch thread; none: device when the images take ≤ 1 GiB and "
+            "parallel=shard_map",
+            Feed | None,
+        ),
+        (
+            "steps_per_call",
+            1,
+            "training steps per dispatch (one lax.scan); logs and checkpoints round to calls",
+            int,
+            POSITIVE_INT,
+        ),
+        (
+            "coordinator",
+            None,
+            "multi-process run: jax.distributed coordinator HOST:PORT (none: $JAX_COORDINATOR_ADDRESS)",
+            str | None,
+        ),
+        (
+            "num_processes",
+            None,
+            "multi-process run: number of processes (none: $JAX_NUM_PROCESSES)",
+            OPTIONAL_INT,
+            POSITIVE_INT,
+        ),
+        ("process_id", None, "multi-process run: this process's id (none: $JAX_PROCESS_ID)", OPTIONAL_INT),
+        (
+            "multihost",
+            False,
+            "jax.distributed.initialize() with the cluster's own settings (TPU pod slice, SLURM, Open MPI)",
+            bool,
+        ),
+        (
+            "checkpoint_every",
+            None,
+            "steps between checkpoints (none: a tenth of the steps)",
+            OPTIONAL_INT,
+            POSITIVE_INT,
+        ),
+        (
+            "checkpoint_minutes",
+            10.0,
+            "also checkpoint when this many minutes passed since the last one",
+            float,
+            POSITIVE,
+        ),
+        (
+            "log_every",
+            25,
+            "steps between metrics.jsonl lines (each the mean over its window)",
+            int,
+            POSITIVE_INT,
+        ),
+        ("eval_batch", 1024, "images per evaluation forward pass", int, POSITIVE_INT),
+        ("progress", True, "show a progress bar", bool),
+    ),
+)
 
-    preset: str = key("supcon_torus_n", "named recipe whose values replace these defaults", group="preset")
-    dataset: str = data(
-        "digits", "digits | mnist | fashion_mnist | cifar10 | cifar100 | tfds:NAME | npz:PATH | idx:DIR"
-    )
-    test_fraction: float = data(0.25, "held-out fraction (data without a test split)", when=OWN_SPLIT)
-    data_dir: str | None = data(None, "tfds data directory (none = tfds's default)", when=TFDS)
-    # model
-    encoder: EncoderName = model("mlp", "image encoder")
-    width: int | None = model(
-        None,
-        "encoder width (none = the encoder's own: mlp 512 hidden per layer; cnn 32, its first stage; "
-        "resnet18 / resnet50 64, the base of torchvision's)",
-    )
-    norm: Norm | None = model(None, "CNN / ResNet normalisation (none = the encoder's own)", when=CONV)
-    geometry: Geometry = model("torus_n", "where embeddings live")
-    dim: int = model(64, "D before projection (torus_c gives 2D extrinsic values); an atlas's chart dim d")
-    charts: int = model(1, "atlas charts n", when=ATLAS)
-    head: Head = model(
-        "stowell",
-        "geometry head: stowell, Linear(F, 4·dim) → ReLU → Linear(4·dim, dim) (Stowell 2026's code); "
-        "supcontrast, Linear(F, F) → ReLU → Linear(F, dim) (SupContrast's); linear, Linear(F, dim) (Korman "
-        "2021's code); F: the encoder's features",
-        when=VECTORS,
-    )
-    projection: ProjectionName = model("none", "projection head: mlp (SimCLR) or mixed (MSimCLR, atlas only)")
-    projection_dim: int = model(64, "projection head output width", when=PROJECTED)
-    qat_bits: QatBits | None = model(None, "train the torus head through the b-bit grid", when=TORUS)
-    qat_noise: bool = model(False, "one grid step of uniform noise in training, not rounding", when=QAT)
-    precision: Precision = model("fp32", "bf16: bf16 compute, fp32 parameters, loss and embeddings")
-    # objective
-    loss: LossName = objective("supcon", "loss over the batch similarity matrix (simo: over the embeddings)")
-    similarity: LossSimilarity = objective(
-        "cosine",
-        "what the loss compares and retrieval ranks by; torus: −flat-torus L1 of the angles; manifold: an "
-        "atlas's −d_M",
-    )
-    labels: Labels = objective("class", "positives: same class, or instance (each image its own: SimCLR)")
-    temperature: float = objective(0.1, "softmax temperature τ", when=SOFTMAX, arg="temperature")
-    base_temperature: float | None = objective(
-        None,
-        "× τ/base_temperature as SupContrast (0.07); none: pytorch-metric-learning's form",
-        when=SOFTMAX,
-        arg="base_temperature",
-    )
-    margin: float = objective(0.2, "triplet margin (similarity units)", when=TRIPLET, arg="margin")
-    mining: Mining = objective("all", "triplet mining", when=TRIPLET, arg="mining")
-    pos_margin: float | None = objective(
-        None, "positive margin (none: the loss's own)", when=MARGINS, arg="pos_margin"
-    )
-    neg_margin: float | None = objective(
-        None, "negative margin (none: the loss's own)", when=MARGINS, arg="neg_margin"
-    )
-    simo_eps: float = objective(1e-6, "SimO ε", when=SIMO, arg="eps")
-    simo_orthogonality: bool = objective(
-        True, "false: SimO's ablation (every orthogonality term o_ij = 1)", when=SIMO, arg="orthogonality"
-    )
-    koleo: float = objective(
-        0.0, "KoLeo weight: KoLeo of each view's embeddings, summed over views", when=VECTORS
-    )
-    koleo_eps: float | None = objective(
-        None, "KoLeo ε in log(distance + ε) (none: the library's 1e-8, DINOv2's)", when=VECTORS
-    )
-    mmd: float = objective(0.0, "λ1, the atlas MMD ℓ_Z weight (Korman 2021 eq. 6)", when=ATLAS)
-    membership: float = objective(0.0, "λ2, the atlas membership ℓ_J weight", when=ATLAS)
-    prior_samples: int = objective(256, "uniform-prior sample size M for ℓ_Z", when=ATLAS)
-    # optimisation
-    optimizer: Optimizer = optimisation("adamw", "optimiser")
-    lr: float = optimisation(1e-3, "peak learning rate")
-    weight_decay: float = optimisation(1e-4, "decoupled weight decay", when=ADAMW)
-    l2: float = optimisation(
-        0.0, "coupled weight decay: l2·w added to the gradient (PyTorch SGD's weight_decay)", when=MOMENTUM
-    )
-    momentum: float = optimisation(
-        0.0, "momentum (0 = none, as PyTorch's and optax's default)", when=MOMENTUM
-    )
-    init_from: str | None = optimisation(
-        None,
-        "start a new run from the newest checkpoint of this run directory: its weights, optimiser state and "
-        "step, under this run's keys (fine-tuning, e.g. qat_bits on a float run; the model's shapes must "
-        "match)",
-    )
-    schedule: Schedule = optimisation("cosine", "learning-rate schedule after the linear warm-up")
-    lr_min: float = optimisation(0.0, "final learning rate (PyTorch's eta_min)", when=COSINE)
-    warmup: int = optimisation(100, "linear warm-up steps (at most steps/2)")
-    clip: float | None = optimisation(
-        100.0, "gradient clipping threshold (Stowell 2026 clips at 100; none: no clipping)"
-    )
-    clip_mode: ClipMode = optimisation(
-        "global_norm", "optax.clip_by_global_norm, or element-wise optax.clip", when=CLIPPED
-    )
-    ema: float | None = optimisation(
-        None, "decay per epoch of an EMA of the weights, which the report evaluates (none: no EMA)"
-    )
-    # length
-    steps: int = length(1500, "training steps (a preset's epochs give way to it)")
-    epochs: float | None = length(None, "passes over the training set (none: use steps)")
-    # batches
-    batch_size: int = batches(256, "images per step (global); each gives `views` augmented views")
-    views: int = batches(2, "augmented views per image")
-    sampler: Sampler = batches("random", "batch sampler")
-    m_per_class: int = batches(4, "images per class (MTriplet: 8 classes × 4)", when=M_PER_CLASS)
-    class_fraction: float = batches(0.4, "fraction of classes per batch (< 0.5)", when=CLASS_SUBSAMPLED)
-    augment: Augmentation = batches(
-        "shift",
-        "view augmentation: shift (±1 px + contrast), crop_flip (±2 px crop, flip), simclr (SupContrast's "
-        "CIFAR views), crop_jitter_gray (Korman 2021 A.1: no flip), or none",
-    )
-    seed: int = batches(0, "seed of the initialisation, the batches and the augmentations")
-    seeds: int = batches(
-        1, "train seeds seed … seed+seeds−1 as replicas in one program (stacked, vmapped); report: their mean"
-    )
-    # evaluation
-    knn_k: int = evaluation(5, "k of the reported kNN accuracy")
-    probe: Probe | None = evaluation(None, "linear (frozen-feature classifier) or piecewise (one per chart)")
-    probe_epochs: int = evaluation(1, "probe training epochs", when=PROBE)
-    select_best: bool = evaluation(
-        False,
-        "hold out val_fraction of the training set, measure its P@1 every val_every steps and report the "
-        "weights of the best evaluation (early stopping, Stowell 2026 §5)",
-    )
-    val_fraction: float = evaluation(
-        0.1, "held-out validation fraction of the training set (stratified, fixed split)", when=SELECT
-    )
-    val_every: int | None = evaluation(None, "steps between validations (none: one epoch)", when=SELECT)
-    # run
-    workdir: str | None = run(None, "run directory (none: new, under runs/); an existing one resumes")
-    parallel: str = run("shard_map", "data-parallel mode: shard_map or pmap")
-    devices: int | None = run(None, "data-parallel devices (none = all)")
-    feed: Feed | None = run(
-        None,
-        "device: training images held on the devices, batches drawn inside the step; host: rows gathered "
-        "in NumPy by a prefetch thread; none: device when the images take ≤ 1 GiB and parallel=shard_map",
-    )
-    steps_per_call: int = run(
-        1, "training steps per dispatch (one lax.scan); logs and checkpoints round to calls"
-    )
-    coordinator: str | None = run(
-        None, "multi-process run: jax.distributed coordinator HOST:PORT (none: $JAX_COORDINATOR_ADDRESS)"
-    )
-    num_processes: int | None = run(None, "multi-process run: number of processes (none: $JAX_NUM_PROCESSES)")
-    process_id: int | None = run(None, "multi-process run: this process's id (none: $JAX_PROCESS_ID)")
-    multihost: bool = run(
-        False, "jax.distributed.initialize() with the cluster's own settings (TPU pod slice, SLURM, Open MPI)"
-    )
-    checkpoint_every: int | None = run(None, "steps between checkpoints (none: a tenth of the steps)")
-    checkpoint_minutes: float = run(10.0, "also checkpoint when this many minutes passed since the last one")
-    log_every: int = run(25, "steps between metrics.jsonl lines (each the mean over its window)")
-    eval_batch: int = run(1024, "images per evaluation forward pass")
-    progress: bool = run(True, "show a progress bar")
 
-
-FIELDS: dict[str, dataclasses.Field] = {f.name: f for f in dataclasses.fields(Config)}
-DEFAULTS: dict[str, Any] = {f.name: f.default for f in FIELDS.values()}
-WHEN: dict[str, When] = {name: f.metadata["when"] for name, f in FIELDS.items() if f.metadata["when"]}
-RUN_KEYS: tuple[str, ...] = tuple(name for name, f in FIELDS.items() if f.metadata["group"] == "run")
 LENGTH_KEYS = ("steps", "epochs")
-_TYPES = typing.get_type_hints(Config)
+_CLASSES: dict[tuple[Key, ...], type] = {}
+
+
+def _build() -> None:
+    """(Re)build ``Config`` and its tables from the declared keys: one frozen dataclass field per key (the
+    class of a set of keys is made once, so unregistering a user's choice gives back the class before it)."""
+    global Config, KEYS, FIELDS, DEFAULTS, WHEN, RUN_KEYS, _TYPES
+    KEYS = registry.keys()
+    signature = tuple(KEYS.values())
+    if signature not in _CLASSES:
+        fields = [(k.name, k.type, dataclasses.field(default=k.default)) for k in signature]
+        cls = dataclasses.make_dataclass("Config", fields, frozen=True)
+        cls.__module__ = __name__
+        _CLASSES[signature] = cls
+        cls.__doc__ = (
+            "Every knob of a run (defaults: the offline digits recipe, torus_n + SupCon; the default preset "
+            "adds Stowell 2026's KoLeo and SupContrast's τ/τ_base factor)."
+        )
+    Config = _CLASSES[signature]
+    FIELDS = {f.name: f for f in dataclasses.fields(Config)}
+    DEFAULTS = {k.name: k.default for k in signature}
+    WHEN = {k.name: k.when for k in signature if k.when is not None}
+    RUN_KEYS = tuple(k.name for k in signature if k.group == "run")
+    _TYPES = typing.get_type_hints(Config)
+
+
+Config: type
+KEYS: dict[str, Key]
+FIELDS: dict[str, dataclasses.Field]
+DEFAULTS: dict[str, Any]
+WHEN: dict[str, When]
+RUN_KEYS: tuple[str, ...]
+_TYPES: dict[str, Any]
+registry.on_change(_build)
 
 
 def _literals(kind: Any) -> tuple[Any, ...]:
@@ -343,6 +371,8 @@ def choices(name: str) -> tuple[Any, ...]:
         return tuple(PRESETS)
     if name == "parallel":
         return MODES
+    if KEYS[name].options and KEYS[name].kind is None:
+        return tuple(registry.OPTIONS[name])
     return _literals(_TYPES[name])
 
 
@@ -478,15 +508,6 @@ def used(values: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in values.items() if k in FIELDS and applies(k, cfg)}
 
 
-def loss_kwargs(cfg: Config) -> dict[str, Any]:
-    """The keyword arguments of ``cfg.loss`` (its keys' library names; a None value: the loss's default)."""
-    return {
-        f.metadata["arg"]: getattr(cfg, name)
-        for name, f in FIELDS.items()
-        if f.metadata["arg"] and applies(name, cfg) and getattr(cfg, name) is not None
-    }
-
-
 def _check_types(cfg: Config) -> None:
     for name, kind in _TYPES.items():
         value = getattr(cfg, name)
@@ -506,57 +527,14 @@ def _check_types(cfg: Config) -> None:
                 raise UsageError(f"{name} must be a {base.__name__}, got {value!r}")
 
 
-_POSITIVE_INTS = (
-    "seeds",
-    "dim",
-    "charts",
-    "projection_dim",
-    "steps",
-    "batch_size",
-    "views",
-    "m_per_class",
-    "prior_samples",
-    "eval_batch",
-    "knn_k",
-    "checkpoint_every",
-    "log_every",
-    "probe_epochs",
-    "val_every",
-    "width",
-    "devices",
-    "steps_per_call",
-    "num_processes",
-)
-
-
 def validate(cfg: Config) -> None:
     """Raise :class:`UsageError` naming the key for a bad value or a combination that has no meaning."""
     _check_types(cfg)
-    for name in _POSITIVE_INTS:
-        value = getattr(cfg, name)
-        if value is not None and value < 1:
-            raise UsageError(f"{name} must be a positive integer, got {value}")
-    for name in ("lr", "temperature", "simo_eps", "checkpoint_minutes"):
-        if not getattr(cfg, name) > 0:
-            raise UsageError(f"{name} must be positive, got {getattr(cfg, name)}")
-    for name in ("base_temperature", "koleo_eps", "epochs", "clip"):
-        value = getattr(cfg, name)
-        if value is not None and not value > 0:
-            raise UsageError(f"{name} must be positive, got {value}")
-    if cfg.ema is not None and not 0 < cfg.ema < 1:
-        raise UsageError(f"ema (decay per epoch) must be in (0, 1), got {cfg.ema}")
+    for k in KEYS.values():
+        if k.range is not None and not k.range.ok(getattr(cfg, k.name)):
+            raise UsageError(f"{k.name} must be {k.range}, got {getattr(cfg, k.name)}")
     if not 0 <= cfg.lr_min <= cfg.lr:
         raise UsageError(f"lr_min must be in [0, lr={cfg.lr}], got {cfg.lr_min}")
-    for name in ("koleo", "mmd", "membership", "weight_decay", "l2", "momentum", "warmup"):
-        if not getattr(cfg, name) >= 0:
-            raise UsageError(f"{name} must be non-negative, got {getattr(cfg, name)}")
-    for name in ("test_fraction", "val_fraction"):
-        if not 0 < getattr(cfg, name) < 1:
-            raise UsageError(f"{name} must be in (0, 1), got {getattr(cfg, name)}")
-    if not 0 < cfg.class_fraction < 0.5:
-        raise UsageError(
-            f"class_fraction must be in (0, 0.5) (fewer than half the classes), got {cfg.class_fraction}"
-        )
     check_dataset_name(cfg.dataset)
     if cfg.geometry == "torus_n" and cfg.dim % 2:
         raise UsageError(f"dim must be even for geometry='torus_n' (adjacent pairs), got {cfg.dim}")
@@ -604,9 +582,9 @@ def validate(cfg: Config) -> None:
 
 
 def _key_lines(name: str, indent: str) -> list[str]:
-    f = FIELDS[name]
-    default = "none" if f.default is None else repr(f.default)
-    lines = [f"{indent}{name:18s} {default:16s} {f.metadata['help']}"]
+    k = KEYS[name]
+    default = "none" if k.default is None else repr(k.default)
+    lines = [f"{indent}{name:18s} {default:16s} {k.help}"]
     if choices(name) and name != "preset":
         lines.append(f"{indent}{'':18s} {'':16s} one of: {', '.join(map(str, choices(name)))}")
     return lines
@@ -624,7 +602,7 @@ def help_text() -> str:
         "only with that choice: given with another, the run is refused; set by a preset, it is dropped.",
     ]
     for group, title in GROUPS.items():
-        names = [n for n, f in FIELDS.items() if f.metadata["group"] == group and n != "preset"]
+        names = [n for n, k in KEYS.items() if k.group == group and n != "preset"]
         lines += ["", f"{title}:"]
         lines += [line for n in names if n not in WHEN for line in _key_lines(n, "  ")]
         for when in dict.fromkeys(WHEN[n] for n in names if n in WHEN):

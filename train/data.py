@@ -37,14 +37,13 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from train import files
+from train import files, registry
 from train.errors import UsageError
+from train.registry import POSITIVE_INT, UNIT_INTERVAL, Key, Range
 
 TFDS_NAMES = ("mnist", "fashion_mnist", "cifar10", "cifar100")
 DATASETS = ("digits", *TFDS_NAMES)  # by name; any other: tfds:NAME, or a local file npz:PATH
-Sampler = Literal["random", "m_per_class", "class_subsampled"]
 Augmentation = Literal["shift", "crop_flip", "simclr", "crop_jitter_gray", "none"]
-SAMPLERS: tuple[str, ...] = get_args(Sampler)
 SPLIT_SEED = 0  # the digits / npz train-test split is fixed, whatever the training seed
 T = TypeVar("T")
 UNIT = np.float32(1 / 255)  # uint8 code k → k·UNIT in [0, 1] (a product: host and devices round it alike)
@@ -176,20 +175,55 @@ def check_dataset_name(name: str) -> None:
         )
 
 
-def load(name: str, *, test_fraction: float = 0.25, data_dir: str | None = None) -> Dataset:
-    """Load a dataset by name (every process of a multi-process run loads all of it: each draws the same
-    global batches and uses its own rows of them); ``test_fraction`` splits digits and npz data only."""
-    check_dataset_name(name)
-    if name == "digits":
-        return _digits(test_fraction)
-    if name.startswith("npz:"):
-        return _npz(name[4:], test_fraction)
-    if name.startswith("idx:"):
-        return _idx(name[4:])
+def dataset_source(name: str) -> str:
+    """The kind of a ``dataset`` value: digits, npz, idx or tfds (a tfds name or tfds:NAME)."""
+    prefix, sep, _ = name.partition(":")
+    if name == "digits" or (sep and prefix in ("npz", "idx")):
+        return name if name == "digits" else prefix
+    return "tfds"
+
+
+def _tfds(name: str, data_dir: str | None = None) -> Dataset:
     source = name.removeprefix("tfds:")
     tr_x, tr_y = _tfds_split(source, "train", data_dir)
     te_x, te_y = _tfds_split(source, "test", data_dir)
     return Dataset(name, tr_x, tr_y, te_x, te_y)
+
+
+def load(name: str, *, test_fraction: float = 0.25, data_dir: str | None = None) -> Dataset:
+    """Load a dataset by name (every process of a multi-process run loads all of it: each draws the same
+    global batches and uses its own rows of them); each source receives the keys it registered:
+    ``test_fraction`` splits digits and npz data, ``data_dir`` is tfds's."""
+    check_dataset_name(name)
+    source = registry.option("dataset", dataset_source(name))
+    given = {"test_fraction": test_fraction, "data_dir": data_dir}
+    return source.calls(name, **{k.arg: given[k.arg] for k in source.keys})
+
+
+TEST_FRACTION = Key(
+    "test_fraction",
+    0.25,
+    "held-out fraction (data without a test split)",
+    float,
+    "data",
+    UNIT_INTERVAL,
+    arg="test_fraction",
+)
+DATA_DIR = Key(
+    "data_dir", None, "tfds data directory (none = tfds's default)", str | None, "data", arg="data_dir"
+)
+registry.register(
+    "dataset", "digits", keys=(TEST_FRACTION,), calls=lambda _, test_fraction: _digits(test_fraction)
+)
+registry.register(
+    "dataset",
+    "npz",
+    keys=(TEST_FRACTION,),
+    calls=lambda name, test_fraction: _npz(name[4:], test_fraction),
+    label="npz:PATH",
+)
+registry.register("dataset", "idx", calls=lambda name: _idx(name[4:]), label="idx:DIR")
+registry.register("dataset", "tfds", keys=(DATA_DIR,), calls=_tfds, label=f"{'|'.join(TFDS_NAMES)}|tfds:NAME")
 
 
 def compact(images: np.ndarray) -> np.ndarray:
@@ -265,34 +299,79 @@ def _floyd(key: jax.Array, m: int, counts: jax.Array) -> jax.Array:
     return jnp.where(counts >= m, jnp.stack(picks, 1), repeated)
 
 
-def sample(
-    key: jax.Array,
-    tables: dict[str, jax.Array],
-    *,
-    kind: str,
-    batch: int,
-    m_per_class: int = 4,
-    class_fraction: float = 0.4,
+def random_rows(
+    k_classes: jax.Array, k_rows: jax.Array, tables: dict[str, jax.Array], batch: int
 ) -> jax.Array:
-    """Row indices [batch] of one global batch (jnp; ``tables`` from :func:`label_tables`): ``random``
-    (uniform, without replacement), ``m_per_class`` (batch/m classes × m images, MTriplet's 8 × 4) or
-    ``class_subsampled`` (uniform within a random subset of ``class_fraction`` of the classes, SimO's < 50 %).
-    Draws are without replacement unless the batch asks for more than there is."""
-    class_of, order, starts = (jnp.asarray(tables[name]) for name in ("class_of", "order", "starts"))
-    n, n_classes = class_of.shape[0], starts.shape[0] - 1
+    """``batch`` rows drawn uniformly, without replacement."""
+    return _subset(k_rows, batch, jnp.asarray(tables["class_of"]).shape[0])
+
+
+def m_per_class_rows(
+    k_classes: jax.Array, k_rows: jax.Array, tables: dict[str, jax.Array], batch: int, m_per_class: int
+) -> jax.Array:
+    """batch/m random classes × m images each (MTriplet's 8 × 4)."""
+    order, starts = jnp.asarray(tables["order"]), jnp.asarray(tables["starts"])
+    chosen = _subset(k_classes, batch // m_per_class, starts.shape[0] - 1)
+    first = starts[chosen]
+    offsets = _floyd(k_rows, m_per_class, starts[chosen + 1] - first)
+    return order[first[:, None] + offsets].reshape(-1)
+
+
+def class_subsampled_rows(
+    k_classes: jax.Array, k_rows: jax.Array, tables: dict[str, jax.Array], batch: int, class_fraction: float
+) -> jax.Array:
+    """``batch`` rows uniform within a random subset of ``class_fraction`` of the classes (SimO's < 50 %)."""
+    class_of, starts = jnp.asarray(tables["class_of"]), jnp.asarray(tables["starts"])
+    n_classes = starts.shape[0] - 1
+    chosen = _subset(k_classes, max(1, int(class_fraction * n_classes)), n_classes)
+    in_chosen = jnp.zeros(n_classes, bool).at[chosen].set(True)[class_of]
+    return _subset(k_rows, batch, class_of.shape[0], in_chosen)
+
+
+registry.register("sampler", "random", calls=random_rows)
+registry.register(
+    "sampler",
+    "m_per_class",
+    calls=m_per_class_rows,
+    keys=(
+        Key(
+            "m_per_class",
+            4,
+            "images per class (MTriplet: 8 classes × 4)",
+            int,
+            "batches",
+            POSITIVE_INT,
+            arg="m_per_class",
+        ),
+    ),
+)
+registry.register(
+    "sampler",
+    "class_subsampled",
+    calls=class_subsampled_rows,
+    keys=(
+        Key(
+            "class_fraction",
+            0.4,
+            "fraction of classes per batch (< 0.5: fewer than half the classes)",
+            float,
+            "batches",
+            Range(high=0.5),
+            arg="class_fraction",
+        ),
+    ),
+)
+
+
+def sample(
+    key: jax.Array, tables: dict[str, jax.Array], *, kind: str, batch: int, **options: Any
+) -> jax.Array:
+    """Row indices [batch] of one global batch (jnp; ``tables`` from :func:`label_tables`) drawn by the
+    registered sampler ``kind`` (``random``, ``m_per_class``, ``class_subsampled``) with its ``options``
+    (``m_per_class``, ``class_fraction``). Draws are without replacement unless the batch asks for more than
+    there is."""
     k_classes, k_rows = jax.random.split(key)
-    if kind == "random":
-        return _subset(k_rows, batch, n)
-    if kind == "m_per_class":
-        chosen = _subset(k_classes, batch // m_per_class, n_classes)
-        first = starts[chosen]
-        offsets = _floyd(k_rows, m_per_class, starts[chosen + 1] - first)
-        return order[first[:, None] + offsets].reshape(-1)
-    if kind == "class_subsampled":
-        chosen = _subset(k_classes, max(1, int(class_fraction * n_classes)), n_classes)
-        in_chosen = jnp.zeros(n_classes, bool).at[chosen].set(True)[class_of]
-        return _subset(k_rows, batch, n, in_chosen)
-    raise ValueError(f"sampler must be one of {list(SAMPLERS)}, got {kind!r}")
+    return registry.option("sampler", kind).calls(k_classes, k_rows, tables, batch, **options)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -308,8 +387,7 @@ class Batches:
     kind: str
     batch: int
     seed: int
-    m_per_class: int = 4
-    class_fraction: float = 0.4
+    options: tuple[tuple[str, Any], ...] = ()  # the sampler's keys, (arg, value) pairs
     instance: bool = False
 
     def key(self, step: jax.Array | int) -> jax.Array:
@@ -317,14 +395,7 @@ class Batches:
 
     def indices(self, tables: dict[str, jax.Array], step: jax.Array | int) -> jax.Array:
         """Row indices [batch] of the global batch of ``step``."""
-        return sample(
-            self.key(step),
-            tables,
-            kind=self.kind,
-            batch=self.batch,
-            m_per_class=self.m_per_class,
-            class_fraction=self.class_fraction,
-        )
+        return sample(self.key(step), tables, kind=self.kind, batch=self.batch, **dict(self.options))
 
     def rows(
         self, tables: dict[str, jax.Array], step: jax.Array | int, start: jax.Array | int, count: int

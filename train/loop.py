@@ -36,7 +36,7 @@ from jax.experimental import multihost_utils
 from tqdm.auto import tqdm
 
 from geojax import metrics, parallel
-from train import checkpoint, config, data, files, report, step
+from train import checkpoint, config, data, files, optim, report, step
 from train.config import Config
 from train.errors import UsageError
 
@@ -390,7 +390,7 @@ def train(cfg: Config, *, stop_at: int | None = None) -> TrainResult:
     images = data.compact(ds.train_x)
     feed = feed_kind(cfg, images)
     saved = check_workdir(cfg)
-    tx = step.make_optimizer(cfg)
+    tx = optim.make_optimizer(cfg)
     init = step.init_replicas if cfg.seeds > 1 else step.init_state
     graphdef, state = init(cfg, ds.image_shape)
     state = step.replicate(state, mesh)
@@ -431,7 +431,7 @@ def train(cfg: Config, *, stop_at: int | None = None) -> TrainResult:
             compiled[length] = step.distribute(call, mesh=mesh, mode=cfg.parallel)
         return compiled[length]
 
-    lr = step.schedule(cfg)
+    lr = optim.schedule(cfg)
     end = cfg.steps if stop_at is None else min(stop_at, cfg.steps)
     calls = schedule_calls(start, end, cfg.steps_per_call)
     if feed == "host":
@@ -529,7 +529,7 @@ def _say_resume(cfg: Config, saved: dict[str, Any], start: int) -> None:
     """Tell the user that a run resumes, and what raising ``steps`` does to a finished run's schedule."""
     before = saved.get("steps")
     if before is not None and cfg.steps > before and start >= before:
-        lr = float(step.schedule(cfg)(start))
+        lr = float(optim.schedule(cfg)(start))
         say(
             f"extending the finished run in {cfg.workdir} from {before} to {cfg.steps} steps: the learning "
             f"rate follows the schedule of a {cfg.steps}-step run, from its step-{start} value {lr:.3g}"

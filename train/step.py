@@ -1,4 +1,5 @@
-"""The traced part of training: model and optimiser from a config, the objective, and the per-device step.
+"""The traced part of training: the train state of a config (the model of :mod:`train.model`, the optimiser
+of :mod:`train.optim`), the loss of :mod:`train.objective` over augmented views, and the per-device step.
 
 The train state is a plain pytree ``{'params', 'rest', 'opt_state', 'step'}`` (``rest``: NNX variables other
 than parameters, e.g. batch statistics). The step is a pure function of (state, batch) written once for one
@@ -6,7 +7,7 @@ device's slice of the batch, pmap-style, and run under ``jax.shard_map`` or ``ja
 ``geojax.parallel.data_parallel`` (:func:`distribute`). The loss always sees the global batch: embeddings
 are all-gathered as keys, each local anchor's own column is masked through ``self_index``, and normalisation
 is global (``axis_name``). The step closes over objects derived from the config (the model's graph, the
-optimiser, an :class:`Objective`, a :class:`Views` recipe), never over the config itself.
+optimiser, an :class:`~train.objective.Objective`, a :class:`Views` recipe), never over the config itself.
 
 :func:`make_call` scans several steps per dispatch and, for the device feed, draws each step's batch from
 images held on the devices; :func:`distribute` runs it over the data mesh with the state donated.
@@ -27,51 +28,14 @@ from jax import lax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from geojax import losses, manifolds, models, parallel, regularizers
-from geojax import similarity as similarity_lib
-from train import config, data
+from geojax import models, parallel
+from train import data, registry
 from train.config import Config
+from train.model import build_model, compute_dtype
+from train.objective import Objective
+from train.optim import make_optimizer
 
-NO_OVERLAP = 1e3  # d_M where two atlas points share no chart (finite, so losses stay finite)
 State = dict[str, Any]
-
-
-def compute_dtype(cfg: Config) -> Any:
-    """Layer compute dtype for ``cfg.precision`` (parameters, loss and embeddings stay float32)."""
-    return jnp.bfloat16 if cfg.precision == "bf16" else None
-
-
-def build_model(
-    cfg: Config, image_shape: tuple[int, int, int], *, axis_name: str | None = parallel.AXIS
-) -> models.EmbeddingModel:
-    """The encoder + head (+ projection) of ``cfg`` for images of ``image_shape``, initialised from the seed.
-
-    Batch norm (if any) synchronises its statistics over ``axis_name`` (None: a plain single-device step).
-    """
-    rngs = nnx.Rngs(cfg.seed)
-    dt = compute_dtype(cfg)
-    enc = models.encoder(
-        cfg.encoder,
-        input_shape=image_shape,
-        width=cfg.width,
-        norm=cfg.norm,
-        axis_name=axis_name,
-        compute_dtype=dt,
-        rngs=rngs,
-    )
-    return models.EmbeddingModel(
-        enc,
-        geometry=cfg.geometry,
-        dim=cfg.dim,
-        head_hidden={"stowell": None, "supcontrast": enc.features, "linear": 0}[cfg.head],
-        charts=cfg.charts,
-        projection=cfg.projection,
-        projection_dim=cfg.projection_dim,
-        qat_bits=cfg.qat_bits,
-        qat_noise=cfg.qat_noise,
-        compute_dtype=dt,
-        rngs=rngs,
-    )
 
 
 def steps_per_epoch(cfg: Config, n_train: int) -> int:
@@ -84,35 +48,6 @@ def resolve(cfg: Config, n_train: int) -> Config:
     if cfg.epochs is None:
         return cfg
     return dataclasses.replace(cfg, steps=max(1, round(cfg.epochs * steps_per_epoch(cfg, n_train))))
-
-
-def schedule(cfg: Config) -> optax.Schedule:
-    """Linear warm-up (``warmup`` steps, capped at steps/2), then cosine decay to ``lr_min`` or a constant
-    rate."""
-    warmup = min(cfg.warmup, cfg.steps // 2)
-    if cfg.schedule == "cosine":
-        return optax.warmup_cosine_decay_schedule(0.0, cfg.lr, warmup, cfg.steps, end_value=cfg.lr_min)
-    return optax.linear_schedule(0.0, cfg.lr, warmup) if warmup else optax.constant_schedule(cfg.lr)
-
-
-def make_optimizer(cfg: Config) -> optax.GradientTransformation:
-    """optax.chain(clip_by_global_norm(c) | clip(c) (none without ``clip``), [l2·w added to the gradient,]
-    optimiser): PyTorch's order, clipping the loss's gradient before SGD / RMSprop adds its coupled weight
-    decay (``l2``, PyTorch's ``weight_decay``)."""
-    lr = schedule(cfg)
-    opt = {
-        "adam": lambda: optax.adam(lr),
-        "adamw": lambda: optax.adamw(lr, weight_decay=cfg.weight_decay),
-        "sgd": lambda: optax.sgd(lr, momentum=cfg.momentum or None),
-        "rmsprop": lambda: optax.rmsprop(lr, momentum=cfg.momentum or None),
-    }[cfg.optimizer]()
-    parts = []
-    if cfg.clip is not None:
-        clip_mode = cfg.clip_mode == "global_norm"
-        parts.append(optax.clip_by_global_norm(cfg.clip) if clip_mode else optax.clip(cfg.clip))
-    if cfg.optimizer in ("sgd", "rmsprop") and cfg.l2:
-        parts.append(optax.add_decayed_weights(cfg.l2))
-    return optax.chain(*parts, opt)
 
 
 def init_state(
@@ -157,93 +92,6 @@ def ema_update(ema: Any, params: Any, decay: float, count: jax.Array) -> Any:
     count = count.astype(jnp.float32)
     d = jnp.minimum(decay, (1.0 + count) / (10.0 + count))
     return optax.incremental_update(params, ema, 1.0 - d)
-
-
-@dataclasses.dataclass(frozen=True)
-class Objective:
-    """The loss on the batch similarity (or SimO on the embeddings) plus weighted regularisers.
-
-    ``similarity`` is a geojax.similarity name, ``torus`` (flat-torus L1 of the angles of torus embeddings)
-    or ``manifold`` (−d_M of an atlas, Korman 2021 eq. 7); ``loss_kwargs`` are the loss's hyper-parameters
-    (:func:`train.config.loss_kwargs`: the config keys that belong to this loss).
-    """
-
-    loss: str
-    similarity: str
-    loss_kwargs: tuple[tuple[str, Any], ...] = ()
-    views: int = 1
-    koleo: float = 0.0
-    koleo_eps: float | None = None  # None: geojax.regularizers.koleo's own ε
-    mmd: float = 0.0
-    membership: float = 0.0
-    prior_samples: int = 256
-    chart_dim: int = 1
-
-    @classmethod
-    def from_config(cls, cfg: Config) -> Objective:
-        return cls(
-            loss=cfg.loss,
-            similarity=cfg.similarity,
-            loss_kwargs=tuple(sorted(config.loss_kwargs(cfg).items())),
-            views=cfg.views,
-            koleo=cfg.koleo,
-            koleo_eps=cfg.koleo_eps,
-            mmd=cfg.mmd,
-            membership=cfg.membership,
-            prior_samples=cfg.prior_samples,
-            chart_dim=cfg.dim,
-        )
-
-    def _similarity(self, out: models.Outputs, axis_name: str | None) -> jax.Array:
-        """[n, M] similarity of the n local rows to the gathered M global rows."""
-        if self.similarity == "manifold":
-            return -similarity_lib.manifold_distance(
-                out.coords,
-                out.q,
-                parallel.gather(out.coords, axis_name),
-                parallel.gather(out.q, axis_name),
-                no_overlap=NO_OVERLAP,
-            )
-        vectors = out.loss_vectors
-        if self.similarity == "torus":
-            vectors = manifolds.clifford_to_angles(vectors)
-        return similarity_lib.get(self.similarity)(vectors, parallel.gather(vectors, axis_name))
-
-    def __call__(
-        self, out: models.Outputs, labels: jax.Array, key: jax.Array, axis_name: str | None
-    ) -> tuple[jax.Array, dict[str, jax.Array]]:
-        """(total, {term: unweighted value}) of one device's outputs (n rows, ``labels`` [n]) against the keys
-        of all devices; every term is the value on the global batch."""
-        n = labels.shape[0]
-        keys = {
-            "key_labels": parallel.gather(labels, axis_name),
-            "self_index": parallel.self_index(n, axis_name),
-            "axis_name": axis_name,
-        }
-        kwargs = dict(self.loss_kwargs)
-        if self.loss == "simo":
-            vectors = out.loss_vectors
-            main = losses.simo(
-                vectors, labels, key_embeddings=parallel.gather(vectors, axis_name), **kwargs, **keys
-            )
-        else:
-            main = getattr(losses, self.loss)(self._similarity(out, axis_name), labels, **kwargs, **keys)
-        terms = {self.loss: main}
-        total = main
-        if self.koleo > 0:
-            # Per view, summed over the views, as Stowell 2026's code: two views of one image are not each
-            # other's nearest neighbours.
-            eps = {} if self.koleo_eps is None else {"eps": self.koleo_eps}
-            terms["koleo"] = regularizers.koleo(out.embedding, views=self.views, axis_name=axis_name, **eps)
-            total = total + self.koleo * terms["koleo"]
-        if self.mmd > 0:
-            prior = regularizers.sample_prior(key, self.prior_samples, self.chart_dim)
-            terms["mmd"] = regularizers.mmd_atlas(out.coords, out.q, prior, axis_name=axis_name)
-            total = total + self.mmd * terms["mmd"]
-        if self.membership > 0:
-            terms["membership"] = regularizers.membership(out.q, axis_name=axis_name)
-            total = total + self.membership * terms["membership"]
-        return total, terms
 
 
 @dataclasses.dataclass(frozen=True)
@@ -326,8 +174,7 @@ def make_batches(cfg: Config) -> data.Batches:
         kind=cfg.sampler,
         batch=cfg.batch_size,
         seed=cfg.seed,
-        m_per_class=cfg.m_per_class,
-        class_fraction=cfg.class_fraction,
+        options=tuple(sorted(registry.option_kwargs(cfg, "sampler").items())),
         instance=cfg.labels == "instance",
     )
 

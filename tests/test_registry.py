@@ -1,0 +1,121 @@
+"""Registrations (train.registry): a loss registered by a user's own code, in this file alone, is a key of
+the command line like the shipped ones, and the tables derived from the registrations behave as declared."""
+
+import inspect
+import json
+import os
+
+import jax.numpy as jnp
+import pytest
+
+from geojax import losses, parallel
+from train import app, config, registry
+from train.errors import UsageError
+from train.registry import POSITIVE, Key, Range
+
+SCALE = Key("toy_scale", 1.0, "weight of the toy loss", float, "objective", POSITIVE, arg="scale")
+
+
+def toy_gap(similarity, labels, *, key_labels, self_index, axis_name, scale):
+    """scale · (mean negative similarity − mean positive similarity), the anchor's own column left out."""
+    same = labels[:, None] == key_labels[None, :]
+    not_self = jnp.arange(key_labels.shape[0])[None, :] != self_index[:, None]
+    positive = same & not_self
+    pos = jnp.where(positive, similarity, 0.0).sum() / jnp.maximum(positive.sum(), 1)
+    neg = jnp.where(~same, similarity, 0.0).sum() / jnp.maximum((~same).sum(), 1)
+    return parallel.pmean(scale * (neg - pos), axis_name)
+
+
+@pytest.fixture
+def toy_loss():
+    before = config.Config
+    registry.register("loss", "toy_gap", keys=(SCALE,), calls=toy_gap)
+    yield
+    registry.unregister("loss", "toy_gap")
+    assert config.Config is before  # unregistering gives back the class of the shipped keys
+    assert "toy_scale" not in config.FIELDS
+
+
+def _first_loss(workdir):
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+        return json.loads(f.readline())["toy_gap"]
+
+
+def test_a_loss_registered_here_trains_from_the_command_line_with_its_key(toy_loss, tmp_path, capsys):
+    args = ["preset=supcon", "loss=toy_gap", "steps=2", "log_every=1", "progress=false", "batch_size=64"]
+    assert app.main([*args, "toy_scale=1", f"workdir={tmp_path / 'one'}"]) == 0
+    assert app.main([*args, "toy_scale=3", f"workdir={tmp_path / 'three'}"]) == 0
+    capsys.readouterr()
+    # the key reaches the loss: same seed, same first batch, three times the value
+    assert _first_loss(tmp_path / "three") == pytest.approx(3 * _first_loss(tmp_path / "one"), rel=1e-5)
+    saved = json.load(open(tmp_path / "three" / "config.json"))
+    assert saved["loss"] == "toy_gap" and saved["toy_scale"] == 3.0
+    assert config.from_saved(saved).toy_scale == 3.0
+
+
+def test_help_lists_the_registered_key_under_its_loss(toy_loss, capsys):
+    assert app.main(["--help"]) == 0
+    text = capsys.readouterr().out
+    assert "\n  when loss=toy_gap:\n    toy_scale          1.0              weight of the toy loss\n" in text
+    assert "toy_gap" in text.split("\n  loss ")[1].split("\n  similarity ")[0]  # one of the loss's values
+
+
+def test_the_registered_key_is_refused_with_another_loss_and_checked_by_its_range(toy_loss):
+    with pytest.raises(UsageError, match="toy_scale applies to loss=toy_gap, not loss='supcon'"):
+        config.from_args(["loss=supcon", "toy_scale=2"])
+    with pytest.raises(UsageError, match="toy_scale must be positive, got -1.0"):
+        config.from_args(["loss=toy_gap", "toy_scale=-1"])
+    # a preset's keys the toy loss does not use (SupCon's temperature) are dropped, not refused
+    cfg = config.from_args(["preset=supcon_torus_n", "loss=toy_gap"])
+    assert cfg.base_temperature is None and cfg.toy_scale == 1.0
+
+
+def test_a_key_declared_twice_differently_and_a_value_registered_twice_are_refused():
+    with pytest.raises(ValueError, match="key 'temperature' is declared twice"):
+        registry.register("loss", "other", keys=(Key("temperature", 0.5, "τ", float, "objective"),))
+    assert "other" not in registry.OPTIONS["loss"]
+    with pytest.raises(ValueError, match="loss='supcon' is registered already"):
+        registry.register("loss", "supcon", calls=losses.supcon)
+
+
+def test_every_library_loss_is_registered_and_each_key_is_a_keyword_of_what_its_choice_calls():
+    assert set(registry.OPTIONS["loss"]) == set(losses.LOSSES)
+    for opt in registry.OPTIONS["loss"].values():
+        assert opt.calls is getattr(losses, opt.value)
+    callees = [(opt.calls, opt.keys) for options in registry.OPTIONS.values() for opt in options.values()]
+    callees += [(reg.calls, reg.keys) for reg in registry.REGULARIZERS.values()]
+    for calls, keys in callees:
+        if calls is not None:
+            params = inspect.signature(calls).parameters
+            assert all(k.arg in params for k in keys if k.arg), (calls, keys)
+
+
+@pytest.mark.parametrize(
+    "rng, good, bad, text",
+    [
+        (Range(), 1e-9, 0.0, "positive"),
+        (Range(closed=True), 0.0, -1e-9, "non-negative"),
+        (Range(integer=True), 1, 0, "a positive integer"),
+        (Range(high=1.0), 0.5, 1.0, "in (0, 1)"),
+        (Range(high=0.5), 0.25, 0.5, "in (0, 0.5)"),
+    ],
+)
+def test_ranges_accept_and_refuse_at_their_edges(rng, good, bad, text):
+    assert rng.ok(good) and not rng.ok(bad) and rng.ok(None)
+    assert str(rng) == text
+
+
+@pytest.mark.parametrize("name", ["msimclr_cefa01a.json", "simo_batch_norm.json"])
+def test_config_json_written_before_the_registrations_still_loads_to_the_same_run(name, tmp_path):
+    """Run directories' config.json as the flat dataclass wrote them (a Korman 2021 MSimCLR run and a
+    Bouhsine 2024 SimO run of the cpu reproduction): every key read back, nothing the run used changed."""
+    with open(os.path.join(os.path.dirname(__file__), "stored_configs", name)) as f:
+        saved = json.load(f)
+    assert saved["dataset"].startswith("idx:")
+    saved["dataset"] = f"idx:{tmp_path}"  # the folder it was trained from is checked to exist
+    cfg = config.from_saved(saved)
+    assert {k: getattr(cfg, k) for k in config.used(saved)} == config.used(saved)
+    rebuilt = config.make(
+        **{k: v for k, v in config.used(saved).items() if k != "preset"}, preset=saved["preset"]
+    )
+    assert rebuilt == cfg

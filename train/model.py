@@ -1,0 +1,93 @@
+"""The model of a run: the encoder, the geometry head and the projection that a config selects, each value
+registered with the keys it uses (:mod:`train.registry`); the library's own tables
+(:data:`geojax.models.ENCODERS`, :data:`geojax.manifolds.GEOMETRIES`, :data:`geojax.models.PROJECTIONS`)
+select the code by the value."""
+
+from __future__ import annotations
+
+import typing
+from typing import Any, Literal
+
+import jax.numpy as jnp
+from flax import nnx
+
+from geojax import models, parallel
+from geojax.manifolds import GEOMETRIES, TORUS_GEOMETRIES
+from train import registry
+from train.registry import POSITIVE_INT, Key, When
+
+Norm = Literal["batch", "group", "none"]
+Head = Literal["stowell", "supcontrast", "linear"]
+QatBits = Literal[1, 2, 4, 8]
+
+NORM = Key("norm", None, "CNN / ResNet normalisation (none = the encoder's own)", Norm | None, "model")
+HEAD = Key(
+    "head",
+    "stowell",
+    "geometry head: stowell, Linear(F, 4·dim) → ReLU → Linear(4·dim, dim) (Stowell 2026's code); "
+    "supcontrast, Linear(F, F) → ReLU → Linear(F, dim) (SupContrast's); linear, Linear(F, dim) (Korman "
+    "2021's code); F: the encoder's features",
+    Head,
+    "model",
+)
+CHARTS = Key("charts", 1, "atlas charts n", int, "model", POSITIVE_INT)
+QAT_BITS = Key("qat_bits", None, "train the torus head through the b-bit grid", QatBits | None, "model")
+QAT_NOISE = Key(
+    "qat_noise",
+    False,
+    "one grid step of uniform noise in training, not rounding",
+    bool,
+    "model",
+    when=When("qat_bits", typing.get_args(QatBits)),
+)
+PROJECTION_DIM = Key("projection_dim", 64, "projection head output width", int, "model", POSITIVE_INT)
+
+for _name in models.ENCODERS:
+    registry.register("encoder", _name, keys=() if _name == "mlp" else (NORM,))
+for _name in GEOMETRIES:
+    registry.register(
+        "geometry",
+        _name,
+        keys=(CHARTS,) if _name == "atlas" else (HEAD, *((QAT_BITS,) if _name in TORUS_GEOMETRIES else ())),
+    )
+registry.core(QAT_NOISE)
+for _name in models.PROJECTIONS:
+    registry.register("projection", _name, keys=() if _name == "none" else (PROJECTION_DIM,))
+
+
+def compute_dtype(cfg: Any) -> Any:
+    """Layer compute dtype for ``cfg.precision`` (parameters, loss and embeddings stay float32)."""
+    return jnp.bfloat16 if cfg.precision == "bf16" else None
+
+
+def build_model(
+    cfg: Any, image_shape: tuple[int, int, int], *, axis_name: str | None = parallel.AXIS
+) -> models.EmbeddingModel:
+    """The encoder + head (+ projection) of ``cfg`` for images of ``image_shape``, initialised from the seed.
+
+    Batch norm (if any) synchronises its statistics over ``axis_name`` (None: a plain single-device step).
+    """
+    rngs = nnx.Rngs(cfg.seed)
+    dt = compute_dtype(cfg)
+    enc = models.encoder(
+        cfg.encoder,
+        input_shape=image_shape,
+        width=cfg.width,
+        norm=cfg.norm,
+        axis_name=axis_name,
+        compute_dtype=dt,
+        rngs=rngs,
+    )
+    return models.EmbeddingModel(
+        enc,
+        geometry=cfg.geometry,
+        dim=cfg.dim,
+        head_hidden={"stowell": None, "supcontrast": enc.features, "linear": 0}[cfg.head],
+        charts=cfg.charts,
+        projection=cfg.projection,
+        projection_dim=cfg.projection_dim,
+        qat_bits=cfg.qat_bits,
+        qat_noise=cfg.qat_noise,
+        compute_dtype=dt,
+        rngs=rngs,
+    )
