@@ -437,7 +437,8 @@ def test_render_mode_rejudges_stored_results_without_training(outputs, tmp_path,
 
 def test_render_drops_the_table2_copy_older_korman_results_stored(tmp_path):
     """A Korman 2021 result stored by an older version kept a copy of Table 2 in its details (with population
-    sds); `render` keeps the details the current analysis reads and the table shows sample sds."""
+    sds); `render` keeps the details the current analysis reads (and the baselines it derives from them) and
+    the table shows sample sds."""
     docs = os.path.join(os.path.dirname(__file__), os.pardir, "docs")
     with open(os.path.join(docs, "reproduce_001_fashion_mnist.json"), encoding="utf-8") as f:
         res = json.load(f)
@@ -445,7 +446,9 @@ def test_render_drops_the_table2_copy_older_korman_results_stored(tmp_path):
     (tmp_path / "reproduce_001_fashion_mnist.json").write_text(json.dumps(res), encoding="utf-8")
     (judged,) = main(["render", "--out", str(tmp_path)])
     assert "table2" not in judged["details"]
-    assert judged["details"] == {k: v for k, v in res["details"].items() if k != "table2"}
+    kept = {k: v for k, v in judged["details"].items() if k != "baselines"}  # derived from the runs
+    assert kept == {k: v for k, v in res["details"].items() if k not in ("table2", "baselines")}
+    assert judged["details"]["baselines"][0]["value"] == np.mean(res["details"]["pca_probe"])
     acc = judged["details"]["piecewise_linear_accuracy"]["16"]
     want = f"{100 * np.mean(acc):.1f} ± {100 * np.std(acc, ddof=1):.1f}"
     assert any(f"| 16 | 90.4 ± 3.0 | 68.5 ± 2.2 | {want} |" in t for _, t in judged["tables"])

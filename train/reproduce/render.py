@@ -78,28 +78,40 @@ def runs_table(runs: Sequence[Run]) -> str:
     return tables.markdown_table(header, rows, align="l" + "r" * (len(header) - 1)) + "\n"
 
 
+def _below(values: Mapping[str, float], floor: float) -> str:
+    return ", ".join(f"{name} {100 * v:.1f}" for name, v in values.items() if not v >= floor)
+
+
 def baseline_gap(res: Mapping[str, Any]) -> str:
-    """A sentence on the learned runs of a result (P@1 at least LEARNED × chance) against the raw pixels: how
-    many reach ABOVE_BASELINE over the raw-pixel P@1, and which do not, with their P@1; '' when no run of it
-    has a report."""
+    """Sentences on the learned runs of a result against their untrained baseline: how many reach
+    ABOVE_BASELINE over it, and which do not, with their number; '' when no run of it has a report.
+
+    The baseline is the raw pixels' 1-NN P@1 (a learned run: P@1 at least LEARNED × chance), or, where the
+    paper's details name baselines of their own protocol (``details['baselines']``: Korman 2021's 2-d codes
+    against a 2-d PCA of the pixels), each of those against its runs' own metric."""
+    groups = res.get("details", {}).get("baselines")
+    if groups is not None:
+        return " ".join(
+            f"**Against {g['baseline']}** ({100 * g['value']:.1f}, no training): "
+            f"{sum(v >= g['value'] + ABOVE_BASELINE for v in g['runs'].values())} of {len(g['runs'])} runs' "
+            f"{g['metric']} reach {100 * ABOVE_BASELINE:.0f} points above it or more"
+            + (f"; below: {below}." if (below := _below(g["runs"], g["value"] + ABOVE_BASELINE)) else ".")
+            for g in groups
+            if g["runs"]
+        )
     runs = [Run.from_json(r) for r in res["runs"]]
     raw = raw_pixels(runs)
     if raw is None:
         return ""
     learned = [r for r in runs if r.report and r.learned(1.0 / res["data"]["classes"])]
-    below = [r for r in learned if r.metric("precision_at_1") < raw["precision_at_1"] + ABOVE_BASELINE]
+    floor = raw["precision_at_1"] + ABOVE_BASELINE
+    below = _below({r.name: r.metric("precision_at_1") for r in learned}, floor)
     head = (
-        f"**Against the raw pixels** (P@1 {100 * raw['precision_at_1']:.1f}): {len(learned) - len(below)} of "
-        f"{len(learned)} learned runs reach {100 * ABOVE_BASELINE:.0f} points of P@1 above them or more"
+        f"**Against the raw pixels** (P@1 {100 * raw['precision_at_1']:.1f}): "
+        f"{sum(r.metric('precision_at_1') >= floor for r in learned)} of {len(learned)} learned runs reach "
+        f"{100 * ABOVE_BASELINE:.0f} points of P@1 above them or more"
     )
-    if not below:
-        return head + "."
-    return (
-        head
-        + "; below: "
-        + ", ".join(f"{r.name} {100 * r.metric('precision_at_1'):.1f}" for r in below)
-        + "."
-    )
+    return head + (f"; below: {below}." if below else ".")
 
 
 def records_table(records: Sequence[Mapping[str, Any]]) -> str:
