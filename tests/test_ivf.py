@@ -251,3 +251,24 @@ def test_benchmark_quick(tmp_path):
         recalls = [r["recall_same_codes"] for r in ours if r["codes"] == codes]
         assert recalls[-1] == 1.0 and recalls == sorted(recalls)
     assert all(b["geojax_bytes_per_row"] > 0 for b in figures["builds"])
+
+
+def test_the_block_chosen_from_the_lists_gives_the_results_of_any_fixed_block():
+    codec, x = codecs_and_data(np.random.default_rng(0))["torus8"]
+    auto = built(codec, x, 9, block=None, nprobe=3)
+    sizes = auto.list_sizes
+    mean = sizes[sizes > 0].mean() / 4  # rows per list on each of the 4 devices
+    want = int(min(1024, max(32, 2 ** np.ceil(np.log2(mean)))))
+    assert ivf.auto_block(sizes, 4) == want and auto._layout().blocks.shape[2] == want
+    assert ivf.auto_block(np.array([0, 5000 * 4]), 4) == 1024 and ivf.auto_block(np.zeros(3, int), 2) == 32
+    assert ivf.auto_block(np.array([300, 0, 500]), 2) == 256  # 200 rows per list on a device
+    q = x[[0, 3, 11, 200, 699]]
+    for block in (8, 64):
+        fixed = built(codec, x, 9, block=block, nprobe=3)
+        fixed.centroids = auto.centroids  # the same lists
+        fixed.reset()
+        fixed.add(x)
+        auto.reset()
+        auto.add(x)
+        for got, want_ in zip(auto.search(q, 20), fixed.search(q, 20), strict=True):
+            np.testing.assert_array_equal(np.asarray(got), np.asarray(want_))

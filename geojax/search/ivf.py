@@ -12,13 +12,15 @@ agree; a trained index grows without retraining.
 Lists as padded blocks. Each list is a run of blocks of ``block`` rows, rows in ascending id order (the last
 block padded with empty slots). The blocks are dealt round-robin over the mesh's ``db_axis`` devices, so
 every device holds about 1/devices of every list. A search is one jitted program over a batch of queries:
-the nearest ``nprobe`` centroids, the probed lists' blocks on each device (a static number, ``budget``: the
-most any query probes on any device, rounded up within 25 %, so few shapes compile), the distances by
-the codec's flat-scan kernel (blocks column-major, ``scan.BLOCKS``), each block's top-k by ``lax.top_k``
-(ties to the lower position, i.e. the lower id, as rows ascend by id in a block), and the blocks' best by
-(distance, id), on the device and then over the devices (:func:`geojax.search.merge.topk_blocks`,
-:func:`geojax.search.merge.merge_topk`). (One ``top_k`` over all of a query's candidates ran 15× slower
-on this CPU: XLA did not give it its fast top-k routine.)
+the nearest ``nprobe`` centroids, then the (query, block) pairs of the probed lists that each device holds,
+scanned a chunk of pairs at a time (the work is the pairs that exist: no query padded to the one that probes
+the most blocks; the number of pairs is a static shape, rounded up within 25 %, so few shapes compile), the
+distances by the codec's flat-scan kernel (blocks column-major, ``scan.BLOCKS``), each pair's top-k by
+``lax.top_k`` (ties to the lower position, i.e. the lower id, as rows ascend by id in a block), and each
+query's best by (distance, id), on the device and then over the devices
+(:func:`geojax.search.merge.merge_topk`). (One ``top_k`` over all of a query's candidates ran 15× slower on
+this CPU: XLA did not give it its fast top-k routine; neither does it for int32 keys, so exact integer
+distances are ranked as float32.)
 With ``nprobe = nlist`` every row is a candidate: the result is exactly the flat index's, ties included.
 A query whose probed lists hold fewer than k rows gets id −1 and the largest distance (int32 max, or +inf
 for PQ) in the slots left.
@@ -31,6 +33,7 @@ width for b-bit L2), plus at most one partly filled block per list and device.
 from __future__ import annotations
 
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -43,12 +46,13 @@ from geojax import _checks
 from geojax.search import codecs, placement, scan
 from geojax.search.codecs import Codec
 from geojax.search.flat import check_ids, check_k
-from geojax.search.merge import merge_topk, topk_blocks
+from geojax.search.merge import merge_topk
 from geojax.search.placement import NO_ID
 
 _ASSIGN_ROWS = 8192  # rows per block of the coarse assignment
 _ADD_ROWS = 1 << 16  # rows encoded and filed per step of an add
 _QUERY_BYTES = 4 << 20  # gathered block bytes per query block of a search (within the L2 cache)
+_MIN_BLOCK, _MAX_BLOCK = 32, 1024  # the range of block sizes chosen from the lists' sizes
 
 
 def _round_up(n: int) -> int:
@@ -168,7 +172,9 @@ class IndexIVF:
         codec: a :class:`geojax.search.codecs.Codec`.
         nlist: the number of lists (a positive int).
         nprobe: lists scanned per query, 1 ≤ nprobe ≤ nlist (settable later).
-        block: rows per block (a positive int).
+        block: rows per block (a positive int); None: chosen when the lists are laid out for a search, the
+            power of two at or above the mean rows per list on a device, within [32, 1024] (a list then
+            mostly fills one block: fewer, fuller blocks scan faster).
         iters: k-means rounds (a positive int).
         train_rows: the most training rows the quantiser uses (a random subset); None: 256 per list, faiss's
             default.
@@ -203,7 +209,7 @@ class IndexIVF:
         nlist: int,
         *,
         nprobe: int = 1,
-        block: int = 256,
+        block: int | None = None,
         iters: int = 20,
         train_rows: int | None = None,
         mesh: jax.sharding.Mesh | None = None,
@@ -211,13 +217,16 @@ class IndexIVF:
     ) -> None:
         if not isinstance(codec, Codec):
             raise ValueError(f"codec must be a geojax.search codec, got {type(codec).__name__}")
-        for value, name in ((nlist, "nlist"), (block, "block"), (iters, "iters")):
+        for value, name in ((nlist, "nlist"), (iters, "iters")):
             _checks.check_positive_int(value, name)
+        if block is not None:
+            _checks.check_positive_int(block, "block")
         if train_rows is not None:
             _checks.check_positive_int(train_rows, "train_rows")
         if jax.process_count() > 1:
             raise ValueError("IndexIVF runs in one process (its blocks dealt over that process's devices)")
-        self.codec, self.nlist, self.block, self.iters = codec, int(nlist), int(block), int(iters)
+        self.codec, self.nlist, self.iters = codec, int(nlist), int(iters)
+        self.block = None if block is None else int(block)
         self.train_rows = 256 * self.nlist if train_rows is None else int(train_rows)
         self.mesh = mesh if mesh is not None else placement.default_mesh(db_axis)
         placement.check_axes(self.mesh, db_axis, None)
@@ -453,19 +462,28 @@ class IndexIVF:
         k = check_k(k, self.ntotal)
         layout = self._layout()
         probe = np.asarray(_nearest_lists(self.codec.coarse_queries(q), self.centroids, self.nprobe))
-        budget = min(
-            _round_up(int(layout.counts[:, probe].sum(-1).max())), layout.table.shape[1] * self.nprobe
-        )
+        # The (query, block) pairs to scan: each query's blocks of its probed lists, on each shard.
+        need = layout.counts[:, probe].sum(-1)  # [shards, Q]
+        pairs = _round_up(int(need.sum(1).max()))
+        per_query = min(_round_up(int(need.max())), layout.table.shape[1] * self.nprobe)
         block_bytes = layout.blocks.shape[1] * layout.blocks.shape[2] * layout.blocks.dtype.itemsize
-        qb = int(max(1, min(len(queries), _QUERY_BYTES // (budget * block_bytes))))
-        fn = self._search_fn(k, budget, qb)
+        chunk = int(max(1, min(pairs, _QUERY_BYTES // block_bytes)))
+        fn = self._search_fn(k, pairs, per_query, chunk)
         return fn(queries, probe, layout.table, layout.blocks, layout.ids, self.codec.aux)
 
-    def _search_fn(self, k: int, budget: int, qb: int):
-        key = (k, budget, qb)
+    def _search_fn(self, k: int, pairs: int, per_query: int, chunk: int):
+        key = (k, pairs, per_query, chunk)
         if key not in self._search_fns:
             spec, db = self.codec.scan, P(self.db_axis)
-            local = functools.partial(_shard_search, spec=spec, axis=self.db_axis, k=k, budget=budget, qb=qb)
+            local = functools.partial(
+                _shard_search,
+                spec=spec,
+                axis=self.db_axis,
+                k=k,
+                pairs=pairs,
+                per_query=per_query,
+                chunk=chunk,
+            )
             mapped = jax.shard_map(
                 local,
                 mesh=self.mesh,
@@ -564,9 +582,18 @@ class _Layout:
         self.table, self.blocks, self.ids, self.counts = table, blocks, ids, counts
 
 
+def auto_block(sizes: np.ndarray, shards: int) -> int:
+    """Rows per block for lists of ``sizes`` rows dealt over ``shards`` devices: the power of two at or above
+    the mean rows per non-empty list on a device, within [_MIN_BLOCK, _MAX_BLOCK]."""
+    filled = sizes[sizes > 0]
+    mean = float(filled.mean()) / shards if len(filled) else 1.0
+    return int(min(_MAX_BLOCK, max(_MIN_BLOCK, 1 << max(0, math.ceil(math.log2(max(mean, 1.0)))))))
+
+
 def _build_layout(index: IndexIVF) -> _Layout:
-    b, shards, nlist = index.block, index.shards, index.nlist
+    shards, nlist = index.shards, index.nlist
     sizes = index.list_sizes
+    b = index.block or auto_block(sizes, shards)
     nblocks = -(-sizes // b)  # blocks per list
     # Block j of list l goes to shard j mod shards, as that shard's next block.
     counts = np.stack([(nblocks - s + shards - 1) // shards for s in range(shards)])  # [shards, nlist]
@@ -616,11 +643,17 @@ def _shard_search(
     spec: scan.Scan,
     axis: str,
     k: int,
-    budget: int,
-    qb: int,
+    pairs: int,
+    per_query: int,
+    chunk: int,
 ):
     """One device: the top-k of every query over its blocks of the probed lists, then over all devices of
     ``axis`` by (distance, id).
+
+    The work is the (query, block) pairs that exist on this device, at most ``pairs`` of them, scanned
+    ``chunk`` pairs at a time, whatever the number of blocks each query needs (no query padded to the
+    busiest): each pair's block gives its k best rows, which land in its query's row of a candidate table
+    (``per_query`` blocks wide, the most any query needs), merged by (distance, id) at the end.
 
     queries [Q, ...] (the codec's scan queries), probe [Q, nprobe] lists, table [nlist, most] this device's
     block numbers per list (−1: none), blocks [B_max, W', block] operand rows (column-major per block), ids
@@ -629,26 +662,36 @@ def _shard_search(
     nq = queries.shape[0]
     b = blocks.shape[2]
     slots = table[probe].reshape(nq, -1)  # [Q, nprobe·most], −1 where a list has no more blocks here
-    first = jnp.argsort(slots < 0, axis=1, stable=True)[:, :budget]  # the real slots, in probe order
-    slots = jnp.take_along_axis(slots, first, axis=1)
+    real = slots >= 0
+    rank = jnp.cumsum(real, axis=1) - 1  # each real slot's place among its query's
+    # The real pairs in (query, probe) order, then empty ones (index −1) up to a multiple of chunk.
+    (flat,) = jnp.nonzero(real.reshape(-1), size=pairs + (-pairs % chunk), fill_value=-1)
+    ok = flat >= 0
+    safe = jnp.maximum(flat, 0)
+    pair_query = safe // slots.shape[1]
+    pair_block = jnp.maximum(slots.reshape(-1)[safe], 0)
     operand = spec.operand(queries)
-    pad = -nq % qb
-    operand = jnp.pad(operand, ((0, pad),) + ((0, 0),) * (operand.ndim - 1))
-    slots = jnp.pad(slots, ((0, pad), (0, 0)), constant_values=-1)
     key_dtype = jnp.float32 if spec.exact else jnp.int32
     big = jnp.finfo(jnp.float32).max if spec.exact else jnp.iinfo(jnp.int32).max
-    keep = min(k, budget * b)
+    kb = min(k, b)
 
-    def one_block(args):
-        qx, sl = args  # [qb, ...], [qb, budget]
-        safe = jnp.maximum(sl, 0)
-        row_ids = jnp.where(sl[..., None] >= 0, ids[safe], NO_ID)  # [qb, budget, block]
-        dist = spec.kernel(spec.prepare(aux, qx), blocks[safe], scan.BLOCKS)  # [qb, budget, block]
+    def one_chunk(args):
+        pq, pb, pok = args  # [chunk] each
+        row_ids = jnp.where(pok[:, None], ids[pb], NO_ID)  # [chunk, block]
+        dist = spec.kernel(spec.prepare(aux, operand[pq]), blocks[pb][:, None], scan.BLOCKS)[:, 0]
         keys = jnp.where(row_ids < NO_ID, -dist.astype(key_dtype), -big)
-        return topk_blocks(keys, row_ids, keep)
+        v, j = lax.top_k(keys, kb)  # ties to the lower position: the lower id (ids ascend in a block)
+        return -v, jnp.take_along_axis(row_ids, j, axis=1)
 
-    d, i = lax.map(one_block, (operand.reshape(-1, qb, *operand.shape[1:]), slots.reshape(-1, qb, budget)))
-    d, i = d.reshape(-1, keep)[:nq], i.reshape(-1, keep)[:nq]
+    d, i = lax.map(one_chunk, tuple(x.reshape(-1, chunk) for x in (pair_query, pair_block, ok)))
+    d, i = d.reshape(-1, kb), i.reshape(-1, kb)
+    # Each pair's k best into its query's row, at its rank's columns; empty pairs fall outside (dropped).
+    row = jnp.where(ok, pair_query, nq)[:, None]
+    col = jnp.where(ok, rank.reshape(-1)[safe], 0)[:, None] * kb + jnp.arange(kb)
+    cand_d = jnp.full((nq, per_query * kb), big, d.dtype).at[row, col].set(d, mode="drop")
+    cand_i = jnp.full((nq, per_query * kb), NO_ID, jnp.int32).at[row, col].set(i, mode="drop")
+    keep = min(k, per_query * kb)
+    d, i = merge_topk(cand_d, cand_i, keep)
     if keep < k:  # fewer candidates than k on this device
         d = jnp.pad(d, ((0, 0), (0, k - keep)), constant_values=big)
         i = jnp.pad(i, ((0, 0), (0, k - keep)), constant_values=NO_ID)
