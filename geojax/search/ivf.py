@@ -583,8 +583,24 @@ class _Layout:
 
 
 def auto_block(sizes: np.ndarray, shards: int) -> int:
-    """Rows per block for lists of ``sizes`` rows dealt over ``shards`` devices: the power of two at or above
-    the mean rows per non-empty list on a device, within [_MIN_BLOCK, _MAX_BLOCK]."""
+    """Rows per block for lists dealt over devices: a list then mostly fills one block.
+
+    The power of two at or above the mean rows per non-empty list on a device, within [32, 1024] (fewer,
+    fuller blocks scan faster; smaller ones waste less on short lists).
+
+    Args:
+        sizes: [nlist] rows per list.
+        shards: the devices the lists' blocks are dealt over.
+
+    Returns:
+        The block size, a power of two in [32, 1024].
+
+    Example:
+        >>> import numpy as np
+        >>> from geojax.search import ivf
+        >>> ivf.auto_block(np.array([300, 0, 500]), 2)  # 200 rows per list on a device
+        256
+    """
     filled = sizes[sizes > 0]
     mean = float(filled.mean()) / shards if len(filled) else 1.0
     return int(min(_MAX_BLOCK, max(_MIN_BLOCK, 1 << max(0, math.ceil(math.log2(max(mean, 1.0)))))))
