@@ -93,9 +93,6 @@ def _choice(name: str, default: str, text: str, group: str, kind: Any = None) ->
 
 registry.core(
     Key("preset", "supcon_torus_n", "named recipe whose values replace these defaults", str, "preset"),
-    *_keys(
-        "data",
-    ),
     _choice(
         "dataset",
         "digits",
