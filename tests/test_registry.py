@@ -71,9 +71,13 @@ def test_the_registered_key_is_refused_with_another_loss_and_checked_by_its_rang
 
 
 def test_a_key_declared_twice_differently_and_a_value_registered_twice_are_refused():
+    fresh = Key("other_scale", 1.0, "a new key", float, "objective")
     with pytest.raises(ValueError, match="key 'temperature' is declared twice"):
-        registry.register("loss", "other", keys=(Key("temperature", 0.5, "τ", float, "objective"),))
+        registry.register("loss", "other", keys=(fresh, Key("temperature", 0.5, "τ", float, "objective")))
     assert "other" not in registry.OPTIONS["loss"]
+    # a refused registration records none of its keys: other_scale may still be declared otherwise
+    registry.register("loss", "other", keys=(Key("other_scale", 2.0, "another", float, "objective"),))
+    registry.unregister("loss", "other")
     with pytest.raises(ValueError, match="loss='supcon' is registered already"):
         registry.register("loss", "supcon", calls=losses.supcon)
 

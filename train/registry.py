@@ -132,9 +132,8 @@ _LISTENERS: list[Callable[[], None]] = []
 
 def core(*keys: Key) -> None:
     """Declare keys that every run has (or that belong to a ``when`` of their own)."""
-    for k in keys:
-        _claim(k)
-        CORE[k.name] = k
+    _claim(keys)
+    CORE.update((k.name, k) for k in keys)
     _changed()
 
 
@@ -151,8 +150,7 @@ def register(
     the same key."""
     if value in OPTIONS.get(choice, {}):
         raise ValueError(f"{choice}={value!r} is registered already")
-    for k in keys:
-        _claim(k)
+    _claim(keys)
     OPTIONS.setdefault(choice, {})[value] = Option(choice, value, tuple(keys), calls, dict(info))
     _changed()
 
@@ -163,8 +161,7 @@ def register_regularizer(
     """Add a weighted term of the objective (its ``weight`` key, default 0: off)."""
     if name in REGULARIZERS:
         raise ValueError(f"regularizer {name!r} is registered already")
-    for k in (weight, *keys):
-        _claim(k)
+    _claim((weight, *keys))
     REGULARIZERS[name] = Regularizer(name, weight, tuple(keys), calls, when)
     _changed()
 
@@ -172,7 +169,8 @@ def register_regularizer(
 def unregister(choice: str, value: Any) -> None:
     """Remove a registered value (a test's own loss, after the test)."""
     removed = OPTIONS[choice].pop(value)
-    still = {k.name for _, _, k in _all_keys()}
+    still = {k.name for opts in OPTIONS.values() for opt in opts.values() for k in opt.keys}
+    still |= set(CORE) | {k.name for reg in REGULARIZERS.values() for k in (reg.weight, *reg.keys)}
     for k in removed.keys:
         if k.name not in still:
             del _DECLARED[k.name]
@@ -190,18 +188,14 @@ def _changed() -> None:
         listener()
 
 
-def _claim(k: Key) -> None:
-    """A key is declared once; a second declaration must be the same key (a shared key: ``temperature``)."""
-    known = _DECLARED.setdefault(k.name, k)
-    if known != k:
-        raise ValueError(f"key {k.name!r} is declared twice, differently: {known} and {k}")
-
-
-def _all_keys() -> list[tuple[str | None, Any, Key]]:
-    """(choice, value, key) of every registered key (choice None: a core or regulariser key)."""
-    out: list[tuple[str | None, Any, Key]] = [(None, None, k) for k in CORE.values()]
-    out += [(c, v, k) for c, options in OPTIONS.items() for v, opt in options.items() for k in opt.keys]
-    return out + [(None, None, k) for reg in REGULARIZERS.values() for k in (reg.weight, *reg.keys)]
+def _claim(keys: tuple[Key, ...]) -> None:
+    """Declare ``keys``: each name once; a second declaration must be the same key (a shared key:
+    ``temperature``). All are checked before any is recorded, so a refused registration changes nothing."""
+    for k in keys:
+        known = _DECLARED.get(k.name, k)
+        if known != k:
+            raise ValueError(f"key {k.name!r} is declared twice, differently: {known} and {k}")
+    _DECLARED.update((k.name, k) for k in keys)
 
 
 def option(choice: str, value: Any) -> Option:
