@@ -31,9 +31,9 @@ import numpy as np
 
 from geojax import binary, tt
 from geojax.quantize import pack_bits
-from train.results import add_out_argument, destination, machine_info, write_result
-from train.tables import markdown_table
-from train.timing import measure
+from train.helpers.results import add_out_argument, destination, machine_info, write_result
+from train.helpers.tables import markdown_table
+from train.helpers.timing import measure
 
 
 @jax.jit

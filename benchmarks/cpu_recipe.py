@@ -26,8 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from train.results import add_out_argument, destination, machine_info, write_result  # noqa: E402
-from train.tables import markdown_table  # noqa: E402
+from train.helpers.results import add_out_argument, destination, machine_info, write_result  # noqa: E402
+from train.helpers.tables import markdown_table  # noqa: E402
 
 TARGET_P1, TARGET_S = 0.90, 600.0
 

@@ -40,8 +40,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from search import interleaved, load_faiss, recall_at  # noqa: E402
 
 from geojax import search  # noqa: E402
-from train.results import add_out_argument, destination, machine_info, write_result  # noqa: E402
-from train.tables import markdown_table  # noqa: E402
+from train.helpers.results import add_out_argument, destination, machine_info, write_result  # noqa: E402
+from train.helpers.tables import markdown_table  # noqa: E402
 
 K = 10
 NPROBES = (1, 2, 4, 8, 16, 32, 64)

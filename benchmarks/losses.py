@@ -30,9 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from geojax import losses  # noqa: E402
 from geojax.similarity import cosine  # noqa: E402
-from train.results import add_out_argument, destination, machine_info, write_result  # noqa: E402
-from train.tables import markdown_table  # noqa: E402
-from train.timing import measure  # noqa: E402
+from train.helpers.results import add_out_argument, destination, machine_info, write_result  # noqa: E402
+from train.helpers.tables import markdown_table  # noqa: E402
+from train.helpers.timing import measure  # noqa: E402
 
 D = 128
 PER_CLASS = 8

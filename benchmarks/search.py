@@ -34,7 +34,7 @@ b = 8, 4, 2, 1 on 64 angles: 64·b/8 bytes per code) against the 8-bit scan, aga
 IndexBinaryFlat on the same number of bytes, and against the C99 header ``train/csearch/geojax_torus.h``
 (one thread, built with the system C compiler through ctypes), with the results checked equal.
 
-Each run writes what it prints, unrounded, with the machine record (``train.results``) to
+Each run writes what it prints, unrounded, with the machine record (``train.helpers.results``) to
 ``benchmarks/results/``: ``search.json`` (the comparison and its floors), ``search_index_devices.json``
 (--index-devices) or ``search_torus_bits.json`` (--torus-bits); ``_gpu`` is appended on a GPU host and
 ``_cpu_devices_N`` with --cpu-devices outside --index-devices. --out FOLDER writes there instead.
@@ -57,9 +57,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from geojax import quantize, search  # noqa: E402
 from train.csearch import clib  # noqa: E402
-from train.results import add_out_argument, destination, machine_info, write_result  # noqa: E402
-from train.tables import markdown_table  # noqa: E402
-from train.timing import Timing, measure  # noqa: E402
+from train.helpers.results import add_out_argument, destination, machine_info, write_result  # noqa: E402
+from train.helpers.tables import markdown_table  # noqa: E402
+from train.helpers.timing import Timing, measure  # noqa: E402
 
 # bits set in each byte value, for the numpy Hamming reference
 _POPCOUNT = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1).sum(1).astype(np.uint8)

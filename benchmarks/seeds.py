@@ -24,13 +24,13 @@ import subprocess
 import sys
 import tempfile
 
-from train.results import add_out_argument, destination, machine_info, write_result
-from train.tables import markdown_table
+from train.helpers.results import add_out_argument, destination, machine_info, write_result
+from train.helpers.tables import markdown_table
 
 
 def child(seeds: int, steps: int, encoder: str, width: int, batch: int) -> dict[str, float]:
     """Train one configuration in this process; its steady-state seconds and peak resident memory."""
-    from train import config, loop
+    from train.app import config, loop
 
     with tempfile.TemporaryDirectory() as workdir:
         cfg = config.make(

@@ -122,14 +122,19 @@ def torch_split(one: Callable[[], Any], steps: int) -> dict[str, float]:
 
 def unprofiled_ms(call: Callable[[], Any], block: Callable[[Any], Any], calls: int, per_call: int) -> float:
     """Wall time (ms) per step: median over 3 rounds of ``calls`` calls of ``per_call`` steps each."""
-    from train.timing import measure
+    from train.helpers.timing import measure
 
     t = measure(call, repeats=3, warmup=2, number=calls, block=block)
     return 1e3 * statistics.median(t.seconds) / per_call
 
 
 def main() -> None:
-    from train.results import add_out_argument, destination, machine_info, write_result  # no backend yet
+    from train.helpers.results import (  # no backend yet
+        add_out_argument,
+        destination,
+        machine_info,
+        write_result,
+    )
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small sizes, a few seconds")
@@ -151,7 +156,7 @@ def main() -> None:
     import jax
     import train_step
 
-    from train.tables import markdown_table
+    from train.helpers.tables import markdown_table
 
     try:
         import torch

@@ -1,6 +1,6 @@
 """Training-step throughput: the geojax train step next to the same step in PyTorch, measured in one run.
 
-The geojax side is the train app's own step (train.step): the training images held on the device, each
+The geojax side is the train app's own step (train.app.step): the training images held on the device, each
 step's batch drawn and gathered inside the jitted step (the device feed), ``--steps-per-call`` steps per
 dispatch (one ``lax.scan``; a comma list times each), the state's buffers donated. The PyTorch side is the
 same step as a good PyTorch engineer writes it (:func:`torch_step`): the images held as a device tensor,
@@ -74,10 +74,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from geojax import losses, parallel
-from train import config, data, optim, step
-from train.results import add_out_argument, destination, machine_info, write_result
-from train.tables import markdown_table
-from train.timing import measure
+from train.app import config, data, optim, step
+from train.helpers.results import add_out_argument, destination, machine_info, write_result
+from train.helpers.tables import markdown_table
+from train.helpers.timing import measure
 
 # Dense bf16 peaks (FLOP/s) from NVIDIA's data sheets (half the sparsity figure), for MFU, by the device's
 # model name, the first entry found in it (the PCIe and NVL H100s and the H200 NVL run lower clocks and

@@ -38,7 +38,7 @@ if importlib.util.find_spec("geojax") is None:
     subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", GEOJAX, *cuda])
     importlib.invalidate_caches()
 
-from train import notebook
+from train.app import notebook
 
 notebook.show_devices()
 

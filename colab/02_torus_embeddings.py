@@ -38,7 +38,7 @@ if importlib.util.find_spec("geojax") is None:
     subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", GEOJAX, *cuda])
     importlib.invalidate_caches()
 
-from train import notebook
+from train.app import notebook
 
 notebook.show_devices()
 
@@ -59,8 +59,8 @@ RUN_ROOT = notebook.runs_dir(RUNS_DIR)
 # %% [markdown]
 # ## 1. Train the three geometries (and a KoLeo sweep on torusN)
 #
-# Each `notebook.train_run` call is one `python -m train preset=supcon_<geometry> key=value …` run
-# in-process (`train.config.make` + `train.app.run`): it trains, embeds the test split (queries) and the train
+# Each `notebook.train_run` call is one `python -m train preset=supcon_<geometry> key=value …` run in-process
+# (`train.app.config.make` + `train.app.cli.run`): it trains, embeds the test split (queries) and the train
 # split (reference) and writes `embeddings.npz` + `report.json` in its run directory. Precision@1 ranks the
 # reference by cosine (test vs train). Circular variance $1-\lVert\frac1n\sum_i Z_i\rVert_2$ (eq. 4, on the
 # Clifford form for tori) is near 1 when the embeddings use the whole space. The gradient-norm column tells
@@ -71,7 +71,7 @@ RUN_ROOT = notebook.runs_dir(RUNS_DIR)
 import json
 import os
 
-from train import tables
+from train.helpers import tables
 
 common = dict(
     root=RUN_ROOT,

@@ -47,7 +47,7 @@ if importlib.util.find_spec("geojax") is None:
     subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", GEOJAX, *cuda])
     importlib.invalidate_caches()
 
-from train import notebook
+from train.app import notebook
 
 notebook.show_devices()
 
@@ -73,7 +73,7 @@ RUN_ROOT = notebook.runs_dir(RUNS_DIR)
 # and how many charts are actually used.
 
 # %%
-from train import tables
+from train.helpers import tables
 
 common = dict(
     root=RUN_ROOT,

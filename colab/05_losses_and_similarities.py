@@ -51,7 +51,7 @@ if importlib.util.find_spec("geojax") is None:
     subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", GEOJAX, *cuda])
     importlib.invalidate_caches()
 
-from train import notebook
+from train.app import notebook
 
 notebook.show_devices()
 
@@ -80,7 +80,7 @@ RUN_ROOT = notebook.runs_dir(RUNS_DIR)
 # similarities gives the same ranking).
 
 # %%
-from train import tables
+from train.helpers import tables
 
 common = dict(
     root=RUN_ROOT,
@@ -117,7 +117,7 @@ import os
 import numpy as np
 from IPython.display import Image, display
 
-from train.plots import plot_target_noise
+from train.helpers.plots import plot_target_noise
 
 histograms = {
     f"{loss}, trained with {trained}": np.load(os.path.join(rep["workdir"], "embeddings.npz"))

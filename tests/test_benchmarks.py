@@ -1,4 +1,4 @@
-"""train.timing (the one timer) and smoke runs of the benchmark scripts' --quick modes."""
+"""train.helpers.timing (the one timer) and smoke runs of the benchmark scripts' --quick modes."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from train.results import RESULTS_DIR, destination, write_result
-from train.timing import Timing, measure
+from train.helpers.results import RESULTS_DIR, destination, write_result
+from train.helpers.timing import Timing, measure
 
 
 def _sleeper(seconds: float, calls: list):

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from geojax import losses, models, regularizers
-from train import app, config, optim, registry, step
-from train.errors import UsageError
+from train.app import cli, config, optim, registry, step
+from train.app.errors import UsageError
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -60,13 +60,13 @@ def test_a_key_the_run_does_not_use_is_refused_naming_the_choice(args, message):
 
 
 def test_a_preset_key_the_users_choices_make_unused_is_dropped_with_a_log_line(caplog):
-    with caplog.at_level(logging.WARNING, logger="train.config"):
+    with caplog.at_level(logging.WARNING, logger="train.app.config"):
         cfg = config.make(loss="triplet")  # the default preset sets base_temperature and KoLeo's ε
     assert cfg.loss == "triplet" and cfg.base_temperature is None
     assert "base_temperature=0.07 dropped" in caplog.text and "loss='triplet'" in caplog.text
     assert step.Objective.from_config(cfg).loss_kwargs == (("margin", 0.2), ("mining", "all"))
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="train.config"):
+    with caplog.at_level(logging.WARNING, logger="train.app.config"):
         cfg = config.make(geometry="atlas", similarity="manifold")
     assert (cfg.koleo, cfg.koleo_eps) == (0.0, None)  # the preset's KoLeo cannot reach an atlas
     assert "koleo=0.1 dropped" in caplog.text and "koleo_eps=1e-06 dropped" in caplog.text
@@ -74,14 +74,14 @@ def test_a_preset_key_the_users_choices_make_unused_is_dropped_with_a_log_line(c
 
 def test_a_dropped_choice_drops_the_keys_that_belong_to_it(monkeypatch, caplog):
     monkeypatch.setitem(config.PRESETS, "qat_recipe", {"qat_bits": 4, "qat_noise": True})
-    with caplog.at_level(logging.WARNING, logger="train.config"):
+    with caplog.at_level(logging.WARNING, logger="train.app.config"):
         cfg = config.make(preset="qat_recipe", geometry="sphere")
     assert (cfg.qat_bits, cfg.qat_noise) == (None, False)
     assert "qat_bits=4 dropped" in caplog.text and "qat_noise=True dropped" in caplog.text
 
 
 def test_the_users_length_replaces_the_presets_other_length_key(monkeypatch, caplog):
-    with caplog.at_level(logging.WARNING, logger="train.config"):
+    with caplog.at_level(logging.WARNING, logger="train.app.config"):
         cfg = config.make(preset="supcon_torus_n_cifar10", steps=100)
     assert (cfg.steps, cfg.epochs) == (100, None)
     assert "steps=100 replaces preset supcon_torus_n_cifar10's epochs=100" in caplog.text
@@ -93,7 +93,7 @@ def test_the_users_length_replaces_the_presets_other_length_key(monkeypatch, cap
 
 
 def test_every_preset_uses_every_key_it_sets(caplog):
-    with caplog.at_level(logging.WARNING, logger="train.config"):
+    with caplog.at_level(logging.WARNING, logger="train.app.config"):
         for name in config.PRESETS:
             assert config.preset_unused(name) == [], name
             cfg = config.make(preset=name)
@@ -170,16 +170,16 @@ def test_the_command_lines_in_readme_parse():
 
 
 def test_usage_errors_exit_2_in_one_line_and_bugs_keep_their_traceback(monkeypatch, capsys):
-    assert app.main(["loss=triplet", "temperature=0.3"]) == 2
+    assert cli.main(["loss=triplet", "temperature=0.3"]) == 2
     err = capsys.readouterr().err
     assert err.strip().count("\n") == 0 and "temperature applies to" in err
 
     def broken(cfg, **kwargs):
         raise ValueError("an internal bug")
 
-    monkeypatch.setattr(app, "run", broken)
+    monkeypatch.setattr(cli, "run", broken)
     with pytest.raises(ValueError, match="an internal bug"):
-        app.main(["steps=2"])
+        cli.main(["steps=2"])
 
 
 def test_koleo_eps_none_is_the_librarys_own():

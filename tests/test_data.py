@@ -1,11 +1,11 @@
-"""train.data: loaders (digits, npz, tfds mocked), samplers and jnp augmentations."""
+"""train.app.data: loaders (digits, npz, tfds mocked), samplers and jnp augmentations."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from train import data
+from train.app import data
 
 
 def test_digits_split_is_fixed_stratified_and_scaled():
@@ -67,7 +67,7 @@ def test_any_tfds_name_loads_and_8_bit_images_compact_to_uint8():
 
 def test_training_on_a_tfds_set_holds_its_uint8_images_on_the_devices(tmp_path):
     tfds = pytest.importorskip("tensorflow_datasets")
-    from train import config, loop
+    from train.app import config, loop
 
     kw = dict(dataset="cifar10", width=8, dim=4, batch_size=8, steps=2, progress=False, devices=2, lr=1e-2)
     with tfds.testing.mock_data(num_examples=24):

@@ -1,5 +1,5 @@
 """train.evaluate on synthetic clustered embeddings: every Table 3 row, the ranking similarity, the files,
-the CLI and the plots (train.plots)."""
+the CLI and the plots (train.helpers.plots)."""
 
 import json
 import os
@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from geojax import manifolds, quantize, search
-from train import evaluate, plots
+from train import evaluate
+from train.helpers import plots
 
 
 def clustered(rng, n_per, classes, d, spread):

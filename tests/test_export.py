@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from geojax import manifolds, quantize, search
-from train import config, export, loop, step
+from train import export
+from train.app import config, loop, step
 from train.csearch import clib, reader
 
 

@@ -1,6 +1,6 @@
-"""train.data's ``idx:DIR`` source: MNIST-layout IDX folders, read back against a writer of the format's own
-(LeCun et al.'s MNIST page: magic 0 0 TYPE NDIM, big-endian uint32 sizes, big-endian data), and every broken
-file refused, naming it, before any training."""
+"""train.app.data's ``idx:DIR`` source: MNIST-layout IDX folders, read back against a writer of the format's
+own (LeCun et al.'s MNIST page: magic 0 0 TYPE NDIM, big-endian uint32 sizes, big-endian data), and every
+broken file refused, naming it, before any training."""
 
 import gzip
 import os
@@ -10,7 +10,7 @@ import struct
 import numpy as np
 import pytest
 
-from train import app, data
+from train.app import cli, data
 
 STEMS = {
     "train_x": "train-images-idx3-ubyte",
@@ -181,7 +181,7 @@ def test_a_missing_file_or_a_plain_and_gz_pair_is_refused(tmp_path):
 def test_the_app_stops_on_a_broken_file_before_training(tmp_path, capsys):
     ds = folder(tmp_path / "data", raw={"train_y": idx_bytes(A["train_y"][:-1])})
     workdir = tmp_path / "run"
-    status = app.main([f"dataset=idx:{ds}", f"workdir={workdir}", "steps=2", "progress=false"])
+    status = cli.main([f"dataset=idx:{ds}", f"workdir={workdir}", "steps=2", "progress=false"])
     err = capsys.readouterr().err
     assert status == 2 and err.count("\n") == 1
     assert err.startswith(f"error: {ds / STEMS['train_y']}: 29 labels, but")

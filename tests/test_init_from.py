@@ -10,8 +10,8 @@ import jax
 import numpy as np
 import pytest
 
-from train import config, loop
-from train.errors import UsageError
+from train.app import config, loop
+from train.app.errors import UsageError
 
 TINY = dict(width=32, batch_size=32, dim=8, steps_per_call=1, progress=False, log_every=1, lr=1e-2)
 

@@ -16,7 +16,7 @@ import jax
 import numpy as np
 import pytest
 
-from train import app, checkpoint, config, loop
+from train.app import checkpoint, cli, config, loop
 
 TINY = dict(width=8, dim=4, batch_size=16, progress=False, eval_batch=512, devices=1, lr=1e-2)
 
@@ -159,8 +159,8 @@ def test_all_checkpoints_damaged_names_the_directory(tmp_path):
 
 
 def test_a_finished_run_can_be_extended_and_keeps_its_timing(tmp_path, capsys, reference):
-    first = app.run(config.make(workdir=str(tmp_path), **REF_KW))
-    again = app.run(config.make(workdir=str(tmp_path), **REF_KW))
+    first = cli.run(config.make(workdir=str(tmp_path), **REF_KW))
+    again = cli.run(config.make(workdir=str(tmp_path), **REF_KW))
     assert again["timing"]["train_s"] == first["timing"]["train_s"]  # rerun of a finished run: no new timing
     capsys.readouterr()
     longer = loop.train(config.make(workdir=str(tmp_path), **{**REF_KW, "steps": 9}))
@@ -201,7 +201,7 @@ def test_errors_before_any_work(tmp_path):
 
 
 def test_written_files_are_strict_json(tmp_path):
-    app.run(config.make(workdir=str(tmp_path), **TINY, steps=2, preset="mtriplet"))  # circular variance: None
+    cli.run(config.make(workdir=str(tmp_path), **TINY, steps=2, preset="mtriplet"))  # circular variance: None
     for name in ("config.json", "report.json"):
         json.loads(
             (tmp_path / name).read_text(),
@@ -214,7 +214,7 @@ def test_written_files_are_strict_json(tmp_path):
 def test_idx_files_convert_to_the_npz_the_app_reads(tmp_path):
     import gzip
 
-    from train import data
+    from train.app import data
 
     images = np.random.default_rng(0).integers(0, 256, (30, 5, 4), dtype=np.uint8)
     labels = (np.arange(30) % 3).astype(np.uint8)

@@ -16,8 +16,8 @@ import jax
 import numpy as np
 import pytest
 
-from train import checkpoint, config, loop
-from train import step as step_lib
+from train.app import checkpoint, config, loop
+from train.app import step as step_lib
 
 # A well-conditioned recipe, so that the collectives' other summation order stays at round-off: SGD (Adam's
 # g/√v blows round-off in near-zero gradients up to the learning rate) and no KoLeo (its 1/distance

@@ -17,8 +17,8 @@ import pytest
 from flax import nnx
 
 from geojax import models
-from train import config, step
-from train import data as data_lib
+from train.app import config, step
+from train.app import data as data_lib
 
 SHAPES = ((32, 32, 3), (28, 28, 1))  # CIFAR and (Fashion-)MNIST images
 
@@ -182,7 +182,7 @@ def test_every_preset_builds_the_papers_network(preset, shape):
 
 def paper_scale_configs(tmp_path, monkeypatch) -> list[config.Config]:
     """The config of every run of ``python -m train.reproduce all --scale paper`` (recorded, not trained)."""
-    from train import app
+    from train.app import cli
     from train.reproduce import common
     from train.reproduce.__main__ import RUNNERS, run_paper
 
@@ -192,7 +192,7 @@ def paper_scale_configs(tmp_path, monkeypatch) -> list[config.Config]:
         asked.append(cfg)
         raise FloatingPointError("recorded, not trained")
 
-    monkeypatch.setattr(app, "run", record)
+    monkeypatch.setattr(cli, "run", record)
     for key in RUNNERS:
         run_paper(key, scale=common.SCALES["paper"], data_spec="digits", out=str(tmp_path), command="c")
     return asked

@@ -7,7 +7,7 @@ import pytest
 from flax import nnx
 
 from geojax import parallel
-from train import config, data, loop, optim, step
+from train.app import config, data, loop, optim, step
 
 pytestmark = pytest.mark.multidevice
 

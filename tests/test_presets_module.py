@@ -1,6 +1,6 @@
-"""The papers' presets live in train/presets.py: train.config re-exports them (the same objects, so a test's
-``monkeypatch.setitem(config.PRESETS, ...)`` reaches the presets a run reads), every preset parses, and
-train.presets does not import train.config (config imports it)."""
+"""The papers' presets live in train/app/presets.py: train.app.config re-exports them (the same objects, so a
+test's ``monkeypatch.setitem(config.PRESETS, ...)`` reaches the presets a run reads), every preset parses, and
+train.app.presets does not import train.app.config (config imports it)."""
 
 import ast
 import os
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from train import config, presets
+from train.app import config, presets
 
 ROOT = Path(__file__).resolve().parents[1]
 # The recipe blocks (one or more per paper) that code outside train/ reads as config.X.
@@ -51,21 +51,21 @@ def test_every_preset_parses(name):
 
 
 def test_presets_imports_nothing_from_train():
-    """Its imports (parsed): the standard library and geojax only, so it cannot reach train.config."""
-    tree = ast.parse((ROOT / "train" / "presets.py").read_text(encoding="utf-8"))
+    """Its imports (parsed): the standard library and geojax only, so it cannot reach train.app.config."""
+    tree = ast.parse((ROOT / "train" / "app" / "presets.py").read_text(encoding="utf-8"))
     modules = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             modules += [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             modules.append("." * node.level + (node.module or ""))
-    assert modules, "train/presets.py imports nothing: the check below would prove nothing"
+    assert modules, "train/app/presets.py imports nothing: the check below would prove nothing"
     for module in modules:
         assert not module.startswith(".") and module.split(".")[0] != "train", module
 
 
 def test_importing_presets_leaves_train_config_unimported():
-    code = "import sys, train.presets; print('train.config' in sys.modules)"
+    code = "import sys, train.app.presets; print('train.app.config' in sys.modules)"
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     done = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120

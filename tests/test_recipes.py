@@ -12,7 +12,7 @@ from flax import nnx
 
 from geojax import losses, similarity
 from geojax.models import Outputs
-from train import app, config, loop, optim, step
+from train.app import cli, config, loop, optim, step
 
 TINY = dict(width=8, dim=4, batch_size=16, progress=False, eval_batch=512)
 
@@ -68,7 +68,7 @@ def test_ema_update_follows_torch_ema_with_its_warm_up():
 
 def test_report_evaluates_the_ema_weights(tmp_path):
     cfg = config.make(workdir=str(tmp_path), **TINY, steps=3, lr=0.05, ema=0.5, devices=1)
-    rep = app.run(cfg)
+    rep = cli.run(cfg)
     result = loop.train(cfg)  # finished: restores the final state without training
     assert "ema" in result.state
     ema_out = step.embed(result.graphdef, result.state, result.dataset.test_x, batch=512)
@@ -203,7 +203,7 @@ def synthetic(tmp_path_factory):
 @pytest.mark.parametrize("preset", TRAINED)
 def test_each_preset_family_trains_a_few_steps_on_data_of_its_shape(preset, synthetic, tmp_path):
     cfg = _tiny(preset, dataset=f"npz:{synthetic[preset]}", test_fraction=0.5, workdir=str(tmp_path))
-    rep = app.run(cfg)
+    rep = cli.run(cfg)
     assert 0 <= rep["precision_at_1"] <= 1
     with open(tmp_path / "metrics.jsonl") as f:
         assert [json.loads(line)["step"] for line in f] == [2]

@@ -1,4 +1,4 @@
-"""Registrations (train.registry): a loss registered by a user's own code, in this file alone, is a key of
+"""Registrations (train.app.registry): a loss registered by a user's own code, in this file alone, is a key of
 the command line like the shipped ones, and the tables derived from the registrations behave as declared."""
 
 import inspect
@@ -9,9 +9,9 @@ import jax.numpy as jnp
 import pytest
 
 from geojax import losses, parallel
-from train import app, config, registry
-from train.errors import UsageError
-from train.registry import POSITIVE, Key, Range
+from train.app import cli, config, registry
+from train.app.errors import UsageError
+from train.app.registry import POSITIVE, Key, Range
 
 SCALE = Key("toy_scale", 1.0, "weight of the toy loss", float, "objective", POSITIVE, arg="scale")
 
@@ -43,8 +43,8 @@ def _first_loss(workdir):
 
 def test_a_loss_registered_here_trains_from_the_command_line_with_its_key(toy_loss, tmp_path, capsys):
     args = ["preset=supcon", "loss=toy_gap", "steps=2", "log_every=1", "progress=false", "batch_size=64"]
-    assert app.main([*args, "toy_scale=1", f"workdir={tmp_path / 'one'}"]) == 0
-    assert app.main([*args, "toy_scale=3", f"workdir={tmp_path / 'three'}"]) == 0
+    assert cli.main([*args, "toy_scale=1", f"workdir={tmp_path / 'one'}"]) == 0
+    assert cli.main([*args, "toy_scale=3", f"workdir={tmp_path / 'three'}"]) == 0
     capsys.readouterr()
     # the key reaches the loss: same seed, same first batch, three times the value
     assert _first_loss(tmp_path / "three") == pytest.approx(3 * _first_loss(tmp_path / "one"), rel=1e-5)
@@ -54,7 +54,7 @@ def test_a_loss_registered_here_trains_from_the_command_line_with_its_key(toy_lo
 
 
 def test_help_lists_the_registered_key_under_its_loss(toy_loss, capsys):
-    assert app.main(["--help"]) == 0
+    assert cli.main(["--help"]) == 0
     text = capsys.readouterr().out
     assert "\n  when loss=toy_gap:\n    toy_scale          1.0              weight of the toy loss\n" in text
     assert "toy_gap" in text.split("\n  loss ")[1].split("\n  similarity ")[0]  # one of the loss's values

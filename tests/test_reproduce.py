@@ -13,8 +13,9 @@ import jax
 import numpy as np
 import pytest
 
-from train import config, plots, report, results, version
-from train import data as data_lib
+from train.app import config, report
+from train.app import data as data_lib
+from train.helpers import plots, results, version
 from train.reproduce import common, render, simo, torus
 from train.reproduce.__main__ import _compilation_cache, main
 
@@ -373,9 +374,9 @@ def test_target_noise_against_a_loop_and_plots(tmp_path):
 
 
 def test_a_sweep_rerun_reads_back_finished_runs_and_resumes_the_interrupted_one(tmp_path, monkeypatch):
-    from train import app
+    from train.app import cli
 
-    real_run = app.run
+    real_run = cli.run
     reference = main(["004", "--scale", "tiny", "--out", str(tmp_path / "whole")])[0]
     out = str(tmp_path / "split")
     interrupted = "simo-no-orthogonality-D8-seed0"
@@ -386,7 +387,7 @@ def test_a_sweep_rerun_reads_back_finished_runs_and_resumes_the_interrupted_one(
             raise RuntimeError("machine lost")
         return real_run(cfg, **kwargs)
 
-    monkeypatch.setattr(app, "run", killed_midway)
+    monkeypatch.setattr(cli, "run", killed_midway)
     with pytest.raises(RuntimeError, match="machine lost"):
         main(["004", "--scale", "tiny", "--out", out])
     runs = os.path.join(out, "runs", "digits", "tiny", "004")
@@ -398,7 +399,7 @@ def test_a_sweep_rerun_reads_back_finished_runs_and_resumes_the_interrupted_one(
         trained.append(os.path.basename(cfg.workdir))
         return real_run(cfg, **kwargs)
 
-    monkeypatch.setattr(app, "run", recorded)
+    monkeypatch.setattr(cli, "run", recorded)
     again = main(["004", "--scale", "tiny", "--out", out])[0]
     assert trained == [interrupted]  # the finished run is read back, only the interrupted one trains
     with open(os.path.join(runs, interrupted, "metrics.jsonl")) as f:
@@ -412,10 +413,10 @@ def test_a_sweep_rerun_reads_back_finished_runs_and_resumes_the_interrupted_one(
 
 def test_render_mode_rejudges_stored_results_without_training(outputs, tmp_path, monkeypatch):
     """`render` rebuilds each stored result's claims and tables from its runs and details alone: the same
-    as the command that trained them made, with no training (app.run refuses)."""
+    as the command that trained them made, with no training (cli.run refuses)."""
     import shutil
 
-    from train import app
+    from train.app import cli
 
     out, results = outputs
     folder = tmp_path / "stored"
@@ -424,7 +425,7 @@ def test_render_mode_rejudges_stored_results_without_training(outputs, tmp_path,
     def refuse(cfg, **kwargs):
         raise AssertionError("render must not train")
 
-    monkeypatch.setattr(app, "run", refuse)
+    monkeypatch.setattr(cli, "run", refuse)
     judged = {r["seed"]: r for r in main(["render", "--out", str(folder)])}
     assert set(judged) == set(results)
     page = (folder / "reproduction.md").read_text(encoding="utf-8")
@@ -528,7 +529,7 @@ def test_paper_scale_runs_each_papers_recipe_with_its_own_network(tmp_path, monk
     """Every run of the paper scale is a valid config: the recipe's network (ResNet-18, Feeney & Hughes's
     ResNet-50; ResNet-18 for MTriplet's GoogLeNet), the recipe's length, 10 steps per call (the runs are
     recorded, not trained: each is reported as diverged, which the analyses must also survive)."""
-    from train import app
+    from train.app import cli
     from train.reproduce.__main__ import run_paper
 
     asked = []
@@ -537,7 +538,7 @@ def test_paper_scale_runs_each_papers_recipe_with_its_own_network(tmp_path, monk
         asked.append(cfg)
         raise FloatingPointError("recorded, not trained")
 
-    monkeypatch.setattr(app, "run", record)
+    monkeypatch.setattr(cli, "run", record)
     scale = common.SCALES["paper"]
     for key in ("000", "001", "003", "004"):
         res = run_paper(key, scale=scale, data_spec="digits", out=str(tmp_path), command="c")

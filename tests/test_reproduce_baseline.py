@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from train.data import Dataset
+from train.app.data import Dataset
 from train.reproduce import atlas
 from train.reproduce.render import baseline_gap
 

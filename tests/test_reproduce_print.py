@@ -1,8 +1,8 @@
 """``python -m train.reproduce PAPER --print``: every run of the sweep as the ``python -m train`` line it is.
 
-The printed line of each run parses (``train.config.from_args``, what ``python -m train`` calls) to the very
-config the sweep hands to ``train.app.run``, at every scale and on more than one data set; and a run started
-by hand with its line is the sweep's run: the sweep reads its report back and judges it as its own.
+The printed line of each run parses (``train.app.config.from_args``, what ``python -m train`` calls) to the
+very config the sweep hands to ``train.app.cli.run``, at every scale and on more than one data set; and a run
+started by hand with its line is the sweep's run: the sweep reads its report back and judges it as its own.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import shlex
 import numpy as np
 import pytest
 
-from train import app, config
+from train.app import cli, config
 from train.reproduce import common
 from train.reproduce.__main__ import MODULES, context, main
 
@@ -38,8 +38,8 @@ def _printed(capsys, argv: list[str]) -> dict[str, config.Config]:
 
 def _trained(monkeypatch, argv: list[str], test_fraction: float) -> dict[str, config.Config]:
     """The sweep's runs of ``argv`` (``PAPER --scale S --data D --out O``): each paper's own run code on the
-    sweep's context (what ``run_paper`` trains), with ``train.app.run`` recording the config it is given and
-    reporting the run as diverged, so nothing trains; the configs by run directory, in sweep order."""
+    sweep's context (what ``run_paper`` trains), with ``train.app.cli.run`` recording the config it is given
+    and reporting the run as diverged, so nothing trains; the configs by run directory, in sweep order."""
     asked: dict[str, config.Config] = {}
 
     def record(cfg, **kwargs):
@@ -47,7 +47,7 @@ def _trained(monkeypatch, argv: list[str], test_fraction: float) -> dict[str, co
         asked[cfg.workdir] = cfg
         raise FloatingPointError("recorded, not trained")
 
-    monkeypatch.setattr(app, "run", record)
+    monkeypatch.setattr(cli, "run", record)
     scale, spec, out = (argv[argv.index(flag) + 1] for flag in ("--scale", "--data", "--out"))
     for key, paper in common.PAPERS.items():
         if paper.trains:
@@ -123,12 +123,12 @@ def test_a_run_started_by_hand_with_its_line_is_the_sweeps_run(tmp_path, capsys,
     (listed,) = main(["004", "--scale", "tiny", "--out", out, "--print"])
     assert capsys.readouterr().out.splitlines()[1:] == listed["commands"]
     for line in listed["commands"]:
-        assert app.main(shlex.split(line)[3:]) == 0  # python -m train's own entry point
+        assert cli.main(shlex.split(line)[3:]) == 0  # python -m train's own entry point
 
     def refuse(cfg, **kwargs):
         raise AssertionError(f"the sweep trains {cfg.workdir} again")
 
-    monkeypatch.setattr(app, "run", refuse)
+    monkeypatch.setattr(cli, "run", refuse)
     again = main(["004", "--scale", "tiny", "--out", out])[0]
     assert [r.get("reused") for r in again["runs"]] == [True, True]
     assert again["claims"] == reference["claims"] and again["details"] == reference["details"]

@@ -7,8 +7,8 @@ import jax
 import numpy as np
 import pytest
 
-from train import app, config, loop, report, step
-from train.errors import UsageError
+from train.app import cli, config, loop, report, step
+from train.app.errors import UsageError
 
 TINY = dict(width=8, dim=4, batch_size=16, progress=False, eval_batch=512, steps=4, log_every=2)
 
@@ -21,12 +21,12 @@ def _max_diff(a, b) -> float:
 @pytest.mark.parametrize("devices", [1, pytest.param(4, marks=pytest.mark.multidevice)])
 def test_each_replica_is_the_single_seed_run_with_its_seed(devices, tmp_path):
     kw = dict(TINY, devices=devices, ema=0.5, koleo=0.1)
-    several = app.run(config.make(seed=3, seeds=3, workdir=str(tmp_path / "three"), **kw))
+    several = cli.run(config.make(seed=3, seeds=3, workdir=str(tmp_path / "three"), **kw))
     stacked = loop.train(config.make(seed=3, seeds=3, workdir=str(tmp_path / "three"), **kw)).state
     assert several["per_seed"] and len(several["per_seed"]) == 3
     for index, seed in enumerate((3, 4, 5)):
         single_dir = str(tmp_path / f"one-{seed}")
-        single = app.run(config.make(seed=seed, workdir=single_dir, **kw))
+        single = cli.run(config.make(seed=seed, workdir=single_dir, **kw))
         alone = loop.train(config.make(seed=seed, workdir=single_dir, **kw)).state
         mine = step.replica(stacked, index)
         for part in ("params", "ema"):

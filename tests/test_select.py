@@ -9,8 +9,8 @@ import os
 import numpy as np
 import pytest
 
-from train import app, checkpoint, config, data, report, step
-from train.errors import UsageError
+from train.app import checkpoint, cli, config, data, report, step
+from train.app.errors import UsageError
 
 # 12 validations over 60 steps; at this learning rate validation P@1 peaks before the last step.
 RUN = dict(
@@ -74,7 +74,7 @@ def _evaluate(cfg: config.Config, state: step.State) -> dict:
 def selected(tmp_path_factory):
     workdir = str(tmp_path_factory.mktemp("select") / "run")
     cfg = config.make(**RUN, workdir=workdir)
-    rep = app.run(cfg)
+    rep = cli.run(cfg)
     with open(os.path.join(workdir, "selection.json")) as f:
         return cfg, rep, json.load(f)
 
@@ -112,8 +112,8 @@ def test_report_holds_the_best_validation_epochs_weights(selected):
 def test_select_best_resumes_to_the_same_selection(selected, tmp_path):
     cfg, rep, sel = selected
     workdir = str(tmp_path / "run")
-    assert app.run(config.make(**RUN, workdir=workdir, checkpoint_every=20), stop_at=50) is None
-    resumed = app.run(config.make(**RUN, workdir=workdir, checkpoint_every=20))
+    assert cli.run(config.make(**RUN, workdir=workdir, checkpoint_every=20), stop_at=50) is None
+    resumed = cli.run(config.make(**RUN, workdir=workdir, checkpoint_every=20))
     with open(os.path.join(workdir, "selection.json")) as f:
         again = json.load(f)
     assert again["best"] == sel["best"]

@@ -9,9 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from train import app as cli
-from train import checkpoint, config, data, loop, optim, step
-from train.errors import UsageError
+from train.app import checkpoint, cli, config, data, loop, optim, step
+from train.app.errors import UsageError
 
 TINY = dict(width=8, dim=4, batch_size=16, progress=False, eval_batch=512)
 
@@ -340,7 +339,7 @@ def test_raw_baseline_is_computed_once_per_data_set(monkeypatch):
     """The raw-pixel baseline equals geojax.metrics on the pixels; a second data set object with the same
     arrays reuses it, one with other labels does not."""
     from geojax import metrics
-    from train import report
+    from train.app import report
 
     ds = data.load("digits")
     q, r = ds.test_x.reshape(len(ds.test_x), -1), ds.train_x.reshape(len(ds.train_x), -1)

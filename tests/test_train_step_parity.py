@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from train import config, optim, step
+from train.app import config, optim, step
 
 torch = pytest.importorskip("torch")
 

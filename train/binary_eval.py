@@ -26,8 +26,8 @@ import jax
 import numpy as np
 
 from geojax import binary, search, tt
-from train import files, tables
-from train.timing import measure
+from train.helpers import files, tables
+from train.helpers.timing import measure
 
 FACTORS = (0.25, 0.5, 1.0, 2.0, 4.0)
 QUICK_FACTORS = (0.5, 1.0, 2.0)

@@ -47,7 +47,7 @@ import numpy as np
 from geojax import manifolds, metrics, quantize, search
 from geojax import similarity as sim
 from geojax.manifolds import GEOMETRIES, TORUS_GEOMETRIES
-from train import files, plots, tables
+from train.helpers import files, plots, tables
 
 # (name, sub-spaces m, bits per sub-space) in the order of Stowell 2026 Table 3.
 PQ_CONFIGS: tuple[tuple[str, int, int], ...] = (

@@ -35,9 +35,10 @@ from flax import nnx
 
 from geojax import manifolds, quantize
 from geojax.manifolds import TORUS_GEOMETRIES
-from train import config, files, loop
+from train.app import config, loop
+from train.app.errors import UsageError
 from train.csearch import reader
-from train.errors import UsageError
+from train.helpers import files
 
 ENCODER_FILE = "encoder.jaxexport"
 CODES_FILE = "codes.gjt"

@@ -7,7 +7,7 @@ retrieval precision do b-bit codes (``quantize.torus_codes``, b ∈ {8, 4, 2}) k
 model trained in float (post-training quantisation, PTQ), and when the model is trained through the b-bit
 grid (``models.GeometryHead(qat_bits=b)``: rounding with the straight-through gradient, or ``qat_noise``:
 one grid step of uniform noise)? Every model is the app's ``supcon_torus_n`` recipe (SupCon + KoLeo, MLP
-encoder of width 128, torusN head) trained with ``train.loop.train``; a QAT model starts from the float
+encoder of width 128, torusN head) trained with ``train.app.loop.train``; a QAT model starts from the float
 model's checkpoint after the first 2/3 of the steps (``init_from``) and trains the rest through the grid
 (``qat_bits``, ``qat_noise``; :func:`train_setting`). P@1 (``geojax.metrics``) ranks the test split
 against the training split: cosine for float embeddings, the wraparound L1 of ``search`` for codes. Data: the
@@ -33,8 +33,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from geojax import manifolds, metrics, quantize
-from train import config, files, loop, plots, step, tables
+from train.app import config, loop, step
 from train.evaluate import TORUS_L1_SIMILARITY
+from train.helpers import files, plots, tables
 
 BITS = (8, 4, 2)
 # (name, qat_bits, qat_noise): the float model gives the post-training rows of every b.

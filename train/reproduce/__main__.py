@@ -4,7 +4,7 @@
         [--data digits|npz:PATH|idx:DIR|NAME] [--test-fraction F] [--out DIR] [--print]
     python -m train.reproduce render [--data SPEC] [--out DIR]
 
-Each paper's claims are tested with the library and the training app as they are (``train.app.run``,
+Each paper's claims are tested with the library and the training app as they are (``train.app.cli.run``,
 ``train.evaluate.quantised_report``, ``train.binary_eval.itq_vs_tp``, ``geojax``); nothing is re-implemented.
 Every verdict ("holds" / "does not hold at this scale") is computed from the numbers by the rule printed
 beside it. Outputs in ``--out`` (default ``reproduction/``): ``reproduce_<selector>.json`` per paper
@@ -23,18 +23,18 @@ geojax's small CNN (batch norm, fp32), for the recipe's epochs or 180,000 traini
 is less (3 epochs of Fashion-MNIST); ``quick`` smaller still (an MLP, minutes per paper).
 
 Data: ``digits`` (scikit-learn's bundled 8×8 digits, offline; the default), ``npz:PATH`` (``images`` and
-``labels``, as ``train.data``; ``python -m train.data IMAGES_IDX LABELS_IDX OUT.npz`` makes one from the
-official MNIST IDX files), ``idx:DIR`` (a folder of the four MNIST-layout IDX files, with their official
+``labels``, as ``train.app.data``; ``python -m train.app.data IMAGES_IDX LABELS_IDX OUT.npz`` makes one from
+the official MNIST IDX files), ``idx:DIR`` (a folder of the four MNIST-layout IDX files, with their official
 split: MNIST, Fashion-MNIST, KMNIST) or a tfds name (mnist, fashion_mnist, cifar10, cifar100; prepared
-offline).
-Digits and npz data are split by ``train.data``'s seeded, stratified split with ``--test-fraction`` held out
-(default 0.25; 0.2 turns the 10,000 MNIST test images into 8,000 train / 2,000 test).
+offline). Digits and npz data are split by ``train.app.data``'s seeded, stratified split with
+``--test-fraction`` held out (default 0.25; 0.2 turns the 10,000 MNIST test images into 8,000 train / 2,000
+test).
 
 ``--print`` trains nothing: it lists every training run of the selected papers (at that scale, data
 and ``--out``) as the ``python -m train key=value …`` line it is: the recipe's preset, the run's changes,
 the scale's encoder and length, the seed (or ``seeds=S`` for a several-seeds program) and the run directory
 the sweep reads it back from. The sweep trains exactly the config that line parses to
-(``train.config.from_args``), so a row can be rerun by hand: a run started with its line lands in the
+(``train.app.config.from_args``), so a row can be rerun by hand: a run started with its line lands in the
 sweep's folder, and the next sweep reads its report back instead of training it again. The output is a
 shell script (each paper's header a ``#`` comment), e.g. ``python -m train.reproduce all --scale cpu --data
 idx:DIR --print > runs.sh``.
@@ -42,7 +42,7 @@ idx:DIR --print > runs.sh``.
 ``render`` trains nothing: it re-judges every stored JSON result in ``--out`` with the current rules from
 its runs and details (claims and tables rewritten, the judging code's version recorded beside the runs' own)
 and renders ``reproduction.md``. Every run records the code version it was trained with
-(``train.report.code_version``); a run read back that was trained by other code, or that recorded none, is
+(``train.app.report.code_version``); a run read back that was trained by other code, or that recorded none, is
 flagged as stale in the output and on the page.
 
 Every run of one command shares a JAX compilation cache in a temporary folder, so that repeated
@@ -68,7 +68,8 @@ from typing import Any
 import jax
 from jax.experimental.compilation_cache import compilation_cache
 
-from train import config, data, files, report
+from train.app import config, data, report
+from train.helpers import files
 from train.reproduce import atlas, binary, render, similarities, simo, torus
 from train.reproduce.common import PAPERS, SCALES, Context, Findings, Run, Scale, clean, data_tag
 

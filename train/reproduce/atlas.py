@@ -9,8 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from train import config, plots, probe
-from train.data import Dataset
+from train.app import config, probe
+from train.app.data import Dataset
+from train.helpers import plots
 from train.reproduce.common import (
     PAPERS,
     Claim,
@@ -103,7 +104,7 @@ def _pca_codes(ds: Dataset, dim: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def pca_probe(ds: Dataset, *, dim: int, epochs: int, seeds: int) -> list[float]:
-    """Korman 2021's d-dimensional probe on no learning at all: the linear probe (train.probe, ``epochs``
+    """Korman 2021's d-dimensional probe on no learning at all: the linear probe (train.app.probe, ``epochs``
     epochs, seeds 0 … seeds − 1) on the pixels' first ``dim`` principal components, test accuracy per seed.
     The baseline an encoding of dimension ``dim`` must beat."""
     code_train, code_test = _pca_codes(ds, dim)
@@ -334,7 +335,7 @@ def findings(ctx: Context) -> Findings:
             "Stanford Cars (227 × 227 crops), a network geojax does not build.",
             scale_note(ctx),
             f"Retrieval (R@1) ranks by d_M ({PAPER.citation} eq. 7) on the chart coordinates; piecewise "
-            "linear accuracy uses one linear classifier per chart on the compressed code (train.probe).",
+            "linear accuracy uses one linear classifier per chart on the compressed code (train.app.probe).",
             f"The {ATLAS_DIM}-d PCA probe is the same linear probe ({probe_epochs} epochs) on the pixels' "
             f"first {ATLAS_DIM} principal components: what d = {ATLAS_DIM} gives with no training; "
             f"MTriplet's R@1 stands beside 1-NN in the same {ATLAS_DIM}-d PCA. A {ATLAS_DIM}-d code is not "

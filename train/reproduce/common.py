@@ -16,7 +16,8 @@ import numpy as np
 from scipy import stats
 
 from geojax import metrics
-from train import app, config, data, evaluate, loop, report, step
+from train import evaluate
+from train.app import cli, config, data, loop, report, step
 
 HOLDS, FAILS, INCONCLUSIVE = "holds", "does not hold at this scale", "inconclusive"
 VERDICTS = (HOLDS, FAILS, INCONCLUSIVE)
@@ -48,7 +49,7 @@ class Paper:
     title: str
     trains: bool = True
     recipe: str = ""  # where the recipe's values come from and how it deviates, in one line (the page's
-    # recipe table; the comments in train/presets.py give the detail)
+    # recipe table; the comments in train/app/presets.py give the detail)
 
 
 PAPERS: dict[str, Paper] = {
@@ -270,7 +271,7 @@ class Claim:
 
 @dataclasses.dataclass
 class Run:
-    """One training run: what was asked, whether it diverged, ``train.app.run``'s report and the log."""
+    """One training run: what was asked, whether it diverged, ``train.app.cli.run``'s report and the log."""
 
     name: str
     overrides: dict[str, Any]  # config keys given on top of the scale's defaults
@@ -285,7 +286,9 @@ class Run:
     steps_over_100: int | None = None  # logged steps with a gradient norm over 100 (Stowell 2026's clip)
     logged_steps: int = 0
     loss_trace: list[float] = dataclasses.field(default_factory=list)
-    code_version: dict[str, Any] | None = None  # train.report.code_version of the code it was trained with
+    code_version: dict[str, Any] | None = (
+        None  # train.app.report.code_version of the code it was trained with
+    )
     # (None: a run trained before runs recorded it)
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)  # a paper's per-run results
 
@@ -323,8 +326,8 @@ class Run:
         return learned(self.metric("precision_at_1"), chance)
 
     def stale(self, current: dict[str, Any]) -> bool:
-        """Whether the run predates the ``current`` code (train.report.code_version): its code hash differs,
-        or it recorded none."""
+        """Whether the run predates the ``current`` code (train.app.report.code_version): its code hash
+        differs, or it recorded none."""
         return self.code_version is None or self.code_version.get("code_hash") != current["code_hash"]
 
 
@@ -350,7 +353,7 @@ class Context:
     dataset: data.Dataset
     runs_dir: str
     out: str
-    test_fraction: float = 0.25  # held-out fraction of digits / npz data (train.data's seeded split)
+    test_fraction: float = 0.25  # held-out fraction of digits / npz data (train.app.data's seeded split)
     tag: str = ""  # output file-name suffix of this data set ("" for digits, see data_tag)
     runs: list[Run] = dataclasses.field(default_factory=list)
     listing: list[str] | None = None  # listing mode: each run's ``python -m train`` line, nothing trained
@@ -436,7 +439,7 @@ def recipe_encoder(cfg: config.Config) -> str:
 
 def training_images(cfg: config.Config, dataset: data.Dataset) -> int:
     """Images a run of ``cfg`` trains on: ``dataset``'s training split, less the validation split that
-    ``select_best`` holds out of it (train.data.hold_out, as the training loop carves it)."""
+    ``select_best`` holds out of it (train.app.data.hold_out, as the training loop carves it)."""
     n = len(dataset.train_y)
     if not cfg.select_best:
         return n
@@ -476,7 +479,7 @@ def scale_note(ctx: Context) -> str:
 
 
 def arg_text(value: Any) -> str:
-    """A config value as ``train.config.from_args`` reads it back exactly: None → ``none``, booleans →
+    """A config value as ``train.app.config.from_args`` reads it back exactly: None → ``none``, booleans →
     ``true`` / ``false``, floats by ``repr`` (the shortest text that parses to the same float), the rest by
     ``str``."""
     if value is None:
@@ -489,8 +492,8 @@ def arg_text(value: Any) -> str:
 def run_args(ctx: Context, name: str, overrides: dict[str, Any]) -> list[str]:
     """The ``key=value`` arguments of run ``name`` (a preset plus ``overrides``): the preset, the run's own
     changes, the scale's keys (:func:`run_keys`) and its run directory ``ctx.runs_dir/name``. The sweep trains
-    ``train.config.from_args`` of exactly these, and ``--print`` shows them as ``python -m train`` lines, so
-    a run started by hand with that line is the sweep's run (and lands where the sweep reads it back)."""
+    ``train.app.config.from_args`` of exactly these, and ``--print`` shows them as ``python -m train`` lines,
+    so a run started by hand with that line is the sweep's run (and lands where the sweep reads it back)."""
     values = {**run_keys(ctx, overrides), **overrides, "workdir": os.path.join(ctx.runs_dir, name)}
     order = ["preset", *overrides, *values]
     return [f"{k}={arg_text(values[k])}" for k in dict.fromkeys(order) if k in values]
@@ -502,7 +505,7 @@ def command_line(args: Sequence[str]) -> str:
 
 
 def train_recipe(ctx: Context, name: str, **overrides: Any) -> tuple[Run, dict[str, Any] | None]:
-    """Train one configuration (a preset by name plus ``overrides``) with the app's own ``train.app.run``
+    """Train one configuration (a preset by name plus ``overrides``) with the app's own ``train.app.cli.run``
     in its run directory ``ctx.runs_dir/name``, on the config that :func:`run_args` gives as command-line
     arguments; returns (run, embeddings). A run that an earlier invocation finished (its report.json is there,
     for the same config: trained by this sweep, or by hand with its ``python -m train`` line) is read back,
@@ -533,8 +536,8 @@ def train_recipe(ctx: Context, name: str, **overrides: Any) -> tuple[Run, dict[s
             with open(finished) as f:
                 rep = json.load(f)
             run.extra["reused"] = True
-        else:  # new, or interrupted: train.app.run resumes from the run directory's newest checkpoint
-            rep = {**app.run(cfg), "code_version": current}
+        else:  # new, or interrupted: train.app.cli.run resumes from the run directory's newest checkpoint
+            rep = {**cli.run(cfg), "code_version": current}
         emb = evaluate.load_run(cfg.workdir)
         run.code_version = rep.get("code_version")
         run.report = {k: v for k, v in rep.items() if k not in ("workdir", "device", "code_version")}
@@ -558,11 +561,11 @@ def train_seeds(
 ) -> list[tuple[Run, dict[str, Any] | None]]:
     """Train seeds 0 … seeds − 1 of one configuration; returns (run ``<name>-seed<s>``, embeddings) per seed.
 
-    Each seed has its own run directory (:func:`train_recipe`), or, where the scale trains replicas, the
-    seeds are one program of ``seeds=S`` replicas in ``<name>-seeds<S>`` (train.app's several-seeds run, each
-    replica exactly its single-seed run), split into one record per seed that holds the program's training
-    log and an equal share of its wall time (so that sums over records count the program once); only seed 0
-    has embeddings then (the app writes the first replica's).
+    Each seed has its own run directory (:func:`train_recipe`), or, where the scale trains replicas, the seeds
+    are one program of ``seeds=S`` replicas in ``<name>-seeds<S>`` (train.app.cli's several-seeds run, each
+    replica exactly its single-seed run), split into one record per seed that holds the program's training log
+    and an equal share of its wall time (so that sums over records count the program once); only seed 0 has
+    embeddings then (the app writes the first replica's).
     """
     if not ctx.scale.replicas or seeds == 1:
         return [train_recipe(ctx, f"{name}-seed{s}", **overrides, seed=s) for s in range(seeds)]

@@ -1,6 +1,6 @@
 """Markdown of the reproduction: the per-paper tables and ``reproduction.md`` from the JSON results.
 
-Every table goes through ``train.tables.markdown_table``.
+Every table goes through ``train.helpers.tables.markdown_table``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from train import files, report, tables
+from train.app import report
+from train.helpers import files, tables
 from train.reproduce.common import ABOVE_BASELINE, EQUIVALENT, LEARNED, PAPERS, Run, version_text
 
 
@@ -127,7 +128,7 @@ def _sizes(scale: Mapping[str, Any]) -> str:
 
 
 def stale_runs(res: Mapping[str, Any], current: Mapping[str, Any]) -> str:
-    """A sentence on the runs of ``res`` that predate the ``current`` code (train.report.code_version): by
+    """A sentence on the runs of ``res`` that predate the ``current`` code (train.app.report.code_version): by
     name with the version each was trained by; '' when none is stale."""
     runs = [Run.from_json(r) for r in res["runs"]]
     stale = [r for r in runs if r.stale(dict(current))]
@@ -223,7 +224,7 @@ LEGACY = (
 
 def recipe_table(keys: Sequence[str]) -> str:
     """The recipes against their papers, one row per paper of ``keys`` that trains: where its values come
-    from and each deviation, stated once (the comments in train/presets.py give the detail)."""
+    from and each deviation, stated once (the comments in train/app/presets.py give the detail)."""
     rows = [[PAPERS[k].citation, PAPERS[k].recipe] for k in keys if PAPERS[k].trains]
     return tables.markdown_table(["paper", "recipe: sources and deviations"], rows, align="ll")
 
@@ -314,9 +315,9 @@ def render(out: str) -> str:
             "Data: `digits` is scikit-learn's bundled 8×8 digits (the default; no download). Fashion-MNIST "
             "(Xiao et al. 2017) is the four official IDX files with their own 60,000 / 10,000 split "
             "(`--data idx:DIR`). The MNIST part uses the official MNIST test set (10,000 images of 28×28) "
-            "split by train.data's seeded, stratified split into 8,000 train / 2,000 test "
+            "split by train.app.data's seeded, stratified split into 8,000 train / 2,000 test "
             "(`--test-fraction 0.2`); to rerun it, make `mnist_t10k.npz` from the official IDX files with "
-            "`python -m train.data t10k-images-idx3-ubyte.gz t10k-labels-idx1-ubyte.gz mnist_t10k.npz`.",
+            "`python -m train.app.data t10k-images-idx3-ubyte.gz t10k-labels-idx1-ubyte.gz mnist_t10k.npz`.",
             "",
             summary,
             "",

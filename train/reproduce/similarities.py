@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from geojax import similarity as similarity_lib
-from train import plots
+from train.helpers import plots
 from train.reproduce.common import (
     EQUIVALENT,
     LEARNED,
@@ -182,9 +182,9 @@ def findings(ctx: Context) -> Findings:
         details=n,
         plots=[plot] if histograms else [],
         notes=[
-            "1NN = P@1 of train.report (test queries vs the train split, cosine ranking on the sphere, which "
-            "orders neighbours as arc length does); 5NN = its kNN accuracy with k = 5. The bootstrap uses "
-            "per-query 1NN outcomes whose mean is checked against that P@1 (nn1_check in the JSON); the "
+            "1NN = P@1 of train.app.report (test queries vs the train split, cosine ranking on the sphere, "
+            "which orders neighbours as arc length does); 5NN = its kNN accuracy with k = 5. The bootstrap "
+            "uses per-query 1NN outcomes whose mean is checked against that P@1 (nn1_check in the JSON); the "
             "verdicts use the interval over seeds, which holds the variation between trainings too.",
             "Recipe: SupContrast's CIFAR-10 recipe (the blog gives no training sizes): the app's "
             "supcon_cifar10 / sincere_cifar10 presets (D = 128, batch 512, SimCLR views, 100 epochs) on "

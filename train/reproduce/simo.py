@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from geojax import similarity as similarity_lib
-from train import tables
+from train.helpers import tables
 from train.reproduce.common import (
     ABOVE_BASELINE,
     FAILS,

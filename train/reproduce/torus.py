@@ -9,7 +9,9 @@ from typing import Any
 
 import jax
 
-from train import config, evaluate, plots
+from train import evaluate
+from train.app import config
+from train.helpers import plots
 from train.reproduce.common import (
     EQUIVALENT,
     FAILS,

@@ -5,11 +5,11 @@
 writes ``benchmarks/results/losses.json`` atomically (``name`` may carry a suffix for a variant, e.g.
 ``"search_gpu"``) holding ``figures`` beside ``machine``: the CPU model, core count, accelerator model,
 memory, the versions of Python, jax, jaxlib, torch, faiss and pytorch-metric-learning (those importable), the
-code version (``train.version.code_version``, the record every run's report.json carries: a hash of the
-package files, the git commit and whether the checkout differs from it), the date (UTC) and the 1-, 5- and
+code version (``train.helpers.version.code_version``, the record every run's report.json carries: a hash of
+the package files, the git commit and whether the checkout differs from it), the date (UTC) and the 1-, 5- and
 15-minute load averages read *before* the run (:func:`machine_info` is called when the benchmark starts, so
-its own threads are not counted). README quotes figures from these files only; a test checks that every
-figure it quotes is in the file it names.
+its own threads are not counted). README quotes figures from these files only; a test checks that every figure
+it quotes is in the file it names.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from train.files import json_safe, write_text
-from train.version import code_version
+from train.helpers.files import json_safe, write_text
+from train.helpers.version import code_version
 
 RESULTS_DIR = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 PACKAGES = ("jax", "jaxlib", "flax", "optax", "numpy", "torch", "faiss-cpu", "pytorch-metric-learning")

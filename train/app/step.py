@@ -1,5 +1,6 @@
-"""The traced part of training: the train state of a config (the model of :mod:`train.model`, the optimiser
-of :mod:`train.optim`), the loss of :mod:`train.objective` over augmented views, and the per-device step.
+"""The traced part of training: the train state of a config (the model of :mod:`train.app.model`, the
+optimiser of :mod:`train.app.optim`), the loss of :mod:`train.app.objective` over augmented views, and the
+per-device step.
 
 The train state is a plain pytree ``{'params', 'rest', 'opt_state', 'step'}`` (``rest``: NNX variables other
 than parameters, e.g. batch statistics). The step is a pure function of (state, batch) written once for one
@@ -7,7 +8,7 @@ device's slice of the batch, pmap-style, and run under ``jax.shard_map`` or ``ja
 ``geojax.parallel.data_parallel`` (:func:`distribute`). The loss always sees the global batch: embeddings
 are all-gathered as keys, each local anchor's own column is masked through ``self_index``, and normalisation
 is global (``axis_name``). The step closes over objects derived from the config (the model's graph, the
-optimiser, an :class:`~train.objective.Objective`, a :class:`Views` recipe), never over the config itself.
+optimiser, an :class:`~train.app.objective.Objective`, a :class:`Views` recipe), never over the config itself.
 
 :func:`make_call` scans several steps per dispatch and, for the device feed, draws each step's batch from
 images held on the devices; :func:`distribute` runs it over the data mesh with the state donated.
@@ -29,11 +30,11 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from geojax import models, parallel
-from train import data, registry
-from train.config import Config
-from train.model import build_model, compute_dtype
-from train.objective import Objective
-from train.optim import make_optimizer
+from train.app import data, registry
+from train.app.config import Config
+from train.app.model import build_model, compute_dtype
+from train.app.objective import Objective
+from train.app.optim import make_optimizer
 
 State = dict[str, Any]
 

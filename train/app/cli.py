@@ -19,8 +19,9 @@ import time
 import jax
 import numpy as np
 
-from train import config, loop, plots, report, step
-from train.errors import UsageError
+from train.app import config, loop, report, step
+from train.app.errors import UsageError
+from train.helpers import plots
 
 
 def run(cfg: config.Config, *, stop_at: int | None = None) -> dict | None:

@@ -1,5 +1,5 @@
 """The model of a run: the encoder, the geometry head and the projection that a config selects, each value
-registered with the keys it uses (:mod:`train.registry`); the library's own tables
+registered with the keys it uses (:mod:`train.app.registry`); the library's own tables
 (:data:`geojax.models.ENCODERS`, :data:`geojax.manifolds.GEOMETRIES`, :data:`geojax.models.PROJECTIONS`)
 select the code by the value."""
 
@@ -13,8 +13,8 @@ from flax import nnx
 
 from geojax import models, parallel
 from geojax.manifolds import GEOMETRIES, TORUS_GEOMETRIES
-from train import registry
-from train.registry import POSITIVE_INT, Key, When
+from train.app import registry
+from train.app.registry import POSITIVE_INT, Key, When
 
 Norm = Literal["batch", "group", "none"]
 Head = Literal["stowell", "supcontrast", "linear"]

@@ -2,7 +2,7 @@
 
 Every notebook's set-up cell installs geojax when it is missing, then calls :func:`show_devices`. The
 notebooks that train call :func:`runs_dir` once and :func:`train_run` per run: one ``python -m train`` run,
-in-process (:func:`train.config.make` then :func:`train.app.run`).
+in-process (:func:`train.app.config.make` then :func:`train.app.cli.run`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 import jax
 
-from train import app, config
+from train.app import cli, config
 
 
 def show_devices() -> None:
@@ -40,6 +40,6 @@ def train_run(name: str, *, root: str, **overrides: Any) -> dict[str, Any]:
     config there is refused.
     """
     cfg = config.make(workdir=os.path.join(root, name), progress=False, checkpoint_every=10**6, **overrides)
-    report = app.run(cfg)
-    print(app.summary(report).splitlines()[0])
+    report = cli.run(cfg)
+    print(cli.summary(report).splitlines()[0])
     return report

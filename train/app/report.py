@@ -16,10 +16,11 @@ import numpy as np
 from geojax import manifolds, metrics
 from geojax import similarity as similarity_lib
 from geojax.models import Outputs
-from train import files, probe
-from train.config import Config
-from train.data import Dataset
-from train.version import code_version
+from train.app import probe
+from train.app.config import Config
+from train.app.data import Dataset
+from train.helpers import files
+from train.helpers.version import code_version
 
 
 def write_embeddings(path: str, cfg: Config, query: Outputs, reference: Outputs, ds: Dataset) -> None:

@@ -1,22 +1,23 @@
 """Run configuration: one typed, frozen ``Config`` whose every key is declared once, the named presets (the
-papers' recipes, held in :mod:`train.presets` and re-exported here), and ``key=value`` overrides.
+papers' recipes, held in :mod:`train.app.presets` and re-exported here), and ``key=value`` overrides.
 
 The keys every run has are declared here; the keys of a choice are declared beside the code the choice
-selects, with its registration (:mod:`train.registry`): a loss's in :mod:`train.objective`, an optimiser's in
-:mod:`train.optim`, a sampler's and a data source's in :mod:`train.data`, an encoder's and a geometry's in
-:mod:`train.model`. ``Config`` is built from those declarations (and rebuilt when a user registers a choice
-of their own). Each key carries its type, default, one line of help, its group, its range and — when it
-only means something for some choices — the choice it belongs to (:class:`~train.registry.When`):
-``margin`` belongs to ``loss=triplet``, ``momentum`` to ``optimizer=sgd|rmsprop``, ``charts`` to
-``geometry=atlas``. From that one table follow:
+selects, with its registration (:mod:`train.app.registry`): a loss's in :mod:`train.app.objective`, an
+optimiser's in :mod:`train.app.optim`, a sampler's and a data source's in :mod:`train.app.data`, an encoder's
+and a geometry's in :mod:`train.app.model`. ``Config`` is built from those declarations (and rebuilt when a
+user registers a choice of their own). Each key carries its type, default, one line of help, its group, its
+range and — when it only means something for some choices — the choice it belongs to
+(:class:`~train.app.registry.When`): ``margin`` belongs to ``loss=triplet``, ``momentum`` to
+``optimizer=sgd|rmsprop``, ``charts`` to ``geometry=atlas``. From that one table follow:
 
 - refusal: a key the user gives that the run's choices do not use stops the run before any work, naming the
   key, the choice that makes it unused and the choices that would use it;
 - presets: a key a preset set that the user's own choices make unused is dropped with one log line (so
   ``loss=triplet`` on the default preset trains); a preset whose own choices ignore one of its keys is a bug
   (tests check every preset);
-- the range checks, the keyword arguments of what each choice calls (:func:`train.registry.option_kwargs`),
-  what a resumed run may change (``run`` keys), and the grouped ``python -m train --help``.
+- the range checks, the keyword arguments of what each choice calls
+  (:func:`train.app.registry.option_kwargs`), what a resumed run may change (``run`` keys), and the grouped
+  ``python -m train --help``.
 
 ``None`` is the one "use the default" marker (the encoder's own width, the loss's own margins, all devices,
 a fresh run directory); on the command line it is written ``none``. :func:`validate` then rejects
@@ -35,23 +36,23 @@ from typing import Any, Literal
 from geojax.manifolds import TORUS_GEOMETRIES
 from geojax.parallel import MODES
 from geojax.similarity import SimilarityName
-from train import model, objective, optim, registry  # noqa: F401  (their registrations declare keys)
-from train.data import Augmentation, check_dataset_name, dataset_source
-from train.errors import UsageError
+from train.app import model, objective, optim, registry  # noqa: F401  (their registrations declare keys)
+from train.app.data import Augmentation, check_dataset_name, dataset_source
+from train.app.errors import UsageError
 
-# The papers' recipes live in train/presets.py; re-exported here (config.PRESETS is presets.PRESETS, the one
-# dict) for the code that reads them as config.X.
-from train.presets import BOUHSINE_2024 as BOUHSINE_2024
-from train.presets import CPU_SMALL_IMAGES as CPU_SMALL_IMAGES
-from train.presets import FEENEY_HUGHES_2024 as FEENEY_HUGHES_2024
-from train.presets import KORMAN_2021_MSIMCLR as KORMAN_2021_MSIMCLR
-from train.presets import KORMAN_2021_MTRIPLET as KORMAN_2021_MTRIPLET
-from train.presets import PRESETS as PRESETS
-from train.presets import SINCERE_CIFAR10 as SINCERE_CIFAR10
-from train.presets import STOWELL_2026 as STOWELL_2026
-from train.presets import STOWELL_2026_DIGITS as STOWELL_2026_DIGITS
-from train.presets import SUPCON_CIFAR10 as SUPCON_CIFAR10
-from train.registry import NON_NEGATIVE, POSITIVE, POSITIVE_INT, UNIT_INTERVAL, Key, When
+# The papers' recipes live in train/app/presets.py; re-exported here (config.PRESETS is presets.PRESETS, the
+# one dict) for the code that reads them as config.X.
+from train.app.presets import BOUHSINE_2024 as BOUHSINE_2024
+from train.app.presets import CPU_SMALL_IMAGES as CPU_SMALL_IMAGES
+from train.app.presets import FEENEY_HUGHES_2024 as FEENEY_HUGHES_2024
+from train.app.presets import KORMAN_2021_MSIMCLR as KORMAN_2021_MSIMCLR
+from train.app.presets import KORMAN_2021_MTRIPLET as KORMAN_2021_MTRIPLET
+from train.app.presets import PRESETS as PRESETS
+from train.app.presets import SINCERE_CIFAR10 as SINCERE_CIFAR10
+from train.app.presets import STOWELL_2026 as STOWELL_2026
+from train.app.presets import STOWELL_2026_DIGITS as STOWELL_2026_DIGITS
+from train.app.presets import SUPCON_CIFAR10 as SUPCON_CIFAR10
+from train.app.registry import NON_NEGATIVE, POSITIVE, POSITIVE_INT, UNIT_INTERVAL, Key, When
 
 Labels = Literal["class", "instance"]
 Precision = Literal["fp32", "bf16"]

@@ -1,7 +1,7 @@
 """Every figure the training app, the evaluation tools, the reproduction and the notebooks draw.
 
-Figures are built outside pyplot (``train.files.figure``: no backend switch, notebooks keep their inline
-plots) and, when a path is given, written as PNG atomically (``train.files.write_figure``).
+Figures are built outside pyplot (``train.helpers.files.figure``: no backend switch, notebooks keep their
+inline plots) and, when a path is given, written as PNG atomically (``train.helpers.files.write_figure``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np
 
 from geojax import manifolds
 from geojax import similarity as similarity_lib
-from train import files
+from train.helpers import files
 
 TARGET_NOISE_SIMILARITIES = ("cosine", "neg_arc_length")  # the two similarities Feeney & Hughes 2024 compare
 

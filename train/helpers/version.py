@@ -1,7 +1,7 @@
 """The code version a result was made with, one record for runs and benchmarks alike.
 
-Standard library only, so that ``train.results`` (the benchmarks' results folder) and ``train.report`` (every
-run's report.json) share it without importing each other.
+Standard library only, so that ``train.helpers.results`` (the benchmarks' results folder) and
+``train.app.report`` (every run's report.json) share it without importing each other.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent  # the checkout: geojax/ and train/
+ROOT = Path(__file__).resolve().parents[2]  # the checkout: geojax/ and train/
 # The code a run's numbers depend on: the library and the training app (the reproduction's analyses, which
 # read runs back and re-judge them, are left out).
 CODE_DIRS = ("geojax", "train")

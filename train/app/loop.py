@@ -1,12 +1,12 @@
 """The host part of training: run directory, resume, checkpoints, feeding, logging and progress.
 
-The traced part (model, objective, optimiser, per-device step) is :mod:`train.step`. A run directory holds
+The traced part (model, objective, optimiser, per-device step) is :mod:`train.app.step`. A run directory holds
 ``config.json``, ``metrics.jsonl`` (one line per ``log_every`` steps, each value the mean over that window)
 and orbax ``checkpoints/``; rerunning with the same ``workdir`` resumes from its latest checkpoint.
 
 Feeding (``feed``): ``device`` keeps the training images (uint8 when they are 8-bit) on every device and
 draws each step's batch inside the jitted step; ``host`` gathers each step's rows in NumPy in a background
-thread, a few calls ahead. Both take the same batches from the same sampler (:class:`train.data.Batches`).
+thread, a few calls ahead. Both take the same batches from the same sampler (:class:`train.app.data.Batches`).
 Each dispatch runs ``steps_per_call`` steps (a ``lax.scan``); a log line or a checkpoint falls due when a
 call crosses a multiple of ``log_every`` or ``checkpoint_every``. Several processes (JAX's distributed
 runtime, :func:`join_processes`) form one data-parallel mesh: each loads the whole training set, draws the
@@ -36,9 +36,10 @@ from jax.experimental import multihost_utils
 from tqdm.auto import tqdm
 
 from geojax import metrics, parallel
-from train import checkpoint, config, data, files, optim, report, step
-from train.config import Config
-from train.errors import UsageError
+from train.app import checkpoint, config, data, optim, report, step
+from train.app.config import Config
+from train.app.errors import UsageError
+from train.helpers import files
 
 DEVICE_FEED_BYTES = 1 << 30  # the automatic feed holds training images up to this size on each device
 

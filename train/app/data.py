@@ -37,9 +37,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from train import files, registry
-from train.errors import UsageError
-from train.registry import POSITIVE_INT, UNIT_INTERVAL, Key, Range
+from train.app import registry
+from train.app.errors import UsageError
+from train.app.registry import POSITIVE_INT, UNIT_INTERVAL, Key, Range
+from train.helpers import files
 
 TFDS_NAMES = ("mnist", "fashion_mnist", "cifar10", "cifar100")
 DATASETS = ("digits", *TFDS_NAMES)  # by name; any other: tfds:NAME, or a local file npz:PATH
@@ -573,7 +574,7 @@ def views(key: jax.Array, images: jax.Array, positions: jax.Array, *, n_views: i
 
 # --------------------------------------------------------------------------------------------------------
 # IDX files (the format of the official MNIST / Fashion-MNIST / KMNIST downloads): ``idx:DIR`` reads a folder
-# of them; ``python -m train.data`` converts a pair into the npz that ``npz:PATH`` reads.
+# of them; ``python -m train.app.data`` converts a pair into the npz that ``npz:PATH`` reads.
 # --------------------------------------------------------------------------------------------------------
 
 _IDX_TYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
@@ -685,9 +686,9 @@ def idx_to_npz(images_path: str, labels_path: str, out_path: str) -> tuple[int, 
 
 
 def main(argv: list[str]) -> int:
-    """``python -m train.data IMAGES_IDX LABELS_IDX OUT.npz``: IDX files → ``dataset=npz:OUT.npz``."""
+    """``python -m train.app.data IMAGES_IDX LABELS_IDX OUT.npz``: IDX files → ``dataset=npz:OUT.npz``."""
     if len(argv) != 3 or any(a in ("-h", "--help") for a in argv):
-        print("usage: python -m train.data IMAGES_IDX[.gz] LABELS_IDX[.gz] OUT.npz", file=sys.stderr)
+        print("usage: python -m train.app.data IMAGES_IDX[.gz] LABELS_IDX[.gz] OUT.npz", file=sys.stderr)
         return 0 if argv and argv[0] in ("-h", "--help") else 2
     try:
         shape = idx_to_npz(*argv)

@@ -1,14 +1,14 @@
 """The papers' recipes as named presets: one block per paper, each value beside the section of the paper it
 comes from, and the deviations stated once.
 
-A preset is a named set of config values (a dict from key to value, keys of :class:`train.config.Config`)
+A preset is a named set of config values (a dict from key to value, keys of :class:`train.app.config.Config`)
 that a run starts from: ``python -m train preset=NAME key=value ...`` builds the config of ``PRESETS[NAME]``
 with the command line's keys applied over it, so a command line's key overrides the preset's (and a key the
 preset set that the command line's choices make unused is dropped with one log line; see
-:func:`train.config.make`). Without ``preset=`` a run starts from ``supcon_torus_n``. ``python -m train
+:func:`train.app.config.make`). Without ``preset=`` a run starts from ``supcon_torus_n``. ``python -m train
 --help`` lists every preset with its values.
 
-This module holds only the values; :mod:`train.config` (which imports it and re-exports its names) parses,
+This module holds only the values; :mod:`train.app.config` (which imports it and re-exports its names) parses,
 checks and applies them. It imports nothing from :mod:`train`.
 """
 

@@ -1,5 +1,5 @@
 """The training objective: a loss over the batch similarity (or over the embeddings) plus weighted
-regularisers. Each loss and each regulariser is registered here (:mod:`train.registry`) with the keys it
+regularisers. Each loss and each regulariser is registered here (:mod:`train.app.registry`) with the keys it
 uses and the library function it calls; :class:`Objective` finds them by the config's values."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import jax
 from geojax import losses, manifolds, models, parallel, regularizers
 from geojax import similarity as similarity_lib
 from geojax.manifolds import GEOMETRIES
-from train import registry
-from train.registry import NON_NEGATIVE, POSITIVE, POSITIVE_INT, Key, When
+from train.app import registry
+from train.app.registry import NON_NEGATIVE, POSITIVE, POSITIVE_INT, Key, When
 
 NO_OVERLAP = 1e3  # d_M where two atlas points share no chart (finite, so losses stay finite)
 

@@ -8,7 +8,7 @@ MINING), calls=losses.triplet)``); a key listed by several values of one choice 
 sincere and info_nce) is used exactly when the choice takes one of them. :func:`register_regularizer` adds a
 weighted term of the objective, its weight a key of its own.
 
-:mod:`train.config` builds its ``Config`` from these tables (rebuilt on every registration, so a loss
+:mod:`train.app.config` builds its ``Config`` from these tables (rebuilt on every registration, so a loss
 registered by a user's own module is a key of the command line like the shipped ones); the refusal of unused
 keys, the dropping of a preset's unused keys, ``--help``'s groups and the keyword arguments of what a choice
 calls all follow from them.
@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from train.errors import UsageError
+from train.app.errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -178,7 +178,7 @@ def unregister(choice: str, value: Any) -> None:
 
 
 def on_change(listener: Callable[[], None]) -> None:
-    """Call ``listener`` now and after every registration (:mod:`train.config` rebuilds its tables)."""
+    """Call ``listener`` now and after every registration (:mod:`train.app.config` rebuilds its tables)."""
     _LISTENERS.append(listener)
     listener()
 

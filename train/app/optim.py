@@ -1,5 +1,5 @@
 """The optimiser and learning-rate schedule of a run, each value registered with the keys it uses and the
-optax constructor it calls (:mod:`train.registry`)."""
+optax constructor it calls (:mod:`train.app.registry`)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 import optax
 
-from train import registry
-from train.registry import NON_NEGATIVE, Key
+from train.app import registry
+from train.app.registry import NON_NEGATIVE, Key
 
 
 def _coupled(l2: float) -> list[optax.GradientTransformation]:
