@@ -71,18 +71,21 @@ def linear_probe(
 ) -> float:
     """Test accuracy of softmax regression trained ``epochs`` epochs on frozen, standardised features."""
     tr, te = _standardise(train_x, test_x)
-    predict = _fit(
+    train_chart, test_chart = np.zeros(len(tr), np.int32), np.zeros(len(te), np.int32)
+    return piecewise_linear(
         tr,
-        np.zeros(len(tr), np.int32),
+        train_chart,
         train_y,
-        n_groups=1,
+        te,
+        test_chart,
+        test_y,
+        charts=1,
         num_classes=num_classes,
         epochs=epochs,
         batch=batch,
         lr=lr,
         seed=seed,
     )
-    return float(np.mean(predict(te, np.zeros(len(te), np.int32)) == test_y))
 
 
 def piecewise_linear(
