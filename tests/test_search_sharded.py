@@ -1,6 +1,7 @@
 """Two local processes × 2 CPU devices (jax.distributed, gloo collectives) form one geojax.search.IndexFlat,
-each adding its own file of codes: the results equal one process holding every row, before and after each
-process writes and reads back its part. And the benchmark's queries/s-against-devices table runs."""
+and one IndexIVF, each adding its own file of codes or vectors: the results equal one process holding every
+row, before and after each process writes and reads back its part. And the benchmark's
+queries/s-against-devices table runs."""
 
 import os
 import signal
@@ -15,21 +16,21 @@ from test_multiprocess import _free_port
 from test_search_kernels import naive_topk, torus_numpy
 
 from geojax import search
-from geojax.search import IndexFlat, TorusCodec
+from geojax.search import IndexFlat, IndexIVF, TorusCodec
 
-WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "index_worker.py")
+HERE = os.path.dirname(os.path.abspath(__file__))
 TIMEOUT_S = 300
 
 
-def _run_two(workdir: str) -> None:
-    """tests/index_worker.py as processes 0 and 1 of one runtime; fails with a process's log otherwise."""
+def _run_two(workdir: str, worker: str = "index_worker.py") -> None:
+    """tests/``worker`` as processes 0 and 1 of one runtime; fails with a process's log otherwise."""
     port = _free_port()
     flags = " ".join(f for f in os.environ.get("XLA_FLAGS", "").split() if "device_count" not in f)
     env = {**os.environ, "XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": "2"}
     logs = [open(os.path.join(workdir, f"process{i}.log"), "w+") for i in (0, 1)]
     procs = [
         subprocess.Popen(
-            [sys.executable, WORKER, workdir, f"127.0.0.1:{port}", str(i)],
+            [sys.executable, os.path.join(HERE, worker), workdir, f"127.0.0.1:{port}", str(i)],
             env=env,
             stdout=logs[i],
             stderr=logs[i],
@@ -82,6 +83,49 @@ def test_two_processes_equal_one(tmp_path):
         np.testing.assert_array_equal(d, ref_d)
         np.testing.assert_array_equal(i, ref_i)
     np.testing.assert_array_equal(np.asarray(search.torus_topk(queries, held, k)[1]), ref_i)
+
+
+def test_two_processes_ivf_equal_one(tmp_path):
+    rng = np.random.default_rng(1)
+    centres = rng.random((12, 6), dtype=np.float32)
+    rows = (centres[rng.integers(0, 12, 900)] + 0.05 * rng.standard_normal((900, 6), np.float32)) % 1.0
+    rows[[3, 500, 610]] = rows[450]  # copies in both processes' parts: ties broken by id across processes
+    queries = np.concatenate([rows[450:451], rng.random((7, 6), dtype=np.float32)])
+    train, gone, k, nlist = rows[::3].copy(), np.array([3, 451, 899, 5000]), 40, 8
+    parts = (rows[:500], rows[500:])  # uneven parts
+    for name, a in {
+        "train": train,
+        "part0": parts[0],
+        "part1": parts[1],
+        "queries": queries,
+        "gone": gone,
+        "k": k,
+        "nlist": nlist,
+    }.items():
+        np.save(tmp_path / f"{name}.npy", a)
+    _run_two(str(tmp_path), "ivf_worker.py")
+    got = np.load(tmp_path / "result.npz")
+    assert "x must be the same on every process" in str(got["refused"]) and bool(got["untrained"])
+    # One process (4 devices) holding every row in process order: each add's rows, process 0's then 1's.
+    held = np.concatenate([parts[0][:250], parts[1][:200], parts[0][250:], parts[1][200:]])
+    one = IndexIVF(TorusCodec(6), nlist, nprobe=2, iters=5)
+    one.train(train)
+    one.add(held)
+    d, i = one.search(queries, k)
+    np.testing.assert_array_equal(got["probed_d"], d)
+    np.testing.assert_array_equal(got["probed_i"], i)
+    assert np.all(got["probed_i"] >= 0)
+    codes = np.asarray(one.codec.encode(held))
+    ref_d, ref_i = naive_topk(torus_numpy(np.asarray(one.codec.encode(queries)), codes), k)
+    np.testing.assert_array_equal(got["full_d"], ref_d)  # full probe: the exact search over every row
+    np.testing.assert_array_equal(got["full_i"], ref_i)
+    one.nprobe = nlist
+    assert int(got["removed"]) == one.remove_ids(gone) == 3 and int(got["ntotal"]) == one.ntotal == 897
+    d, i = one.search(queries, k)
+    for stage in ("after", "again"):
+        np.testing.assert_array_equal(got[f"{stage}_d"], d)
+        np.testing.assert_array_equal(got[f"{stage}_i"], i)
+    assert not np.isin(got["after_i"], gone).any()
 
 
 @pytest.mark.slow

@@ -22,6 +22,13 @@ query's best by (distance, id), on the device and then over the devices
 this CPU: XLA did not give it its fast top-k routine; neither does it for int32 keys, so exact integer
 distances are ranked as float32.)
 With ``nprobe = nlist`` every row is a candidate: the result is exactly the flat index's, ties included.
+
+Several processes (``jax.distributed``) form one index as they form one :class:`geojax.search.IndexFlat`:
+every process calls ``train`` (with the same vectors, so every process holds the same quantiser), ``add``,
+``search``, ``remove_ids``, ``write_index`` and ``read_index`` together, each adding its own part of the rows;
+a process's rows take the ids after those of the processes before it, live in its own lists and are dealt
+over its own devices. A search runs on every process over its own lists, and the per-process top-k are
+gathered and merged by (distance, id): the index equals one process holding all rows in process order.
 A query whose probed lists hold fewer than k rows gets id −1 and the largest distance (int32 max, or +inf
 for PQ) in the slots left.
 
@@ -34,11 +41,13 @@ from __future__ import annotations
 
 import functools
 import math
+import zlib
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.experimental import multihost_utils
 from jax.sharding import PartitionSpec as P
 from jax.typing import ArrayLike
 
@@ -165,8 +174,8 @@ class IndexIVF:
     """Inverted lists over a codec's codes (module docstring); faiss's ``IndexIVF`` shape.
 
     A coarse quantiser files every row in one of ``nlist`` lists, and a search scans only the ``nprobe`` lists
-    nearest each query; with ``nprobe = nlist`` the result is exactly the flat index's, ties included. Runs in
-    one process, its blocks dealt over that process's devices.
+    nearest each query; with ``nprobe = nlist`` the result is exactly the flat index's, ties included. With
+    several processes each holds its own rows' lists, dealt over its own devices (module docstring).
 
     Args:
         codec: a :class:`geojax.search.codecs.Codec`.
@@ -178,12 +187,13 @@ class IndexIVF:
         iters: k-means rounds (a positive int).
         train_rows: the most training rows the quantiser uses (a random subset); None: 256 per list, faiss's
             default.
-        mesh: the devices the blocks are dealt over; None: every device on one axis named ``db_axis``.
+        mesh: this process's devices the blocks are dealt over; None: every device of this process on one axis
+            named ``db_axis``.
         db_axis: the mesh axis the blocks are dealt over.
 
     Raises:
         ValueError: ``codec`` is not a codec, a size is not a positive int, ``nprobe`` > ``nlist``, the axis
-            is not the mesh's, or several processes run.
+            is not the mesh's, or the mesh holds another process's devices.
 
     References:
         Jégou, Douze & Schmid 2011, "Product Quantization for Nearest Neighbor Search" (IEEE TPAMI 33(1)),
@@ -223,13 +233,13 @@ class IndexIVF:
             _checks.check_positive_int(block, "block")
         if train_rows is not None:
             _checks.check_positive_int(train_rows, "train_rows")
-        if jax.process_count() > 1:
-            raise ValueError("IndexIVF runs in one process (its blocks dealt over that process's devices)")
         self.codec, self.nlist, self.iters = codec, int(nlist), int(iters)
         self.block = None if block is None else int(block)
         self.train_rows = 256 * self.nlist if train_rows is None else int(train_rows)
-        self.mesh = mesh if mesh is not None else placement.default_mesh(db_axis)
+        self.mesh = mesh if mesh is not None else jax.sharding.Mesh(np.array(jax.local_devices()), (db_axis,))
         placement.check_axes(self.mesh, db_axis, None)
+        if any(d.process_index != jax.process_index() for d in self.mesh.devices.flat):
+            raise ValueError("mesh must hold only this process's devices (each process deals its own lists)")
         self.db_axis = db_axis
         self._shard_of, _ = placement.shard_owners(self.mesh, db_axis)
         self.shards = self.mesh.shape[db_axis]
@@ -258,12 +268,12 @@ class IndexIVF:
 
     @property
     def list_sizes(self) -> np.ndarray:
-        """Rows in each list [nlist]."""
+        """Rows in each list [nlist] (this process's rows)."""
         return np.array([len(i) for i in self._ids], np.int64)
 
     @property
     def nbytes(self) -> int:
-        """Bytes the index holds for its rows.
+        """Bytes this process holds for its rows.
 
         The host's lists, and the devices' blocks, ids and block tables (laid out now if a change is pending).
         """
@@ -287,17 +297,21 @@ class IndexIVF:
         The quantiser runs on the coarse features of at most ``train_rows`` rows (a random subset).
 
         Args:
-            x: [N, dim] finite floating training vectors, N ≥ nlist.
+            x: [N, dim] finite floating training vectors, N ≥ nlist; the same on every process.
             key: a JAX PRNG key, split for the codec, the subset and k-means; None: ``jax.random.key(0)``.
 
         Raises:
-            ValueError: ``x`` is not a finite floating [N, dim] matrix or has fewer than ``nlist`` rows.
+            ValueError: ``x`` is not a finite floating [N, dim] matrix, has fewer than ``nlist`` rows, or is
+                not the same on every process.
         """
         x = codecs.check_vectors(x, "x", self.codec.dim)
         if len(x) < self.nlist:
             raise ValueError(
                 f"x must have at least nlist = {self.nlist} rows to train the quantiser, got {len(x)}"
             )
+        digest = zlib.crc32(np.ascontiguousarray(x).tobytes(), zlib.crc32(str(x.shape).encode()))
+        if len(set(placement.process_counts([digest])[:, 0].tolist())) > 1:
+            raise ValueError("x must be the same on every process (each trains the same quantiser)")
         key = jax.random.key(0) if key is None else key
         codec_key, sample_key, kmeans_key = jax.random.split(key, 3)
         if not self.codec.is_trained:
@@ -315,16 +329,16 @@ class IndexIVF:
 
     # ------------------------------------------------------------------------------------------------ add
     def add(self, x: ArrayLike, ids: ArrayLike | None = None) -> None:
-        """Encode and file vectors x [n, dim] (n may be 0), in steps of 65,536 rows.
+        """Encode and file this process's vectors x [n, dim] (n may be 0), in steps of 65,536 rows.
 
         Args:
             x: [n, dim] finite floating vectors.
-            ids: as for :meth:`geojax.search.IndexFlat.add`: [n] distinct new integer ids, or None for the ids
-                after the largest so far.
+            ids: as for :meth:`geojax.search.IndexFlat.add`: [n] distinct new integer ids (one process only),
+                or None for the ids after the largest so far, in process order.
 
         Raises:
             ValueError: the index is not trained, ``x`` or ``ids`` is malformed, an id is in the index
-                already, or the index would pass 2^31 − 1 rows.
+                already, ids are given with several processes, or the index would pass 2^31 − 1 rows.
 
         Example:
             >>> import numpy as np
@@ -338,46 +352,57 @@ class IndexIVF:
         """
         self._check_trained("adding")
         x = self.codec.check_vectors(x, "x")
-        ids = self._new_ids(ids, len(x))
+        ids, total = self._new_ids(ids, len(x))
         for i in range(0, len(x), _ADD_ROWS):
             codes = self.codec.encode(x[i : i + _ADD_ROWS])
             self._file(codes, ids[i : i + _ADD_ROWS])
+        self.ntotal += total
 
     def add_codes(self, codes: ArrayLike, ids: ArrayLike | None = None) -> None:
-        """File codes [n, width] made by the codec elsewhere (see :meth:`add`).
+        """File this process's codes [n, width] made by the codec elsewhere (see :meth:`add`).
 
         Args:
             codes: [n, width] codes of the codec's dtype.
-            ids: [n] distinct new integer ids, or None for the ids after the largest so far.
+            ids: [n] distinct new integer ids (one process only), or None for the ids after the largest so
+                far, in process order.
 
         Raises:
             ValueError: the index is not trained, ``codes`` or ``ids`` is malformed, an id is in the index
-                already, or the index would pass 2^31 − 1 rows.
+                already, ids are given with several processes, or the index would pass 2^31 − 1 rows.
         """
         self._check_trained("adding")
         codes = self.codec.check_codes(codes)
-        ids = self._new_ids(ids, len(codes))
+        ids, total = self._new_ids(ids, len(codes))
         for i in range(0, len(codes), _ADD_ROWS):
             self._file(codes[i : i + _ADD_ROWS], ids[i : i + _ADD_ROWS])
+        self.ntotal += total
 
     def _check_trained(self, what: str) -> None:
         if not self.is_trained:
             raise ValueError(f"the index must be trained (call train) before {what}")
 
-    def _new_ids(self, ids: ArrayLike | None, n: int) -> np.ndarray:
-        """Checked ids for n new rows (default: after the largest so far); the counter moves past them."""
+    def _new_ids(self, ids: ArrayLike | None, n: int) -> tuple[np.ndarray, int]:
+        """Checked ids for this process's n new rows (default: after the largest so far, in process order)
+        and the rows all processes add; the counter moves past them."""
         ids = check_ids(ids, n)
-        if self.ntotal + n > NO_ID:
+        counts = placement.process_counts([n])[:, 0]
+        total = int(counts.sum())
+        if self.ntotal + total > NO_ID:
             raise ValueError(f"the rows would take the index past {NO_ID} rows (int32 ids)")
         if ids is None:
-            ids = np.arange(self._next_id, self._next_id + n, dtype=np.int64)
-        elif n and self.ntotal:
+            first = self._next_id + int(counts[: jax.process_index()].sum())
+            ids = np.arange(first, first + n, dtype=np.int64)
+            self._next_id += total
+            return ids, total
+        if jax.process_count() > 1:
+            raise ValueError("ids can be given with one process only (several: ids follow process order)")
+        if n and self.ntotal:
             held = np.concatenate(self._ids)
             if np.isin(ids, held).any():
                 raise ValueError(f"ids must be new: {int(np.isin(ids, held).sum())} are in the index already")
         if n:
             self._next_id = max(self._next_id, int(ids.max()) + 1)
-        return ids
+        return ids, total
 
     def _file(self, codes: np.ndarray, ids: np.ndarray) -> None:
         """Append rows to their lists, each list kept in ascending id order."""
@@ -392,17 +417,16 @@ class IndexIVF:
                 by_id = np.argsort(new_ids, kind="stable")
                 new_ids, new_codes = new_ids[by_id], new_codes[by_id]
             self._ids[j], self._codes[j] = new_ids, new_codes
-        self.ntotal += len(ids)
         self._device = None
 
     def remove_ids(self, ids: ArrayLike) -> int:
-        """Remove the rows with these ids (others are ignored).
+        """Remove the rows with these ids (others are ignored); every process calls it with the same ids.
 
         Args:
             ids: [m] integer ids.
 
         Returns:
-            How many rows went.
+            How many rows went, over all processes.
 
         Raises:
             ValueError: ``ids`` is not a rank-1 integer array.
@@ -427,8 +451,9 @@ class IndexIVF:
                 removed += int((~keep).sum())
                 self._ids[j], self._codes[j] = self._ids[j][keep], self._codes[j][keep]
         if removed:
-            self.ntotal -= removed
             self._device = None
+        removed = int(placement.process_counts([removed])[:, 0].sum())
+        self.ntotal -= removed
         return removed
 
     # --------------------------------------------------------------------------------------------- layout
@@ -444,7 +469,8 @@ class IndexIVF:
         """The k nearest rows among the ``nprobe`` lists nearest each query vector, ties to the lower id.
 
         The distances are those of :class:`geojax.search.IndexFlat`. A query whose probed lists hold fewer
-        than k rows gets id −1 and the largest distance (int32 max, or +inf for PQ) in the slots left.
+        than k rows gets id −1 and the largest distance (int32 max, or +inf for PQ) in the slots left. The
+        queries are the same on every process.
 
         Args:
             q: [Q, dim] finite floating query vectors.
@@ -469,7 +495,8 @@ class IndexIVF:
         block_bytes = layout.blocks.shape[1] * layout.blocks.shape[2] * layout.blocks.dtype.itemsize
         chunk = int(max(1, min(pairs, _QUERY_BYTES // block_bytes)))
         fn = self._search_fn(k, pairs, per_query, chunk)
-        return fn(queries, probe, layout.table, layout.blocks, layout.ids, self.codec.aux)
+        d, i = fn(queries, probe, layout.table, layout.blocks, layout.ids, self.codec.aux)
+        return _merge_processes(d, i, k) if jax.process_count() > 1 else (d, i)
 
     def _search_fn(self, k: int, pairs: int, per_query: int, chunk: int):
         key = (k, pairs, per_query, chunk)
@@ -496,7 +523,8 @@ class IndexIVF:
 
     # ----------------------------------------------------------------------------------------------- files
     def state(self) -> tuple[dict, dict]:
-        """(description, arrays) for ``write_index``: the quantiser and every list's rows in list order.
+        """(description, arrays) of this process's part, for ``write_index``: the quantiser and every list's
+        rows in list order (``ntotal`` counts every process's rows).
 
         Returns:
             ({"nlist", "nprobe", "block", "iters", "train_rows", "ntotal", "next_id"}, {"centroids",
@@ -535,7 +563,8 @@ class IndexIVF:
             The :class:`IndexIVF`.
 
         Raises:
-            ValueError: the arrays do not match the description, or the codec rejects the codes.
+            ValueError: the arrays do not match the description, the processes read parts of different
+                indexes (other sizes or quantisers), or the codec rejects the codes.
 
         Example:
             >>> import numpy as np
@@ -558,9 +587,15 @@ class IndexIVF:
             **placement_args,
         )
         sizes = arrays["list_sizes"]
-        if len(sizes) != index.nlist or sizes.sum() != meta["ntotal"] or len(arrays["ids"]) != meta["ntotal"]:
+        rows = len(arrays["ids"])
+        if len(sizes) != index.nlist or sizes.sum() != rows:
+            raise ValueError(f"the file's lists hold {int(sizes.sum())} rows; its ids are {rows}")
+        digest = zlib.crc32(np.ascontiguousarray(arrays["centroids"]).tobytes())
+        counts = placement.process_counts([rows, meta["ntotal"], digest])
+        if len(set(counts[:, 1])) != 1 or len(set(counts[:, 2])) != 1 or counts[:, 0].sum() != meta["ntotal"]:
             raise ValueError(
-                f"the file's lists hold {int(sizes.sum())} rows; its header describes {meta['ntotal']}"
+                f"the files read hold {counts[:, 0].tolist()} rows of indexes of {counts[:, 1].tolist()} rows"
+                + ("" if len(set(counts[:, 2])) == 1 else " with different quantisers")
             )
         if arrays["centroids"].size:
             index.centroids = jnp.asarray(arrays["centroids"])
@@ -720,3 +755,14 @@ def _shard_search(
     else:
         d = jnp.where(found, d, jnp.inf)
     return d, jnp.where(found, i, -1)
+
+
+def _merge_processes(d: jax.Array, i: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
+    """Every process's top-k [Q, k] gathered and merged by (distance, id): the top-k of the whole index
+    (empty slots, id −1, ranked after every row)."""
+    gathered_d = np.asarray(multihost_utils.process_allgather(np.asarray(d)))  # [processes, Q, k]
+    gathered_i = np.asarray(multihost_utils.process_allgather(np.asarray(i)))
+    cand_d = np.concatenate(list(gathered_d), axis=1)
+    cand_i = np.concatenate(list(gathered_i), axis=1)
+    md, mi = merge_topk(jnp.asarray(cand_d), jnp.asarray(np.where(cand_i < 0, NO_ID, cand_i)), k)
+    return md, jnp.where(mi < NO_ID, mi, -1)
