@@ -2,6 +2,7 @@
 
     python benchmarks/ivf.py              # 1,000,000 rows, 1,000 queries, nlist 1,024
     python benchmarks/ivf.py --quick      # 20,000 rows, seconds (writes no result unless --out)
+    python benchmarks/ivf.py --learned RUN_DIR [RUN_DIR …]   # a trained run's embeddings (nlist 256)
 
 Data (seeded): (a) the torus: 64 angles per row (turns), each row one of 1,000 centres drawn uniformly on
 the torus plus N(0, 0.05²) per angle, wrapped to [0, 1); (b) the sphere: 64-d unit vectors, each one of
@@ -15,6 +16,13 @@ geojax's quantiser; geojax's PQ codebooks from the first 20,000):
   ``IndexBinaryIVF`` over the same codes;
 - PQ(m=8, 8 bits) of the sphere vectors (8 B/row), ``PQCodec`` on the sphere, against faiss ``IndexIVFPQ``
   (m=8, 8 bits, residual codes: faiss's default).
+
+With ``--learned``, the rows are the embeddings of trained runs instead (each run directory's
+``embeddings.npz``: its training split as the rows, its test split as the queries, one index per codec that
+fits the run's geometry): a torus run (torusC or torusN) gives its angles (``clifford_to_angles``) as 8-bit
+torus codes of D/2 B/row beside faiss IVF-SQ8 over the same angles; a sphere run gives sign bits (D/8 B/row)
+and PQ(m = D/4, 8 bits; D/4 B/row) of its unit vectors. Everything else is as above; the result is written as
+``ivf_learned``.
 
 For each ``nprobe``: recall@10 against the exact search over the same codes (geojax: ``IndexFlat`` over
 them, equal to nprobe = nlist; faiss: the same index at nprobe = nlist), recall@10 against exact float
@@ -39,7 +47,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from search import interleaved, load_faiss, recall_at  # noqa: E402
 
-from geojax import search  # noqa: E402
+from geojax import manifolds, search  # noqa: E402
 from train.helpers.results import add_out_argument, destination, machine_info, write_result  # noqa: E402
 from train.helpers.tables import markdown_table  # noqa: E402
 
@@ -79,6 +87,49 @@ def float_truth(q: np.ndarray, x: np.ndarray, *, torus: bool, block: int = 100_0
         top = np.argsort(-s, axis=1, kind="stable")
         best_s, best_i = np.take_along_axis(s, top, 1), np.take_along_axis(i, top, 1)
     return best_i
+
+
+def learned_data(runs: list[str]) -> tuple[dict, list, list[dict]]:
+    """({space: (rows, queries)}, cases, sources) from run directories' embeddings.npz (module docstring)."""
+    data, cases, sources = {}, [], []
+    for run in runs:
+        z = np.load(os.path.join(run, "embeddings.npz"))
+        geometry = str(z["geometry"])
+        x, q = z["reference"].astype(np.float32), z["query"].astype(np.float32)
+        if geometry in manifolds.TORUS_GEOMETRIES:
+            x, q = (np.asarray(manifolds.clifford_to_angles(a)) for a in (x, q))
+            data["torus"] = (x, q)
+            cases.append((f"torus 8-bit ({x.shape[1]} B)", "torus", search.TorusCodec(x.shape[1])))
+        elif geometry == "sphere":
+            d = x.shape[1]
+            data["sphere"] = (x, q)
+            cases += [
+                (f"sign bits ({d // 8} B)", "sphere", search.BinaryCodec(d)),
+                (f"PQ {d // 4}×8 ({d // 4} B)", "sphere", search.PQCodec(d, m=d // 4, geometry="sphere")),
+            ]
+        else:
+            raise SystemExit(f"{run}: a {geometry!r} run; --learned takes torus or sphere runs")
+        sources.append(
+            {"run": run, "geometry": geometry, "rows": len(x), "queries": len(q), "dim": x.shape[1]}
+        )
+    return data, cases, sources
+
+
+def synthetic_data(rng, n: int, nq: int, dim: int) -> tuple[dict, list]:
+    """({space: (rows, queries)}, cases) of the clustered torus and sphere mixtures (module docstring)."""
+    torus_centres = rng.random((1000, dim))
+    sphere_centres = rng.standard_normal((1000, dim))
+    sphere_centres /= np.linalg.norm(sphere_centres, axis=1, keepdims=True)
+    data = {
+        "torus": (torus_data(rng, n, torus_centres), torus_data(rng, nq, torus_centres)),
+        "sphere": (sphere_data(rng, n, sphere_centres), sphere_data(rng, nq, sphere_centres)),
+    }
+    cases = [
+        ("torus 8-bit (64 B)", "torus", search.TorusCodec(dim)),
+        ("sign bits (8 B)", "sphere", search.BinaryCodec(dim)),
+        ("PQ 8×8 (8 B)", "sphere", search.PQCodec(dim, m=8, geometry="sphere")),
+    ]
+    return data, cases
 
 
 def sweep(
@@ -127,33 +178,28 @@ def main(argv=None) -> None:
     parser.add_argument("--nlist", type=int, default=None)
     parser.add_argument("--repeat", type=int, default=3, help="alternating timing rounds")
     parser.add_argument("--plot", default=None, help="PNG of recall against queries/s (default: none)")
+    parser.add_argument(
+        "--learned", nargs="+", default=None, metavar="RUN_DIR", help="trained runs' embeddings"
+    )
     add_out_argument(parser)
     args = parser.parse_args(argv)
-    n = args.rows or (20_000 if args.quick else 1_000_000)
-    nq = args.queries or (200 if args.quick else 1_000)
-    nlist = args.nlist or (64 if args.quick else 1024)
     faiss = load_faiss()
-    rng = np.random.default_rng(0)
-    dim, train_rows = 64, min(n, 100_000)
-
-    torus_centres = rng.random((1000, dim))
-    sphere_centres = rng.standard_normal((1000, dim))
-    sphere_centres /= np.linalg.norm(sphere_centres, axis=1, keepdims=True)
-    data = {
-        "torus": (torus_data(rng, n, torus_centres), torus_data(rng, nq, torus_centres)),
-        "sphere": (sphere_data(rng, n, sphere_centres), sphere_data(rng, nq, sphere_centres)),
-    }
+    sources = None
+    if args.learned:
+        data, cases, sources = learned_data(args.learned)
+        n, nq = (len(data[cases[0][1]][i]) for i in (0, 1))
+        nlist = args.nlist or 256
+    else:
+        n = args.rows or (20_000 if args.quick else 1_000_000)
+        nq = args.queries or (200 if args.quick else 1_000)
+        nlist = args.nlist or (64 if args.quick else 1024)
+        data, cases = synthetic_data(np.random.default_rng(0), n, nq, 64)
     truth = {name: float_truth(q, x, torus=name == "torus") for name, (x, q) in data.items()}
 
     builds, rows = [], []
-    cases = [
-        ("torus 8-bit (64 B)", "torus", search.TorusCodec(dim)),
-        ("sign bits (8 B)", "sphere", search.BinaryCodec(dim)),
-        ("PQ 8×8 (8 B)", "sphere", search.PQCodec(dim, m=8, geometry="sphere")),
-    ]
     for name, space, codec in cases:
         x, q = data[space]
-        train = x[:train_rows]
+        train = x[:100_000]
         ours = search.IndexIVF(codec, nlist, iters=10)
 
         def build(ours=ours, codec=codec, x=x, train=train):
@@ -174,22 +220,25 @@ def main(argv=None) -> None:
             def set_nprobe(p, peer=peer):
                 peer.nprobe = p
 
-            peer_bytes = (
-                len(faiss.serialize_index_binary(peer) if "sign" in name else faiss.serialize_index(peer)) / n
-            )
+            peer_bytes = len(
+                faiss.serialize_index_binary(peer) if "sign" in name else faiss.serialize_index(peer)
+            ) / len(x)
         builds.append(
             {
                 "codes": name,
                 "geojax_build_s": ours_build,
                 "faiss_build_s": peer_build,
-                "geojax_bytes_per_row": ours.nbytes / n,
+                "geojax_bytes_per_row": ours.nbytes / len(x),
                 "faiss_bytes_per_row": peer_bytes,
             }
         )
         rows += sweep(name, ours, exact_ours, peer, set_nprobe, q, peer_q, truth[space], nlist, args.repeat)
         del ours, peer
 
-    print(f"{n:,} rows, {nq:,} queries, nlist {nlist}, top-{K}; load before {machine.get('load_before')}")
+    what = "learned embeddings: " + ", ".join(s["run"] for s in sources) + "; " if sources else ""
+    print(
+        f"{what}{n:,} rows, {nq:,} queries, nlist {nlist}, top-{K}; load before {machine.get('load_before')}"
+    )
     print(
         markdown_table(
             ["codes", "library", "nprobe", "recall@10 vs same codes", "recall@10 vs float", "queries/s"],
@@ -207,6 +256,7 @@ def main(argv=None) -> None:
             align="llrrrr",
         )
     )
+    print()
     print(
         markdown_table(
             ["codes", "geojax build s", "faiss build s", "geojax B/row", "faiss B/row"],
@@ -238,9 +288,11 @@ def main(argv=None) -> None:
             "sweep": rows,
             "builds": builds,
             "targets": targets,
+            **({"learned": sources} if sources else {}),
         }
         command = sys.argv if argv is None else [sys.argv[0], *argv]
-        print(f"wrote {write_result('ivf', figures, argv=command, machine=machine, folder=folder)}")
+        name = "ivf_learned" if sources else "ivf"
+        print(f"wrote {write_result(name, figures, argv=command, machine=machine, folder=folder)}")
 
 
 def _fmt(value, spec: str) -> str:

@@ -162,7 +162,8 @@ def _figures(folder: Path, name: str, argv: tuple[str, ...]) -> dict:
 
 
 def test_quick_runs_write_only_where_out_says(tmp_path):
-    assert destination(None, quick=False) == RESULTS_DIR
+    assert destination(None, quick=False) == RESULTS_DIR == ROOT / "benchmarks" / "results"
+    assert (RESULTS_DIR / "ivf.json").is_file()  # the checkout's results folder, not a path beside it
     assert destination(None, quick=True) is None
     assert destination(tmp_path, quick=True) == destination(tmp_path, quick=False) == tmp_path
 
@@ -250,6 +251,42 @@ def test_search_quick(tmp_path):
         assert all(s["faiss_s"] is s["ratio"] is None for s in stored)
         assert rows[0]["check"].endswith("numpy scan on 20 queries: True")
     assert rows[1]["check"].endswith("numpy scan on 20 queries: True")
+
+
+def _fake_run(folder: Path, geometry: str, dim: int, rows: int, queries: int, seed: int) -> str:
+    """A run directory holding only embeddings.npz as the app writes it: unit sphere vectors, or torusN
+    vectors (each adjacent pair of norm √(2/dim)), clustered so that an index has lists to find."""
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((20, dim))
+    z = {}
+    for split, n in (("reference", rows), ("query", queries)):
+        x = centres[rng.integers(0, 20, n)] + 0.3 * rng.standard_normal((n, dim))
+        pairs = x.reshape(n, -1, 2) if geometry == "torus_n" else x[:, None]
+        scale = np.sqrt(2 / dim) if geometry == "torus_n" else 1.0
+        z[split] = (scale * pairs / np.linalg.norm(pairs, axis=-1, keepdims=True)).reshape(n, dim)
+        z[f"{split}_labels"] = np.zeros(n, np.int32)
+    folder.mkdir()
+    np.savez(folder / "embeddings.npz", **z, geometry=geometry, similarity="cosine")
+    return str(folder)
+
+
+def test_ivf_learned_quick(tmp_path):
+    torus = _fake_run(tmp_path / "torus", "torus_n", 16, 3000, 40, 0)
+    sphere = _fake_run(tmp_path / "sphere", "sphere", 16, 3000, 40, 1)
+    out_dir = tmp_path / "out"
+    argv = ("--learned", torus, sphere, "--nlist", "16", "--repeat", "1", "--out", str(out_dir))
+    out = _run_script("ivf.py", *argv)
+    figures = _figures(out_dir, "ivf_learned", argv)
+    assert [s["geometry"] for s in figures["learned"]] == ["torus_n", "sphere"]
+    assert (figures["rows"], figures["queries"], figures["nlist"]) == (3000, 40, 16)
+    sweep, table = figures["sweep"], _tables(out)[0]
+    codes = ["torus 8-bit (8 B)", "sign bits (2 B)", "PQ 4×8 (4 B)"]  # 8 angles; 16 bits; m = 4
+    assert list(dict.fromkeys(r["codes"] for r in sweep)) == codes
+    ours = [r for r in sweep if r["library"] == "geojax"]
+    assert [r["nprobe"] for r in ours] == [1, 2, 4, 8, 16] * 3
+    assert all(r["recall_same_codes"] == 1.0 for r in ours if r["nprobe"] == 16)  # full probe = exact
+    assert len(table) == len(sweep) and all(r["qps"] > 0 for r in sweep)
+    assert len([r for r in sweep if r["library"] == "faiss"]) == (15 if _installed("faiss") else 0)
 
 
 @pytest.mark.slow

@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from train.helpers.files import json_safe, write_text
-from train.helpers.version import code_version
+from train.helpers.version import ROOT, code_version
 
-RESULTS_DIR = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+RESULTS_DIR = ROOT / "benchmarks" / "results"
 PACKAGES = ("jax", "jaxlib", "flax", "optax", "numpy", "torch", "faiss-cpu", "pytorch-metric-learning")
 
 
