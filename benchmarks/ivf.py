@@ -20,7 +20,9 @@ geojax's quantiser; geojax's PQ codebooks from the first 20,000):
 With ``--learned``, the rows are the embeddings of trained runs instead (each run directory's
 ``embeddings.npz``: its training split as the rows, its test split as the queries, one index per codec that
 fits the run's geometry): a torus run (torusC or torusN) gives its angles (``clifford_to_angles``) as 8-bit
-torus codes of D/2 B/row beside faiss IVF-SQ8 over the same angles; a sphere run gives sign bits (D/8 B/row)
+torus codes of D/2 B/row ranked by wraparound L1 and by wraparound squared L2 (the one that orders near
+neighbours as the trained chordal distance does), each beside faiss IVF-SQ8 over the same angles; a sphere
+run gives sign bits (D/8 B/row)
 and PQ(m = D/4, 8 bits; D/4 B/row) of its unit vectors. Everything else is as above; the result is written as
 ``ivf_learned``.
 
@@ -99,7 +101,10 @@ def learned_data(runs: list[str]) -> tuple[dict, list, list[dict]]:
         if geometry in manifolds.TORUS_GEOMETRIES:
             x, q = (np.asarray(manifolds.clifford_to_angles(a)) for a in (x, q))
             data["torus"] = (x, q)
-            cases.append((f"torus 8-bit ({x.shape[1]} B)", "torus", search.TorusCodec(x.shape[1])))
+            cases += [
+                (f"torus 8-bit L{p} ({x.shape[1]} B)", "torus", search.TorusCodec(x.shape[1], p=p))
+                for p in (1, 2)
+            ]
         elif geometry == "sphere":
             d = x.shape[1]
             data["sphere"] = (x, q)

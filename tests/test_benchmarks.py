@@ -280,13 +280,13 @@ def test_ivf_learned_quick(tmp_path):
     assert [s["geometry"] for s in figures["learned"]] == ["torus_n", "sphere"]
     assert (figures["rows"], figures["queries"], figures["nlist"]) == (3000, 40, 16)
     sweep, table = figures["sweep"], _tables(out)[0]
-    codes = ["torus 8-bit (8 B)", "sign bits (2 B)", "PQ 4×8 (4 B)"]  # 8 angles; 16 bits; m = 4
+    codes = ["torus 8-bit L1 (8 B)", "torus 8-bit L2 (8 B)", "sign bits (2 B)", "PQ 4×8 (4 B)"]  # 8 angles
     assert list(dict.fromkeys(r["codes"] for r in sweep)) == codes
     ours = [r for r in sweep if r["library"] == "geojax"]
-    assert [r["nprobe"] for r in ours] == [1, 2, 4, 8, 16] * 3
+    assert [r["nprobe"] for r in ours] == [1, 2, 4, 8, 16] * 4
     assert all(r["recall_same_codes"] == 1.0 for r in ours if r["nprobe"] == 16)  # full probe = exact
     assert len(table) == len(sweep) and all(r["qps"] > 0 for r in sweep)
-    assert len([r for r in sweep if r["library"] == "faiss"]) == (15 if _installed("faiss") else 0)
+    assert len([r for r in sweep if r["library"] == "faiss"]) == (20 if _installed("faiss") else 0)
 
 
 @pytest.mark.slow
