@@ -7,8 +7,9 @@
 Data (seeded): (a) the torus: 64 angles per row (turns), each row one of 1,000 centres drawn uniformly on
 the torus plus N(0, 0.05²) per angle, wrapped to [0, 1); (b) the sphere: 64-d unit vectors, each one of
 1,000 uniform centres plus N(0, 0.1²) per coordinate, renormalised. Queries are 1,000 fresh rows of the
-same mixtures. Codes and peers, with the same nlist and the same 100,000 training rows (10 k-means rounds for
-geojax's quantiser; geojax's PQ codebooks from the first 20,000):
+same mixtures. Codes and peers, with the same nlist, the same 100,000 training rows and the same 10 k-means
+rounds for both coarse quantisers (faiss's default for IVF, ``cp.niter``, set on both; geojax's PQ codebooks
+from the first 20,000):
 
 - torus 8-bit codes (64 B/row), ``TorusCodec`` wraparound L1, circular k-means quantiser, against faiss
   ``IndexIVFScalarQuantizer`` (QT_8bit, L2: 64 B/row over the same angles, no wraparound);
@@ -22,9 +23,10 @@ With ``--learned``, the rows are the embeddings of trained runs instead (each ru
 fits the run's geometry): a torus run (torusC or torusN) gives its angles (``clifford_to_angles``) as 8-bit
 torus codes of D/2 B/row ranked by wraparound L1 and by wraparound squared L2 (the one that orders near
 neighbours as the trained chordal distance does), each beside faiss IVF-SQ8 over the same angles; a sphere
-run gives sign bits (D/8 B/row)
-and PQ(m = D/4, 8 bits; D/4 B/row) of its unit vectors. Everything else is as above; the result is written as
-``ivf_learned``.
+run gives sign bits (D/8 B/row) and PQ(m = D/4, 8 bits; D/4 B/row) of its unit vectors. nlist 256 unless
+given: about √N lists for the 54,000 training rows of a Fashion-MNIST run (about 210 rows per list, well above
+faiss's minimum of 39 training rows per centroid; every row trains both quantisers). Everything else is as
+above; the result is written as ``ivf_learned`` (or ``--name``).
 
 For each ``nprobe``: recall@10 against the exact search over the same codes (geojax: ``IndexFlat`` over
 them, equal to nprobe = nlist; faiss: the same index at nprobe = nlist), recall@10 against exact float
@@ -56,6 +58,7 @@ from train.helpers.tables import markdown_table  # noqa: E402
 K = 10
 NPROBES = (1, 2, 4, 8, 16, 32, 64)
 CODEC_TRAIN_ROWS = 20_000  # rows that train geojax's PQ codebooks (faiss's IVFPQ samples up to 65,536)
+KMEANS_ROUNDS = 10  # both coarse quantisers' k-means rounds: faiss's IVF default (cp.niter)
 
 
 def torus_data(rng, n: int, centres: np.ndarray) -> np.ndarray:
@@ -186,8 +189,11 @@ def main(argv=None) -> None:
     parser.add_argument(
         "--learned", nargs="+", default=None, metavar="RUN_DIR", help="trained runs' embeddings"
     )
+    parser.add_argument("--name", default=None, help="result file stem (default: ivf, or ivf_learned)")
     add_out_argument(parser)
     args = parser.parse_args(argv)
+    if args.name is not None and (not args.name or "/" in args.name or args.name.startswith(".")):
+        parser.error(f"--name must be a plain file stem, got {args.name!r}")
     faiss = load_faiss()
     sources = None
     if args.learned:
@@ -205,7 +211,7 @@ def main(argv=None) -> None:
     for name, space, codec in cases:
         x, q = data[space]
         train = x[:100_000]
-        ours = search.IndexIVF(codec, nlist, iters=10)
+        ours = search.IndexIVF(codec, nlist, iters=KMEANS_ROUNDS)
 
         def build(ours=ours, codec=codec, x=x, train=train):
             if not codec.is_trained:
@@ -290,13 +296,14 @@ def main(argv=None) -> None:
             "queries": nq,
             "nlist": nlist,
             "k": K,
+            "kmeans_rounds": KMEANS_ROUNDS,
             "sweep": rows,
             "builds": builds,
             "targets": targets,
             **({"learned": sources} if sources else {}),
         }
         command = sys.argv if argv is None else [sys.argv[0], *argv]
-        name = "ivf_learned" if sources else "ivf"
+        name = args.name or ("ivf_learned" if sources else "ivf")
         print(f"wrote {write_result(name, figures, argv=command, machine=machine, folder=folder)}")
 
 
@@ -311,6 +318,7 @@ def build_peer(faiss, name: str, codec, x, q, train, nlist: int):
     if "sign" in name:
         codes, qcodes = codec.encode(x), codec.encode(q)
         index = faiss.IndexBinaryIVF(faiss.IndexBinaryFlat(dim), dim, nlist)
+        index.cp.niter = KMEANS_ROUNDS
         index.train(codec.encode(train))
         index.add(codes)
         return index, qcodes, time.perf_counter() - start
@@ -320,6 +328,7 @@ def build_peer(faiss, name: str, codec, x, q, train, nlist: int):
         index = faiss.IndexIVFScalarQuantizer(
             faiss.IndexFlatL2(dim), dim, nlist, faiss.ScalarQuantizer.QT_8bit
         )
+    index.cp.niter = KMEANS_ROUNDS
     index.train(train)
     index.add(x)
     return index, q, time.perf_counter() - start

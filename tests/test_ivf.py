@@ -272,3 +272,48 @@ def test_the_block_chosen_from_the_lists_gives_the_results_of_any_fixed_block():
         auto.add(x)
         for got, want_ in zip(auto.search(q, 20), fixed.search(q, 20), strict=True):
             np.testing.assert_array_equal(np.asarray(got), np.asarray(want_))
+
+
+@pytest.mark.parametrize("case", ["torus8", "binary", "pq"])
+def test_heavy_ties_go_to_the_lowest_ids(case):
+    """600 rows that are 4 distinct vectors, under shuffled ids up to 2^31 − 2, in lists of several blocks
+    on 4 devices: every distance is tied hundreds of times, so only a scan that ranks each block, list and
+    device by (distance, id) returns the flat index's ids; at nprobe < nlist, the numpy scan's."""
+    rng = np.random.default_rng(8)
+    codec, x = codecs_and_data(rng)[case]
+    x = x[rng.choice(np.arange(100), 4, replace=False)][rng.integers(0, 4, 600)]
+    ids = rng.choice(np.iinfo(np.int32).max - 1, 600, replace=False)
+    ids[:3] = [np.iinfo(np.int32).max - 2, 0, 1 << 24]
+    index = IndexIVF(codec, 6, nprobe=6, block=8, mesh=mesh((4,)))
+    index.train(x)
+    index.add(x[:250], ids=ids[:250])
+    index.add(x[250:], ids=ids[250:])
+    assert (index.list_sizes > 16).sum() >= 2  # lists of several blocks on several devices
+    flat = IndexFlat(codec, mesh=mesh())
+    flat.add(x, ids=ids)
+    q = x[:5]
+    for k in (1, 7, 40, 170):
+        want_d, want_i = (np.asarray(a) for a in flat.search(q, k))
+        got_d, got_i = (np.asarray(a) for a in index.search(q, k))
+        np.testing.assert_array_equal(got_i, want_i)
+        np.testing.assert_array_equal(got_d, want_d)
+        assert (np.diff(got_i, axis=1)[np.diff(got_d, axis=1) == 0] > 0).all()  # ties ascend by id
+    index.nprobe = 2
+    codes = codec.encode(x)
+    if case == "torus8":
+        dist = np.abs(((codec.encode(q)[:, None].astype(np.int64) - codes[None]) + 128) % 256 - 128).sum(-1)
+    elif case == "binary":
+        dist = hamming_numpy(codec.encode(q), codes)
+    else:
+        dist = pq_numpy(q, np.asarray(codec.pq.codebooks), codes)
+    sorted_ids = np.argsort(ids)
+    c = np.asarray(index.centroids, np.float64)
+    f = np.asarray(codec.coarse_queries(q), np.float64)
+    lists = np.argsort(((f[:, None] - c[None]) ** 2).sum(-1), axis=1, kind="stable")[:, :2]
+    d, i = (np.asarray(a) for a in index.search(q, 60))
+    for row, probe in enumerate(lists):
+        cand = np.sort(np.concatenate([index._ids[j] for j in probe]).astype(np.int64))
+        rows = sorted_ids[np.searchsorted(ids[sorted_ids], cand)]  # the rows of dist holding these ids
+        order = np.lexsort((cand, dist[row, rows]))[:60]
+        want = np.pad(cand[order], (0, 60 - len(order)), constant_values=-1)
+        np.testing.assert_array_equal(i[row], want)

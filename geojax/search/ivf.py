@@ -15,12 +15,15 @@ every device holds about 1/devices of every list. A search is one jitted program
 the nearest ``nprobe`` centroids, then the (query, block) pairs of the probed lists that each device holds,
 scanned a chunk of pairs at a time (the work is the pairs that exist: no query padded to the one that probes
 the most blocks; the number of pairs is a static shape, rounded up within 25 %, so few shapes compile), the
-distances by the codec's flat-scan kernel (blocks column-major, ``scan.BLOCKS``), each pair's top-k by
-``lax.top_k`` (ties to the lower position, i.e. the lower id, as rows ascend by id in a block), and each
-query's best by (distance, id), on the device and then over the devices
-(:func:`geojax.search.merge.merge_topk`). (One ``top_k`` over all of a query's candidates ran 15× slower on
-this CPU: XLA did not give it its fast top-k routine; neither does it for int32 keys, so exact integer
-distances are ranked as float32.)
+distances by the codec's flat-scan kernel, which reads each code column of the probed blocks where it lies
+(blocks column-major, ``scan.BLOCKS``; no copy of the blocks first), each pair's top-k by ``lax.top_k`` over
+the block's filled rows (ties to the lower position, i.e. the lower id, as rows ascend by id in a block; only
+the k chosen ids are read), and each query's best by (distance, id), on the device and then over the devices
+(:func:`geojax.search.merge.merge_topk`). XLA:CPU's ``top_k`` sorts int32 keys (15–100× slower than its
+selection on float32), so exact integer distances are ranked as float32. One ``top_k`` over each query's
+whole row of candidates instead of one per pair, made exact for ties by a second ``top_k`` on id keys, ran
+0.64–0.73× as fast (torus codes, blocks of 1,024 rows): the row is padded to the busiest query's blocks, and
+copied and read twice.
 With ``nprobe = nlist`` every row is a candidate: the result is exactly the flat index's, ties included.
 
 Several processes (``jax.distributed``) form one index as they form one :class:`geojax.search.IndexFlat`:
@@ -60,7 +63,8 @@ from geojax.search.placement import NO_ID
 
 _ASSIGN_ROWS = 8192  # rows per block of the coarse assignment
 _ADD_ROWS = 1 << 16  # rows encoded and filed per step of an add
-_QUERY_BYTES = 4 << 20  # gathered block bytes per query block of a search (within the L2 cache)
+_CHUNK_CODES = 4 << 20  # block bytes read per chunk of (query, block) pairs of a search
+_CHUNK_DISTANCES = 512 << 10  # distance bytes per chunk (with PQ's lookup tables, within the L2 cache)
 _MIN_BLOCK, _MAX_BLOCK = 32, 1024  # the range of block sizes chosen from the lists' sizes
 
 
@@ -184,7 +188,7 @@ class IndexIVF:
         block: rows per block (a positive int); None: chosen when the lists are laid out for a search, the
             power of two at or above the mean rows per list on a device, within [32, 1024] (a list then
             mostly fills one block: fewer, fuller blocks scan faster).
-        iters: k-means rounds (a positive int).
+        iters: k-means rounds (a positive int); 10 is faiss's for its IVF quantisers (``cp.niter``).
         train_rows: the most training rows the quantiser uses (a random subset); None: 256 per list, faiss's
             default.
         mesh: this process's devices the blocks are dealt over; None: every device of this process on one axis
@@ -220,7 +224,7 @@ class IndexIVF:
         *,
         nprobe: int = 1,
         block: int | None = None,
-        iters: int = 20,
+        iters: int = 10,
         train_rows: int | None = None,
         mesh: jax.sharding.Mesh | None = None,
         db_axis: str = "db",
@@ -279,7 +283,7 @@ class IndexIVF:
         """
         layout = self._layout()
         host = sum(c.nbytes for c in self._codes) + sum(i.nbytes for i in self._ids)
-        return host + layout.blocks.nbytes + layout.ids.nbytes + layout.table.nbytes
+        return host + sum(a.nbytes for a in (layout.blocks, layout.ids, layout.fill, layout.table))
 
     def reset(self) -> None:
         """Remove every row (the codec and the quantiser stay trained)."""
@@ -492,10 +496,11 @@ class IndexIVF:
         need = layout.counts[:, probe].sum(-1)  # [shards, Q]
         pairs = _round_up(int(need.sum(1).max()))
         per_query = min(_round_up(int(need.max())), layout.table.shape[1] * self.nprobe)
-        block_bytes = layout.blocks.shape[1] * layout.blocks.shape[2] * layout.blocks.dtype.itemsize
-        chunk = int(max(1, min(pairs, _QUERY_BYTES // block_bytes)))
+        _, width, b = layout.blocks.shape
+        block_bytes = width * b * layout.blocks.dtype.itemsize
+        chunk = int(max(1, min(pairs, _CHUNK_CODES // block_bytes, _CHUNK_DISTANCES // (4 * b))))
         fn = self._search_fn(k, pairs, per_query, chunk)
-        d, i = fn(queries, probe, layout.table, layout.blocks, layout.ids, self.codec.aux)
+        d, i = fn(queries, probe, layout.table, layout.blocks, layout.ids, layout.fill, self.codec.aux)
         return _merge_processes(d, i, k) if jax.process_count() > 1 else (d, i)
 
     def _search_fn(self, k: int, pairs: int, per_query: int, chunk: int):
@@ -514,7 +519,7 @@ class IndexIVF:
             mapped = jax.shard_map(
                 local,
                 mesh=self.mesh,
-                in_specs=(P(), P(), db, db, db, P()),
+                in_specs=(P(), P(), db, db, db, db, P()),
                 out_specs=(P(), P()),
                 check_vma=False,
             )
@@ -523,8 +528,9 @@ class IndexIVF:
 
     # ----------------------------------------------------------------------------------------------- files
     def state(self) -> tuple[dict, dict]:
-        """(description, arrays) of this process's part, for ``write_index``: the quantiser and every list's
-        rows in list order (``ntotal`` counts every process's rows).
+        """(description, arrays) of this process's part, for ``write_index``.
+
+        The quantiser and every list's rows in list order (``ntotal`` counts every process's rows).
 
         Returns:
             ({"nlist", "nprobe", "block", "iters", "train_rows", "ntotal", "next_id"}, {"centroids",
@@ -610,11 +616,11 @@ class IndexIVF:
 class _Layout:
     """Device arrays of the dealt blocks: table [shards·nlist, most blocks] (local block numbers, −1 for
     none), blocks [shards·B_max, W', block] (the scan's operand, column-major per block), ids
-    [shards·B_max, block] (NO_ID empty); counts [shards, nlist] on the host: blocks of each list on each
-    shard."""
+    [shards·B_max, block] (NO_ID empty), fill [shards·B_max] (each block's rows, the first ones of the block);
+    counts [shards, nlist] on the host: blocks of each list on each shard."""
 
-    def __init__(self, table, blocks, ids, counts) -> None:
-        self.table, self.blocks, self.ids, self.counts = table, blocks, ids, counts
+    def __init__(self, table, blocks, ids, fill, counts) -> None:
+        self.table, self.blocks, self.ids, self.fill, self.counts = table, blocks, ids, fill, counts
 
 
 def auto_block(sizes: np.ndarray, shards: int) -> int:
@@ -679,6 +685,7 @@ def _build_layout(index: IndexIVF) -> _Layout:
         put(lambda s: table[s], (shards * nlist, most_per_list)),
         put(lambda s: np.ascontiguousarray(operand[s]), (shards * most_blocks, op_width, b)),
         put(lambda s: ids[s], (shards * most_blocks, b)),
+        put(lambda s: np.sum(ids[s] < NO_ID, axis=1, dtype=np.int32), (shards * most_blocks,)),
         counts,
     )
 
@@ -689,6 +696,7 @@ def _shard_search(
     table,
     blocks,
     ids,
+    fill,
     aux,
     *,
     spec: scan.Scan,
@@ -703,12 +711,13 @@ def _shard_search(
 
     The work is the (query, block) pairs that exist on this device, at most ``pairs`` of them, scanned
     ``chunk`` pairs at a time, whatever the number of blocks each query needs (no query padded to the
-    busiest): each pair's block gives its k best rows, which land in its query's row of a candidate table
-    (``per_query`` blocks wide, the most any query needs), merged by (distance, id) at the end.
+    busiest): each pair's block gives its k best rows (of its ``fill`` first, the filled ones), which land in
+    its query's row of a candidate table (``per_query`` blocks wide, the most any query needs), merged by
+    (distance, id) at the end.
 
     queries [Q, ...] (the codec's scan queries), probe [Q, nprobe] lists, table [nlist, most] this device's
     block numbers per list (−1: none), blocks [B_max, W', block] operand rows (column-major per block), ids
-    [B_max, block].
+    [B_max, block], fill [B_max] rows per block.
     """
     nq = queries.shape[0]
     b = blocks.shape[2]
@@ -728,11 +737,11 @@ def _shard_search(
 
     def one_chunk(args):
         pq, pb, pok = args  # [chunk] each
-        row_ids = jnp.where(pok[:, None], ids[pb], NO_ID)  # [chunk, block]
-        dist = spec.kernel(spec.prepare(aux, operand[pq]), blocks[pb][:, None], scan.BLOCKS)[:, 0]
-        keys = jnp.where(row_ids < NO_ID, -dist.astype(key_dtype), -big)
+        rows = jnp.where(pok, fill[pb], 0)[:, None]  # a block's rows are its first ones; none for empty pairs
+        dist = spec.kernel(spec.prepare(aux, operand[pq]), (blocks, pb[:, None]), scan.BLOCKS)[:, 0]
+        keys = jnp.where(jnp.arange(b) < rows, -dist.astype(key_dtype), -big)
         v, j = lax.top_k(keys, kb)  # ties to the lower position: the lower id (ids ascend in a block)
-        return -v, jnp.take_along_axis(row_ids, j, axis=1)
+        return -v, jnp.where(j < rows, ids[pb[:, None], j], NO_ID)  # only the k chosen ids read
 
     d, i = lax.map(one_chunk, tuple(x.reshape(-1, chunk) for x in (pair_query, pair_block, ok)))
     d, i = d.reshape(-1, kb), i.reshape(-1, kb)

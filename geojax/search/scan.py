@@ -57,7 +57,8 @@ _BLOCK_BYTES = 8 << 20
 # Distance kernels: kernel(qdata [b, W, ...], rows, shared) -> [b, n] distances. With shared=True, rows are
 # one database chunk stored column-major [W, n] (every query of the block against every row: the loops run
 # along contiguous rows, which vectorises); with shared=False, rows are [b, n, W], row i's for query i; with
-# shared=BLOCKS, rows are blocks of column-major rows per query [b, m, W, n] → [b, m, n] (inverted lists).
+# shared=BLOCKS, rows are (blocks [B, W, n] of column-major rows, numbers [b, m]): query i against blocks
+# numbers[i] → [b, m, n] (inverted lists), each column read straight from the blocks, not copied out first.
 # --------------------------------------------------------------------------------------------------------
 
 _H = 0x80808080  # high bit of each byte
@@ -71,15 +72,15 @@ def _sum_columns(term, q: jax.Array, rows: jax.Array, shared: bool, acc_dtype) -
     """Σ_w term(q[:, w], rows' column w), unrolled for narrow codes, a fori_loop for wide ones.
 
     Shared rows [W, *S] give [b, *S]; per-query rows [b, n, W] give [b, n]; per-query blocks
-    [b, m, W, n] (shared = BLOCKS) give [b, m, n].
+    (blocks [B, W, n], numbers [b, m]) (shared = BLOCKS) give [b, m, n].
     """
     width = q.shape[1]
 
     def column(w):
         qw = lax.dynamic_index_in_dim(q, w, axis=1, keepdims=False)
         if shared == BLOCKS:
-            column_w = lax.dynamic_index_in_dim(rows, w, axis=2, keepdims=False)
-            return term(qw[:, None, None], column_w).astype(acc_dtype)
+            blocks, numbers = rows
+            return term(qw[:, None, None], blocks[numbers, w]).astype(acc_dtype)
         if shared:
             qw = qw.reshape(qw.shape[0], *([1] * (rows.ndim - 1)))
             return term(qw, lax.dynamic_index_in_dim(rows, w, axis=0, keepdims=True)).astype(acc_dtype)
@@ -165,14 +166,16 @@ def _pq_kernel(tables: jax.Array, rows: jax.Array, shared: bool) -> jax.Array:
 
     tables: [m, K, b], queries last, so that one code's entries for consecutive queries are contiguous (the
     scan's loop over queries then reads a row of the table); shared rows: codes [m, *S] → [b, *S];
-    blocks (shared = BLOCKS): [b, g, m, n] → [b, g, n]; otherwise [b, n, m] → [b, n].
+    blocks (shared = BLOCKS): (codes [B, m, n], numbers [b, g]) → [b, g, n]; otherwise [b, n, m] → [b, n].
     """
-    codes = rows.astype(jnp.int32)
+    codes = rows if shared == BLOCKS else rows.astype(jnp.int32)
     total = None
     for j in range(tables.shape[0]):
         if shared == BLOCKS:
-            b, g, _, n = codes.shape
-            part = jnp.take_along_axis(tables[j].T, codes[:, :, j].reshape(b, g * n), axis=1).reshape(b, g, n)
+            blocks, numbers = codes
+            b, g = numbers.shape
+            column = blocks[numbers, j].astype(jnp.int32).reshape(b, -1)
+            part = jnp.take_along_axis(tables[j].T, column, axis=1).reshape(b, g, -1)
         elif shared:
             part = jnp.moveaxis(jnp.take(tables[j], codes[j], axis=0), -1, 0)
         else:
