@@ -88,18 +88,23 @@ def probed_numpy(index, q, dist, k):
     return out_d, np.stack(out_i)
 
 
+def numpy_distances(case: str, codec, q: np.ndarray, codes: np.ndarray) -> np.ndarray:
+    """[Q, N] distances of the query vectors to the codes by numpy: wraparound L1 of 8-bit torus codes,
+    Hamming of bits, PQ's asymmetric distance."""
+    if case == "torus8":
+        return np.abs(((codec.encode(q)[:, None].astype(np.int64) - codes[None]) + 128) % 256 - 128).sum(-1)
+    if case == "binary":
+        return hamming_numpy(codec.encode(q), codes)
+    return pq_numpy(q, np.asarray(codec.pq.codebooks), codes)
+
+
 @pytest.mark.parametrize("case", ["torus8", "binary", "pq"])
 def test_partial_probe_equals_numpy_over_the_probed_lists(case):
     codec, x = codecs_and_data(np.random.default_rng(1))[case]
     index = built(codec, x, 12, nprobe=3)
     q = x[[0, 9, 300, 650]]
     codes = codec.encode(x)
-    if case == "torus8":
-        dist = np.abs(((codec.encode(q)[:, None].astype(np.int64) - codes[None]) + 128) % 256 - 128).sum(-1)
-    elif case == "binary":
-        dist = hamming_numpy(codec.encode(q), codes)
-    else:
-        dist = pq_numpy(q, np.asarray(codec.pq.codebooks), codes)
+    dist = numpy_distances(case, codec, q, codes)
     ref_d, ref_i = probed_numpy(index, q, dist, 20)
     d, i = index.search(q, 20)
     np.testing.assert_array_equal(np.asarray(i), ref_i)
@@ -300,12 +305,7 @@ def test_heavy_ties_go_to_the_lowest_ids(case):
         assert (np.diff(got_i, axis=1)[np.diff(got_d, axis=1) == 0] > 0).all()  # ties ascend by id
     index.nprobe = 2
     codes = codec.encode(x)
-    if case == "torus8":
-        dist = np.abs(((codec.encode(q)[:, None].astype(np.int64) - codes[None]) + 128) % 256 - 128).sum(-1)
-    elif case == "binary":
-        dist = hamming_numpy(codec.encode(q), codes)
-    else:
-        dist = pq_numpy(q, np.asarray(codec.pq.codebooks), codes)
+    dist = numpy_distances(case, codec, q, codes)
     sorted_ids = np.argsort(ids)
     c = np.asarray(index.centroids, np.float64)
     f = np.asarray(codec.coarse_queries(q), np.float64)
