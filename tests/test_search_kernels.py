@@ -148,3 +148,18 @@ def test_device_split_and_jit_equal_one_device():
     parts = [search.hamming_topk(q[i : i + 7], db, 5, chunk=1024) for i in range(0, 40, 7)]
     check((np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])), ref_d, ref_i)
     check(jax.jit(lambda a, b: search.hamming_topk(a, b, 5, chunk=1024))(q, db), ref_d, ref_i)
+
+
+def test_pq_tables_do_not_depend_on_the_batch():
+    # A query's lookup table must have the same bits alone, in a batch of 7 or of 1,000: the IVF index,
+    # its recomputation and the flat scan prepare tables for different batches and must rank alike.
+    rng = np.random.default_rng(4)
+    codebooks = rng.normal(size=(8, 256, 8)).astype(np.float32)
+    queries = rng.normal(size=(1000, 64)).astype(np.float32)
+    whole = np.asarray(scan._pq_tables(codebooks, queries))
+    parts = np.concatenate(
+        [np.asarray(scan._pq_tables(codebooks, queries[i : i + 7])) for i in range(0, 1000, 7)], 2
+    )
+    np.testing.assert_array_equal(whole, parts)
+    direct = ((queries.reshape(1000, 8, 1, 8) - codebooks[None]) ** 2).sum(-1).transpose(1, 2, 0)
+    np.testing.assert_allclose(whole, direct, rtol=1e-5, atol=1e-5)

@@ -16,14 +16,15 @@ the nearest ``nprobe`` centroids, then the (query, block) pairs of the probed li
 scanned a chunk of pairs at a time (the work is the pairs that exist: no query padded to the one that probes
 the most blocks; the number of pairs is a static shape, rounded up within 25 %, so few shapes compile), the
 distances by the codec's flat-scan kernel, which reads each code column of the probed blocks where it lies
-(blocks column-major, ``scan.BLOCKS``; no copy of the blocks first), each pair's top-k by ``lax.top_k`` over
-the block's filled rows (ties to the lower position, i.e. the lower id, as rows ascend by id in a block; only
-the k chosen ids are read), and each query's best by (distance, id), on the device and then over the devices
-(:func:`geojax.search.merge.merge_topk`). XLA:CPU's ``top_k`` sorts int32 keys (15–100× slower than its
-selection on float32), so exact integer distances are ranked as float32. One ``top_k`` over each query's
-whole row of candidates instead of one per pair, made exact for ties by a second ``top_k`` on id keys, ran
-0.64–0.73× as fast (torus codes, blocks of 1,024 rows): the row is padded to the busiest query's blocks, and
-copied and read twice.
+(blocks column-major, ``scan.BLOCKS``; no copy of the blocks first). The selection is in groups (the flat
+scan's argument, carried to rows of many blocks): each pair gives, per group of :func:`group_rows`
+consecutive rows, the group's smallest distance and the id of its first row at it (rows ascend by id in a
+block); each query takes its k best groups by (minimum, id) over all its pairs, whose rows hold its k
+nearest (a row outside them is beaten by k group minima, distinct rows each ahead of it by distance or, at
+equal distance, by id); those rows' distances are recomputed and ranked by (distance, id), on the device and
+then over the devices (:func:`geojax.search.merge.merge_topk`, two ``lax.top_k`` calls on int32 order keys).
+``lax.top_k`` once per pair over its whole block instead cost 3–4 ns per row on this CPU, more than most
+kernels, and a sort of each query's candidates about 11 µs per query.
 With ``nprobe = nlist`` every row is a candidate: the result is exactly the flat index's, ties included.
 
 Several processes (``jax.distributed``) form one index as they form one :class:`geojax.search.IndexFlat`:
@@ -58,7 +59,7 @@ from geojax import _checks
 from geojax.search import codecs, placement, scan
 from geojax.search.codecs import Codec
 from geojax.search.flat import check_ids, check_k
-from geojax.search.merge import merge_topk
+from geojax.search.merge import merge_topk, order_bits, select_topk
 from geojax.search.placement import NO_ID
 
 _ASSIGN_ROWS = 8192  # rows per block of the coarse assignment
@@ -66,6 +67,8 @@ _ADD_ROWS = 1 << 16  # rows encoded and filed per step of an add
 _CHUNK_CODES = 4 << 20  # block bytes read per chunk of (query, block) pairs of a search
 _CHUNK_DISTANCES = 512 << 10  # distance bytes per chunk (with PQ's lookup tables, within the L2 cache)
 _MIN_BLOCK, _MAX_BLOCK = 32, 1024  # the range of block sizes chosen from the lists' sizes
+_MAX_GROUP = 32  # rows per group of a search's selection
+_EMPTY = np.int32(np.iinfo(np.int32).max)  # the order key of no row (above every distance's)
 
 
 def _round_up(n: int) -> int:
@@ -80,6 +83,11 @@ def _round_up(n: int) -> int:
 def _nearest_lists(features: jax.Array, centroids: jax.Array, nprobe: int) -> jax.Array:
     """[n, nprobe] int32: the lists whose centroids are nearest (squared Euclidean on the features), nearest
     first, ties to the lower list."""
+    if nprobe == 1:  # lists along the major axis: a vectorised max, then its first list (top_k costs more)
+        score = 2.0 * centroids @ features.T - jnp.sum(jnp.square(centroids), axis=1)[:, None]  # [nlist, n]
+        lists = jnp.arange(score.shape[0], dtype=jnp.int32)[:, None]
+        best = jnp.min(jnp.where(score == jnp.max(score, axis=0), lists, score.shape[0]), axis=0)
+        return best[:, None]
     score = 2.0 * features @ centroids.T - jnp.sum(jnp.square(centroids), axis=1)
     return lax.top_k(score, nprobe)[1]
 
@@ -500,12 +508,12 @@ class IndexIVF:
         _, width, b = layout.blocks.shape
         block_bytes = width * b * layout.blocks.dtype.itemsize
         chunk = int(max(1, min(pairs, _CHUNK_CODES // block_bytes, _CHUNK_DISTANCES // (4 * b))))
-        fn = self._search_fn(k, pairs, per_query, chunk)
+        fn = self._search_fn(k, pairs, per_query, chunk, group_rows(b, per_query, k))
         d, i = fn(queries, probe, layout.table, layout.blocks, layout.ids, layout.fill, self.codec.aux)
         return _merge_processes(d, i, k) if jax.process_count() > 1 else (d, i)
 
-    def _search_fn(self, k: int, pairs: int, per_query: int, chunk: int):
-        key = (k, pairs, per_query, chunk)
+    def _search_fn(self, k: int, pairs: int, per_query: int, chunk: int, group: int):
+        key = (k, pairs, per_query, chunk, group)
         if key not in self._search_fns:
             spec, db = self.codec.scan, P(self.db_axis)
             local = functools.partial(
@@ -516,6 +524,7 @@ class IndexIVF:
                 pairs=pairs,
                 per_query=per_query,
                 chunk=chunk,
+                group=group,
             )
             mapped = jax.shard_map(
                 local,
@@ -691,6 +700,52 @@ def _build_layout(index: IndexIVF) -> _Layout:
     )
 
 
+def group_rows(block: int, per_query: int, k: int) -> int:
+    """Rows per group of a search's selection: a power of two near √(block·per_query/k).
+
+    Nearest on a log scale, in [1, 32] and at most ``block``: about as many groups per query as rows
+    recomputed for its k best groups.
+
+    Args:
+        block: rows per block.
+        per_query: the most blocks a query scans on a device.
+        k: neighbours per query.
+
+    Returns:
+        A power of two dividing ``block``.
+
+    Example:
+        >>> from geojax.search import ivf
+        >>> ivf.group_rows(1024, 1, 10), ivf.group_rows(1024, 8, 100), ivf.group_rows(32, 4, 1)
+        (8, 8, 16)
+    """
+    target = math.sqrt(block * per_query / k)
+    return int(min(block, _MAX_GROUP, 1 << max(0, round(math.log2(max(target, 1.0))))))
+
+
+def _group_minima(
+    dist: jax.Array, rows: jax.Array, ids: jax.Array, m: int, packed: bool
+) -> tuple[jax.Array, jax.Array]:
+    """Each group of m consecutive rows' smallest distance (as an order key) and the id of its first row at
+    that distance, over the first ``rows`` rows.
+
+    dist [c, n] distances, rows [c, 1] filled rows, ids [c, n] (ascending within a row) → (keys [c, n/m]
+    int32, the empty key where a group has no row; ids [c, n/m]). ``packed``: integer distances below
+    2^31/m, ranked with their place in the group as one int32 (one reduction instead of two).
+    """
+    c, n = dist.shape
+    filled = jnp.arange(n) < rows
+    if packed:
+        key = jnp.where(filled, dist * m + jnp.arange(n, dtype=jnp.int32) % m, _EMPTY)
+        least = jnp.min(key.reshape(c, n // m, m), axis=2)
+        minima, first = jnp.where(least == _EMPTY, _EMPTY, least // m), least % m
+    else:
+        grouped = jnp.where(filled, order_bits(dist), _EMPTY).reshape(c, n // m, m)
+        minima = jnp.min(grouped, axis=2)
+        first = jnp.min(jnp.where(grouped == minima[:, :, None], jnp.arange(m), m), axis=2)
+    return minima, jnp.take_along_axis(ids, jnp.arange(0, n, m) + first, axis=1)
+
+
 def _shard_search(
     queries,
     probe,
@@ -706,15 +761,20 @@ def _shard_search(
     pairs: int,
     per_query: int,
     chunk: int,
+    group: int,
 ):
     """One device: the top-k of every query over its blocks of the probed lists, then over all devices of
     ``axis`` by (distance, id).
 
     The work is the (query, block) pairs that exist on this device, at most ``pairs`` of them, scanned
     ``chunk`` pairs at a time, whatever the number of blocks each query needs (no query padded to the
-    busiest): each pair's block gives its k best rows (of its ``fill`` first, the filled ones), which land in
-    its query's row of a candidate table (``per_query`` blocks wide, the most any query needs), merged by
-    (distance, id) at the end.
+    busiest). Each pair gives, for every group of ``group`` consecutive rows of its block, the group's
+    smallest distance and the id of its first row at that distance, into its query's row of a group table
+    (``per_query`` blocks wide). Each query's k best groups by (minimum, id) hold its k nearest rows: a row
+    outside them is beaten by the k group minima, distinct rows, each ahead of it by distance or, at equal
+    distance, by id (rows ascend by id in a block, so a group's first row at its minimum has the group's
+    lowest id there). Those k·group rows are recomputed and ranked by (distance, id)
+    (:func:`geojax.search.merge.merge_topk`).
 
     queries [Q, ...] (the codec's scan queries), probe [Q, nprobe] lists, table [nlist, most] this device's
     block numbers per list (−1: none), blocks [B_max, W', block] operand rows (column-major per block), ids
@@ -722,6 +782,7 @@ def _shard_search(
     """
     nq = queries.shape[0]
     b = blocks.shape[2]
+    groups = b // group
     slots = table[probe].reshape(nq, -1)  # [Q, nprobe·most], −1 where a list has no more blocks here
     real = slots >= 0
     rank = jnp.cumsum(real, axis=1) - 1  # each real slot's place among its query's
@@ -731,40 +792,50 @@ def _shard_search(
     safe = jnp.maximum(flat, 0)
     pair_query = safe // slots.shape[1]
     pair_block = jnp.maximum(slots.reshape(-1)[safe], 0)
-    operand = spec.operand(queries)
-    key_dtype = jnp.float32 if spec.exact else jnp.int32
-    big = jnp.finfo(jnp.float32).max if spec.exact else jnp.iinfo(jnp.int32).max
-    kb = min(k, b)
+    pair_rank = rank.reshape(-1)[safe]
+    prepared = spec.prepare(aux, spec.operand(queries))  # once per query (PQ: its lookup tables)
+    big = jnp.iinfo(jnp.int32).max if spec.integer else jnp.inf
+    packed = spec.integer and spec.exact  # integer distances below 2^24: room for the place in a group
 
     def one_chunk(args):
         pq, pb, pok = args  # [chunk] each
         rows = jnp.where(pok, fill[pb], 0)[:, None]  # a block's rows are its first ones; none for empty pairs
-        dist = spec.kernel(spec.prepare(aux, operand[pq]), (blocks, pb[:, None]), scan.BLOCKS)[:, 0]
-        keys = jnp.where(jnp.arange(b) < rows, -dist.astype(key_dtype), -big)
-        v, j = lax.top_k(keys, kb)  # ties to the lower position: the lower id (ids ascend in a block)
-        return -v, jnp.where(j < rows, ids[pb[:, None], j], NO_ID)  # only the k chosen ids read
+        qdata = jnp.take(prepared, pq, axis=spec.query_axis)
+        dist = spec.kernel(qdata, (blocks, pb[:, None]), scan.BLOCKS)[:, 0]
+        return _group_minima(dist, rows, ids[pb], group, packed)
 
-    d, i = lax.map(one_chunk, tuple(x.reshape(-1, chunk) for x in (pair_query, pair_block, ok)))
-    d, i = d.reshape(-1, kb), i.reshape(-1, kb)
-    # Each pair's k best into its query's row, at its rank's columns; empty pairs fall outside (dropped).
-    row = jnp.where(ok, pair_query, nq)[:, None]
-    col = jnp.where(ok, rank.reshape(-1)[safe], 0)[:, None] * kb + jnp.arange(kb)
-    cand_d = jnp.full((nq, per_query * kb), big, d.dtype).at[row, col].set(d, mode="drop")
-    cand_i = jnp.full((nq, per_query * kb), NO_ID, jnp.int32).at[row, col].set(i, mode="drop")
-    keep = min(k, per_query * kb)
-    d, i = merge_topk(cand_d, cand_i, keep)
+    minima, first_ids = lax.map(one_chunk, tuple(x.reshape(-1, chunk) for x in (pair_query, pair_block, ok)))
+    # Each pair's groups into its query's row, at its rank's columns; empty pairs fall outside (dropped).
+    row = jnp.where(ok, pair_query, nq)
+    col = jnp.where(ok, pair_rank, 0)[:, None] * groups + jnp.arange(groups)
+    table_keys = jnp.full((nq, per_query * groups), _EMPTY, jnp.int32)
+    table_keys = table_keys.at[row[:, None], col].set(minima.reshape(-1, groups), mode="drop")
+    table_ids = jnp.full((nq, per_query * groups), NO_ID, jnp.int32)
+    table_ids = table_ids.at[row[:, None], col].set(first_ids.reshape(-1, groups), mode="drop")
+    query_blocks = jnp.full((nq, per_query), -1, jnp.int32).at[row, pair_rank].set(pair_block, mode="drop")
+
+    # The k best groups of each query, their rows recomputed.
+    kg = min(k, per_query * groups)
+    best = select_topk(table_keys, table_ids, kg, ordered=False)  # [Q, kg] group slots
+    block_of = jnp.take_along_axis(query_blocks, best // groups, axis=1)  # −1: no block there
+    block_of = jnp.repeat(block_of, group, axis=1)  # [Q, kg·group]
+    at = ((best % groups)[:, :, None] * group + jnp.arange(group)).reshape(nq, kg * group)
+    number = jnp.maximum(block_of, 0)
+    dist = spec.kernel(prepared, blocks[number, :, at], False)  # [Q, kg·group]
+    there = (block_of >= 0) & (at < fill[number])
+    d = jnp.where(there, dist, big)
+    i = jnp.where(there, ids[number, at], NO_ID)
+    keep = min(k, kg * group)
+    d, i = merge_topk(d, i, keep)
     if keep < k:  # fewer candidates than k on this device
         d = jnp.pad(d, ((0, 0), (0, k - keep)), constant_values=big)
         i = jnp.pad(i, ((0, 0), (0, k - keep)), constant_values=NO_ID)
-    d, i = merge_topk(
-        lax.all_gather(d, axis, axis=1, tiled=True), lax.all_gather(i, axis, axis=1, tiled=True), k
-    )
+    if lax.axis_size(axis) > 1:
+        d, i = merge_topk(
+            lax.all_gather(d, axis, axis=1, tiled=True), lax.all_gather(i, axis, axis=1, tiled=True), k
+        )
     found = i < NO_ID
-    if spec.integer:
-        d = jnp.where(found, d, jnp.iinfo(jnp.int32).max).astype(jnp.int32)
-    else:
-        d = jnp.where(found, d, jnp.inf)
-    return d, jnp.where(found, i, -1)
+    return jnp.where(found, d, big), jnp.where(found, i, -1)
 
 
 def _merge_processes(d: jax.Array, i: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:

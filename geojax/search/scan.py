@@ -185,15 +185,21 @@ def _pq_kernel(tables: jax.Array, rows: jax.Array, shared: bool) -> jax.Array:
 
 
 def _pq_tables(codebooks: jax.Array, queries: jax.Array) -> jax.Array:
-    """Squared distances of each query sub-vector to every centroid.
+    """Squared distances of each query sub-vector to every centroid (Jégou et al. 2011 eq. 13's tables).
+
+    Summed as Σ_t (q_t − c_t)² in coordinate order, so a query's table has the same bits in any batch of
+    queries (a dot product's rounding changes with the batch's shape, which would let an inverted-file
+    search, the flat scan and a recomputation rank near-equal rows differently).
 
     codebooks: [m, K, D/m], queries: [b, D] → [m, K, b] float32.
     """
     m, _, ds = codebooks.shape
-    qs = queries.astype(_F32).reshape(queries.shape[0], m, ds)
-    cross = jnp.einsum("bmd,mkd->mkb", qs, codebooks, preferred_element_type=_F32)
-    sq = jnp.sum(jnp.square(qs), -1).T[:, None, :] + jnp.sum(jnp.square(codebooks), -1)[..., None]
-    return jnp.maximum(sq - 2.0 * cross, 0.0)
+    qs = queries.astype(_F32).reshape(queries.shape[0], m, ds).transpose(1, 2, 0)  # [m, D/m, b]
+    total = None
+    for t in range(ds):
+        diff = qs[:, t][:, None, :] - codebooks[:, :, t, None].astype(_F32)  # [m, K, b]
+        total = diff * diff if total is None else total + diff * diff
+    return total
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -543,6 +549,7 @@ class Scan(NamedTuple):
         integer: whether distances are integers.
         chunk: the default rows per sub-chunk.
         query_block: the default queries per block.
+        query_axis: the axis of the prepared data that runs over queries (PQ's tables: the last).
     """
 
     kernel: Callable
@@ -552,6 +559,7 @@ class Scan(NamedTuple):
     integer: bool  # distances are integers
     chunk: int
     query_block: int
+    query_axis: int = 0
 
 
 def _as_is(x):
@@ -601,7 +609,7 @@ def torus_scan(width: int, bits: int, p: int) -> Scan:
     return Scan(kernel, _queries_as_is, functools.partial(_torus_operand, p, bits), exact, True, 16384, 256)
 
 
-PQ_SCAN = Scan(_pq_kernel, _pq_tables, _as_is, True, False, 4096, 32)
+PQ_SCAN = Scan(_pq_kernel, _pq_tables, _as_is, True, False, 4096, 32, -1)
 
 
 # --------------------------------------------------------------------------------------------------------
