@@ -38,7 +38,9 @@ for PQ) in the slots left.
 
 Memory: the host keeps each list's codes and int32 ids (``width + 4`` bytes per row) and each device its
 blocks in the scan's operand form (``width + 4`` bytes per row for torus L1 and Hamming codes, the unpacked
-width for b-bit L2), plus at most one partly filled block per list and device.
+width for b-bit L2), plus at most one partly filled block per list and device. A search holds, per query,
+its row of group minima and ids (8 bytes per group of its probed blocks) and, for PQ, its lookup tables
+(m·2^nbits·4 bytes: 8 KiB for PQ(8×8)).
 """
 
 from __future__ import annotations
@@ -83,11 +85,6 @@ def _round_up(n: int) -> int:
 def _nearest_lists(features: jax.Array, centroids: jax.Array, nprobe: int) -> jax.Array:
     """[n, nprobe] int32: the lists whose centroids are nearest (squared Euclidean on the features), nearest
     first, ties to the lower list."""
-    if nprobe == 1:  # lists along the major axis: a vectorised max, then its first list (top_k costs more)
-        score = 2.0 * centroids @ features.T - jnp.sum(jnp.square(centroids), axis=1)[:, None]  # [nlist, n]
-        lists = jnp.arange(score.shape[0], dtype=jnp.int32)[:, None]
-        best = jnp.min(jnp.where(score == jnp.max(score, axis=0), lists, score.shape[0]), axis=0)
-        return best[:, None]
     score = 2.0 * features @ centroids.T - jnp.sum(jnp.square(centroids), axis=1)
     return lax.top_k(score, nprobe)[1]
 
