@@ -243,7 +243,7 @@ def test_benchmark_quick(tmp_path):
         "--queries",
         "20",
         "--nlist",
-        "16",
+        "4",  # nprobe 1, 2, 4: three search programs per codec to compile
         "--repeat",
         "1",
         "--out",
