@@ -720,11 +720,14 @@ def group_rows(block: int, per_query: int, k: int) -> int:
     return int(min(block, _MAX_GROUP, 1 << max(0, round(math.log2(max(target, 1.0))))))
 
 
-def _group_minima(
+def _group_leaders(
     dist: jax.Array, rows: jax.Array, ids: jax.Array, m: int, packed: bool
 ) -> tuple[jax.Array, jax.Array]:
-    """Each group of m consecutive rows' smallest distance (as an order key) and the id of its first row at
-    that distance, over the first ``rows`` rows.
+    """Each group of m consecutive rows' leader: its smallest distance (as an order key) and the id of its
+    first row at that distance, over the first ``rows`` rows.
+
+    Unlike the flat scan's ``scan._group_minima`` (minima only: there a row's position is its id), the
+    leader's id is kept, since groups of different blocks are ranked against each other by (minimum, id).
 
     dist [c, n] distances, rows [c, 1] filled rows, ids [c, n] (ascending within a row) → (keys [c, n/m]
     int32, the empty key where a group has no row; ids [c, n/m]). ``packed``: integer distances below
@@ -792,14 +795,14 @@ def _shard_search(
     pair_rank = rank.reshape(-1)[safe]
     prepared = spec.prepare(aux, spec.operand(queries))  # once per query (PQ: its lookup tables)
     big = jnp.iinfo(jnp.int32).max if spec.integer else jnp.inf
-    packed = spec.integer and spec.exact  # integer distances below 2^24: room for the place in a group
+    packed = spec.integer and spec.exact  # below 2^24: room for the place in a group (≤ 2^5 = _MAX_GROUP)
 
     def one_chunk(args):
         pq, pb, pok = args  # [chunk] each
         rows = jnp.where(pok, fill[pb], 0)[:, None]  # a block's rows are its first ones; none for empty pairs
         qdata = jnp.take(prepared, pq, axis=spec.query_axis)
         dist = spec.kernel(qdata, (blocks, pb[:, None]), scan.BLOCKS)[:, 0]
-        return _group_minima(dist, rows, ids[pb], group, packed)
+        return _group_leaders(dist, rows, ids[pb], group, packed)
 
     minima, first_ids = lax.map(one_chunk, tuple(x.reshape(-1, chunk) for x in (pair_query, pair_block, ok)))
     # Each pair's groups into its query's row, at its rank's columns; empty pairs fall outside (dropped).
