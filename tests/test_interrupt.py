@@ -15,6 +15,7 @@ import warnings
 import jax
 import numpy as np
 import pytest
+from subprocess_env import child_env
 
 from train.app import checkpoint, cli, config, loop
 
@@ -51,7 +52,7 @@ def test_sigterm_in_a_real_process_saves_one_line_exits_143_and_the_rerun_resume
     and exit status 128 + 15, no traceback; the rerun resumes from that step and completes the log. That a
     resumed run ends exactly as an uninterrupted one is test_signal_saves_the_current_step_and_resumes."""
     steps = 400
-    env = {**os.environ, "XLA_FLAGS": "", "JAX_PLATFORMS": "cpu"}
+    env = child_env(JAX_PLATFORMS="cpu")
     proc = subprocess.Popen(
         _train_cli(str(tmp_path), steps), env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL
     )

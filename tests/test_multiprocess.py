@@ -15,6 +15,7 @@ import time
 import jax
 import numpy as np
 import pytest
+from subprocess_env import child_env
 
 from train.app import checkpoint, config, loop
 from train.app import step as step_lib
@@ -38,11 +39,8 @@ def _two_processes(workdir: str, steps: int, *, from_environment: bool) -> dict:
     port, procs, logs = _free_port(), [], []
     os.makedirs(os.path.dirname(workdir), exist_ok=True)
     args = [f"{k}={v}" for k, v in {**KW, "steps": steps, "workdir": workdir}.items()]
-    # the children compile as this process does (conftest's XLA flags), less its 4 fake devices: each child
-    # has its own 2
-    flags = " ".join(f for f in os.environ.get("XLA_FLAGS", "").split() if "device_count" not in f)
     for index in (0, 1):
-        env = {**os.environ, "XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": "2"}
+        env = child_env(JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES="2")  # each child has its own 2 devices
         place = [f"coordinator=127.0.0.1:{port}", "num_processes=2", f"process_id={index}"]
         if from_environment:
             env |= {

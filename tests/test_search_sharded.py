@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 import pytest
+from subprocess_env import child_env
 from test_benchmarks import _run_script, _tables
 from test_multiprocess import _free_port
 from test_search_kernels import naive_topk, torus_numpy
@@ -25,8 +26,7 @@ TIMEOUT_S = 300
 def _run_two(workdir: str, worker: str = "index_worker.py") -> None:
     """tests/``worker`` as processes 0 and 1 of one runtime; fails with a process's log otherwise."""
     port = _free_port()
-    flags = " ".join(f for f in os.environ.get("XLA_FLAGS", "").split() if "device_count" not in f)
-    env = {**os.environ, "XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": "2"}
+    env = child_env(JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES="2")
     logs = [open(os.path.join(workdir, f"process{i}.log"), "w+") for i in (0, 1)]
     procs = [
         subprocess.Popen(
