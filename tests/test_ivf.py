@@ -62,7 +62,7 @@ def test_full_probe_equals_flat_exactly(case):
     flat = IndexFlat(codec, mesh=mesh())
     flat.add(x)
     q = x[[0, 3, 11, 200, 699]]
-    for k in (1, 10, 40):  # 40 > block: a list's candidates from several blocks
+    for k in (1, 40):  # 40 > block: a list's candidates from several blocks
         want_d, want_i = flat.search(q, k)
         got_d, got_i = index.search(q, k)
         np.testing.assert_array_equal(np.asarray(got_i), np.asarray(want_i))
@@ -297,7 +297,7 @@ def test_heavy_ties_go_to_the_lowest_ids(case):
     flat = IndexFlat(codec, mesh=mesh())
     flat.add(x, ids=ids)
     q = x[:5]
-    for k in (1, 7, 40, 170):
+    for k in (1, 40, 170):  # within a block; over 32 candidates (top_k, ordered by counting); over 64 (sort)
         want_d, want_i = (np.asarray(a) for a in flat.search(q, k))
         got_d, got_i = (np.asarray(a) for a in index.search(q, k))
         np.testing.assert_array_equal(got_i, want_i)
