@@ -177,8 +177,8 @@ SIBLING_MAY_DIFFER = {"dataset", "geometry", "loss", "lr", "lr_min", "temperatur
 
 
 def _tiny(preset: str, **kw) -> config.Config:
-    # one device: the presets' data-parallel steps equal one device's (test_parallel, test_train); here a
-    # quarter less compiling
+    # one device (a quarter less compiling): every loss on 4 devices equals one device
+    # (test_losses_parallel), as do whole training steps (test_parallel)
     small = dict(width=4, batch_size=40 if preset != "msimclr_mnist" else 16, steps=2, devices=1)
     if config.make(preset=preset).probe is not None:
         small["probe_epochs"] = 1
