@@ -804,7 +804,9 @@ def _shard_search(
         dist = spec.kernel(qdata, (blocks, pb[:, None]), scan.BLOCKS)[:, 0]
         return _group_leaders(dist, rows, ids[pb], group, packed)
 
-    minima, first_ids = lax.map(one_chunk, tuple(x.reshape(-1, chunk) for x in (pair_query, pair_block, ok)))
+    minima, first_ids = _over_filled_chunks(
+        one_chunk, (pair_query, pair_block, ok), jnp.sum(real), chunk, groups
+    )
     # Each pair's groups into its query's row, at its rank's columns; empty pairs fall outside (dropped).
     row = jnp.where(ok, pair_query, nq)
     col = jnp.where(ok, pair_rank, 0)[:, None] * groups + jnp.arange(groups)
@@ -836,6 +838,26 @@ def _shard_search(
         )
     found = i < NO_ID
     return jnp.where(found, d, big), jnp.where(found, i, -1)
+
+
+def _over_filled_chunks(one_chunk, pairs: tuple, real: jax.Array, chunk: int, groups: int):
+    """``one_chunk`` over only the chunks of ``chunk`` pairs that hold some of the ``real`` pairs (which come
+    first): a loop whose trip count is known on the device, so that the empty pairs that pad the search to
+    its compiled size (up to a quarter of them, more on a device that holds fewer of the probed blocks) are
+    not scanned.
+
+    pairs: arrays [P] (P a multiple of chunk) → (keys, ids) [P/chunk, chunk, groups], the empty key and
+    NO_ID in the chunks not scanned.
+    """
+    split = tuple(x.reshape(-1, chunk) for x in pairs)
+    shape = (split[0].shape[0], chunk, groups)
+
+    def body(c, acc):
+        keys, ids = one_chunk(tuple(x[c] for x in split))
+        return acc[0].at[c].set(keys), acc[1].at[c].set(ids)
+
+    empty = (jnp.full(shape, _EMPTY, jnp.int32), jnp.full(shape, NO_ID, jnp.int32))
+    return lax.fori_loop(0, (real + chunk - 1) // chunk, body, empty)
 
 
 def _merge_processes(d: jax.Array, i: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
