@@ -48,6 +48,7 @@ from __future__ import annotations
 import functools
 import math
 import zlib
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -840,7 +841,13 @@ def _shard_search(
     return jnp.where(found, d, big), jnp.where(found, i, -1)
 
 
-def _over_filled_chunks(one_chunk, pairs: tuple, real: jax.Array, chunk: int, groups: int):
+def _over_filled_chunks(
+    one_chunk: Callable[[tuple], tuple[jax.Array, jax.Array]],
+    pairs: tuple[jax.Array, ...],
+    real: jax.Array,
+    chunk: int,
+    groups: int,
+) -> tuple[jax.Array, jax.Array]:
     """``one_chunk`` over only the chunks of ``chunk`` pairs that hold some of the ``real`` pairs (which come
     first): a loop whose trip count is known on the device, so that the empty pairs that pad the search to
     its compiled size (up to a quarter of them, more on a device that holds fewer of the probed blocks) are
