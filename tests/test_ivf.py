@@ -174,6 +174,20 @@ def test_fewer_candidates_than_k_give_minus_one():
     assert (i[0, n:] == -1).all() and (d[0, n:] == np.iinfo(np.int32).max).all()
 
 
+def test_devices_without_probed_blocks_scan_none_and_agree_with_flat():
+    """Lists of one block each sit on the first device only, so the other three hold no (query, block) pair
+    and their scan loop's trip count is zero: the search is still exactly the flat index's."""
+    rng = np.random.default_rng(6)
+    x = clustered_angles(rng, 48, 8, rng.random((4, 8)))
+    index = built(TorusCodec(8), x, 4, block=32)
+    layout = index._layout()
+    assert layout.counts[0].sum() == 4 and layout.counts[1:].sum() == 0
+    flat = IndexFlat(TorusCodec(8), mesh=mesh())
+    flat.add(x)
+    for got, want in zip(index.search(x[:6], 20), flat.search(x[:6], 20), strict=True):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
 def test_remove_reset_write_read(tmp_path):
     codec, x = codecs_and_data(np.random.default_rng(6))["pq"]
     index = built(codec, x, 8, nprobe=3)
