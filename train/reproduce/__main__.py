@@ -52,6 +52,7 @@ configurations (other seeds, the other clipping setting) reuse what is already c
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
 import dataclasses
 import glob
@@ -59,6 +60,7 @@ import json
 import logging
 import os
 import shlex
+import subprocess
 import sys
 import tempfile
 import time
@@ -70,8 +72,19 @@ from jax.experimental.compilation_cache import compilation_cache
 
 from train.app import config, data, report
 from train.helpers import files
-from train.reproduce import atlas, binary, render, similarities, simo, torus
-from train.reproduce.common import PAPERS, SCALES, Context, Findings, Run, Scale, clean, data_tag
+from train.reproduce import atlas, binary, plan, render, similarities, simo, torus
+from train.reproduce.common import (
+    PAPERS,
+    SCALES,
+    Context,
+    Findings,
+    Run,
+    Scale,
+    clean,
+    data_tag,
+    fraction_text,
+    is_finished,
+)
 
 MODULES = {m.PAPER.key: m for m in (torus, atlas, binary, similarities, simo)}
 RUNNERS: dict[str, Callable[[Context], Findings]] = {key: m.findings for key, m in MODULES.items()}
@@ -97,6 +110,7 @@ def context(
         dataset=ds,
         runs_dir=os.path.join(out, "runs", tag or "digits", scale.name, key),
         out=out,
+        paper=key,
         test_fraction=test_fraction,
         tag="_".join(t for t in (tag, "" if scale.name == "cpu" else scale.name) if t),
         listing=listing,
@@ -256,6 +270,20 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     )
     ap.add_argument("--out", default="reproduction", help="output folder (default reproduction/)")
     ap.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="train up to this many runs at once, each a `python -m train` process of its --print line "
+        "(on a GPU with room to spare: the processes' host work, compilation included, overlaps), before the "
+        "sweep reads them back; default 1 (every run in this process)",
+    )
+    ap.add_argument(
+        "--compilation-cache",
+        metavar="DIR",
+        help="JAX's persistent compilation cache for every run of the command (kept, so a later command "
+        "reuses it; default: a temporary folder)",
+    )
+    ap.add_argument(
         "--print",
         action="store_true",
         help="train nothing: print every training run of the papers (at this --scale, --data and --out) as "
@@ -263,6 +291,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
         "included), one a line, each paper's header a # comment",
     )
     args = ap.parse_args(argv)
+    if args.jobs < 1:
+        ap.error(f"--jobs must be ≥ 1, got {args.jobs}")
     if args.paper == "render" and args.print:
         ap.error("--print lists the training runs of a paper or all, not of render")
     if args.paper == "render":
@@ -288,12 +318,27 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
         ap.error(str(err))
     test_fraction = config.DEFAULTS["test_fraction"] if args.test_fraction is None else args.test_fraction
     if args.print:
-        return [_print_runs(key, scale, args.data, args.out, test_fraction) for key in keys]
+        return [_print_runs(key, scale, args.data, args.out, test_fraction, args.jobs) for key in keys]
     command = "python -m train.reproduce " + " ".join(shlex.quote(a) for a in argv)
     os.makedirs(args.out, exist_ok=True)
     t0 = time.time()
     results = []
-    with tempfile.TemporaryDirectory(prefix="reproduce-jax-cache-") as cache, _compilation_cache(cache):
+    with contextlib.ExitStack() as stack:
+        cache = args.compilation_cache or stack.enter_context(
+            tempfile.TemporaryDirectory(prefix="reproduce-jax-cache-")
+        )
+        for key in keys:
+            if args.jobs > 1:
+                train_apart(
+                    key,
+                    scale=scale,
+                    data_spec=args.data,
+                    out=args.out,
+                    test_fraction=test_fraction,
+                    jobs=args.jobs,
+                    cache=cache,
+                )
+        stack.enter_context(_compilation_cache(cache))
         for key in keys:
             results.append(
                 run_paper(
@@ -311,16 +356,73 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     return results
 
 
-def _print_runs(key: str, scale: Scale, data_spec: str, out: str, test_fraction: float) -> dict[str, Any]:
-    """Print paper ``key``'s header (a ``#`` comment) and its runs' command lines; return them."""
+def train_apart(
+    key: str, *, scale: Scale, data_spec: str, out: str, test_fraction: float, jobs: int, cache: str
+) -> None:
+    """Train paper ``key``'s unfinished runs as ``python -m train`` processes of their ``--print`` lines,
+    ``jobs`` at a time in the sweep's order, sharing the compilation cache ``cache``; each one's output goes
+    to ``train.log`` in its run directory. A run that fails is left to the sweep, which trains it again in its
+    own process (and so reports why)."""
+    lines = list_runs(key, scale=scale, data_spec=data_spec, out=out, test_fraction=test_fraction)
+    todo = [shlex.split(line)[3:] for line in lines]
+    todo = [args for args in todo if not is_finished(config.from_args(args))]
+    env = {
+        **os.environ,
+        "JAX_COMPILATION_CACHE_DIR": cache,
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+        "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+    }
+    env.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", f"{0.9 / jobs:.2f}")  # the GPU's memory shared out
+    print(f"{key}: {len(todo)} of {len(lines)} runs to train, {jobs} at a time", flush=True)
+
+    def train_one(args: list[str]) -> tuple[str, int, float]:
+        workdir = config.from_args(args).workdir
+        os.makedirs(workdir, exist_ok=True)
+        t0 = time.time()
+        with open(os.path.join(workdir, "train.log"), "w", encoding="utf-8") as log:
+            command = [sys.executable, "-m", "train", *args]
+            done = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env, check=False)
+        return os.path.basename(workdir), done.returncode, time.time() - t0
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+        for name, status, seconds in pool.map(train_one, todo):
+            state = "done" if status == 0 else f"exit status {status} (the sweep trains it again)"
+            print(f"  run {name}: {state} in {seconds:.1f} s", flush=True)
+
+
+def _print_runs(
+    key: str, scale: Scale, data_spec: str, out: str, test_fraction: float, jobs: int = 1
+) -> dict[str, Any]:
+    """Print paper ``key``'s header (a ``#`` comment) and its runs' command lines, at the GPU scales each with
+    its expected H100 time and the sweep's total (:mod:`train.reproduce.plan`); return them."""
     lines = list_runs(key, scale=scale, data_spec=data_spec, out=out, test_fraction=test_fraction)
     what = (
         f"{len(lines)} training runs" if PAPERS[key].trains else "no training runs (codes fitted to pixels)"
     )
     print(f"# {key}: {PAPERS[key].title} [scale {scale.name}, data {data_spec}]: {what}")
-    for line in lines:
-        print(line, flush=True)
-    return {"seed": key, "commands": lines}
+    if scale.encoder is not None or not lines:  # a CPU scale: no GPU estimate
+        for line in lines:
+            print(line, flush=True)
+        return {"seed": key, "commands": lines}
+    image_shape = data.load(data_spec, test_fraction=test_fraction).image_shape
+    runs = plan.plan_runs(lines, image_shape)
+    fraction = context(key, scale=scale, data_spec=data_spec, out=out, test_fraction=test_fraction).fraction
+    share = "each recipe's" if fraction is None else f"{fraction_text(fraction)} of each recipe's"
+    for r in runs:
+        print(
+            f"{r.line}  # {r.steps:,} steps × {r.step_ms:.1f} ms, expected {r.gpu_s:.0f} s GPU + "
+            f"{r.host_s:.0f} s host{' (compiles)' if r.compiles else ''}",
+            flush=True,
+        )
+    total = plan.expected_s(runs, jobs)
+    print(
+        f"# {key}: {share} epochs; expected on one H100 with --jobs {jobs}: {total:.0f} s "
+        f"({sum(r.gpu_s for r in runs):.0f} s GPU, {sum(r.host_s for r in runs):.0f} s host / {jobs}, "
+        f"{plan.ASSEMBLY_S:.0f} s assembly; {'within' if total <= plan.BUDGET_S else 'OVER'} one "
+        f"{plan.BUDGET_S:.0f} s command)",
+        flush=True,
+    )
+    return {"seed": key, "commands": lines, "expected_s": total}
 
 
 @contextlib.contextmanager

@@ -101,7 +101,8 @@ class Scale:
     test-only ``tiny``.
 
     Every run is a paper's recipe (an app preset) on the chosen data with this scale's encoder; it trains the
-    recipe's epochs, or ``images`` training images (steps × batch) where those are fewer.
+    recipe's epochs, or ``images`` training images (steps × batch) where those are fewer, or (the ``gpu``
+    scale) its paper's share ``fractions[paper]`` of the recipe's epochs.
     """
 
     name: str
@@ -111,6 +112,9 @@ class Scale:
     width: int | None  # that encoder's width (None: its own, geojax.models.OWN_WIDTHS)
     norm: str | None  # that encoder's normalisation (None: its own)
     images: int | None  # at most this many training images per run (None: the recipe's epochs)
+    fractions: dict[str, float] | None = None  # per paper, the share of its recipes' epochs each run trains
+    # (recipes given in epochs; None: all of them). Pinned: a changed share changes every run's config, and
+    # the runs trained with the old one are no longer read back.
     probe_epochs: int | None  # linear / piecewise-linear probe epochs (None: the recipe's)
     steps_per_call: int  # training steps per dispatch (an accelerator idles between short steps)
     replicas: bool  # train a configuration's seeds as one program (seeds=S), where only seed 0's embeddings
@@ -145,6 +149,36 @@ SCALES: dict[str, Scale] = {
         # Each seed its own program: on an H100 MSimCLR's step (ResNet-18, batch 128, 28×28×1) ran 137
         # steps/s alone and 82 / 88 replica-steps/s as 3 / 8 seeds in one program (0.60× / 0.64× one seed at
         # a time; benchmarks/results/train_step_gpu.json).
+        replicas=False,
+        seeds=3,
+        charts=(1, 16, 4, 32),
+        atlas_seeds=3,
+        torus_seeds=3,
+        unstable_dims=(2, 4, 8),
+        unstable_steps=1000,
+        unstable_seeds=3,
+        simo_dims=(16, 4),
+        simo_seeds=3,
+        binary_factors=(0.25, 0.5, 1.0, 2.0, 4.0),
+        binary_rows=70000,
+        binary_max_bits=4096,
+        itq_iters=50,
+        tp_iters=5,
+        bootstrap=1000,
+        pq_iters=25,
+    ),
+    "gpu": Scale(
+        name="gpu",
+        encoder=None,
+        width=None,
+        norm=None,
+        images=None,
+        # Each paper's share of its epochs, chosen so that its whole sweep (every run, three seeds, the
+        # evaluation) fits one 9-minute command on one H100 (train.reproduce.plan's estimate, printed by
+        # --print): Korman 2021 1/75 (MSimCLR 100 → 1.33 epochs, MTriplet 300 → 4).
+        fractions={"001": 1 / 75},
+        probe_epochs=None,
+        steps_per_call=10,
         replicas=False,
         seeds=3,
         charts=(1, 16, 4, 32),
@@ -353,10 +387,23 @@ class Context:
     dataset: data.Dataset
     runs_dir: str
     out: str
+    paper: str = ""  # the reproduced paper's key (PAPERS), which picks its share of epochs (Scale.fractions)
     test_fraction: float = 0.25  # held-out fraction of digits / npz data (train.app.data's seeded split)
     tag: str = ""  # output file-name suffix of this data set ("" for digits, see data_tag)
     runs: list[Run] = dataclasses.field(default_factory=list)
     listing: list[str] | None = None  # listing mode: each run's ``python -m train`` line, nothing trained
+
+    @property
+    def fraction(self) -> float | None:
+        """The share of its recipes' epochs each run of this paper trains at this scale (None: all)."""
+        if self.scale.fractions is None:
+            return None
+        if self.paper not in self.scale.fractions:
+            raise ValueError(
+                f"scale {self.scale.name!r} sets no share of epochs for paper {self.paper!r} "
+                f"(it has {sorted(self.scale.fractions)})"
+            )
+        return self.scale.fractions[self.paper]
 
     def file(self, stem: str, ext: str) -> str:
         """An output file name of this data set: ``<stem>.<ext>`` for digits, ``<stem>_<tag>.<ext>`` else."""
@@ -425,7 +472,7 @@ def run_keys(ctx: Context, overrides: dict[str, Any]) -> dict[str, Any]:
     if s.encoder is not None:
         keys |= {"width": s.width, "precision": "fp32"} | ({"norm": s.norm} if s.norm else {})
     cfg = config.make(**{**keys, **overrides})
-    steps = run_steps(cfg, training_images(cfg, ctx.dataset), s.images)
+    steps = run_steps(cfg, training_images(cfg, ctx.dataset), s.images, ctx.fraction)
     keys |= {"steps": steps, "log_every": min(25, steps), "checkpoint_every": min(steps, CHECKPOINT_EVERY)}
     optional = {"test_fraction": ctx.test_fraction, "probe_epochs": s.probe_epochs}
     return keys | {k: v for k, v in optional.items() if v is not None and config.applies(k, cfg)}
@@ -447,10 +494,13 @@ def training_images(cfg: config.Config, dataset: data.Dataset) -> int:
     return len(data.hold_out(labels_only, cfg.val_fraction)[0].train_y)
 
 
-def run_steps(cfg: config.Config, n_train: int, images: int | None) -> int:
+def run_steps(cfg: config.Config, n_train: int, images: int | None, fraction: float | None = None) -> int:
     """Steps of a run: the recipe's (its epochs over ``n_train`` images, or its steps), at most ``images``
-    training images (steps × batch, at least one step) when given."""
+    training images (steps × batch, at least one step) when given; with a ``fraction``, that share of a
+    recipe given in epochs (rounded, at least one step; a recipe given in steps keeps them)."""
     steps = step.resolve(cfg, n_train).steps
+    if fraction is not None and cfg.epochs is not None:
+        steps = max(1, round(steps * fraction))
     return steps if images is None else max(1, min(steps, images // cfg.batch_size))
 
 
@@ -468,6 +518,11 @@ def scale_note(ctx: Context) -> str:
         shape = "its own width" if s.width is None else f"width {s.width}"
         what = f"the recipes with geojax's {s.encoder} encoder ({shape}, {s.norm or 'its own'} norm, fp32)"
     probe = "" if s.probe_epochs is None else f"; probes trained for {s.probe_epochs} epochs"
+    if ctx.fraction is not None:
+        return (
+            f"Scale {s.name}: {what}, each for {fraction_text(ctx.fraction)} of its recipe's epochs (a "
+            f"recipe given in steps keeps them){probe}."
+        )
     if s.images is None:
         return f"Scale {s.name}: {what}, each for its recipe's epochs{probe}."
     share = s.images / len(ctx.dataset.train_y)
@@ -476,6 +531,16 @@ def scale_note(ctx: Context) -> str:
         f"(steps × batch; {share:.3g} epochs of this training split), whichever is less; a schedule (cosine) "
         f"spans the steps run{probe}."
     )
+
+
+def fraction_text(fraction: float) -> str:
+    """A share of epochs as the page states it: '1/60' for the reciprocal of a whole number, else '0.25'.
+
+    >>> fraction_text(1 / 60), fraction_text(0.25), fraction_text(0.3)
+    ('1/60', '1/4', '0.3')
+    """
+    whole = round(1 / fraction)
+    return f"1/{whole}" if math.isclose(1 / fraction, whole, rel_tol=1e-9) else f"{fraction:.3g}"
 
 
 def arg_text(value: Any) -> str:
@@ -504,7 +569,9 @@ def command_line(args: Sequence[str]) -> str:
     return " ".join(["python -m train", *(shlex.quote(a) for a in args)])
 
 
-def train_recipe(ctx: Context, name: str, **overrides: Any) -> tuple[Run, dict[str, Any] | None]:
+def train_recipe(
+    ctx: Context, name: str, *, need_embeddings: bool = True, **overrides: Any
+) -> tuple[Run, dict[str, Any] | None]:
     """Train one configuration (a preset by name plus ``overrides``) with the app's own ``train.app.cli.run``
     in its run directory ``ctx.runs_dir/name``, on the config that :func:`run_args` gives as command-line
     arguments; returns (run, embeddings). A run that an earlier invocation finished (its report.json is there,
@@ -512,7 +579,10 @@ def train_recipe(ctx: Context, name: str, **overrides: Any) -> tuple[Run, dict[s
     not trained again; one that was interrupted resumes from its newest checkpoint.
 
     The embeddings are ``train.evaluate.load_run``'s dict of the run's embeddings.npz (with the trained
-    ``similarity``). A run whose training metrics become non-finite (``FloatingPointError`` from the loop) is
+    ``similarity``). A finished run read back without them (its report.json and config.json alone, as
+    committed under ``docs/runs/``) returns None in their place where the caller does not
+    ``need_embeddings``, and is refused with one line where it does. A run whose training metrics become
+    non-finite (``FloatingPointError`` from the loop) is
     recorded as diverged and returns no embeddings. In listing mode (``ctx.listing``) the run's command line
     is appended there and the run returned untrained (no report, no embeddings).
     """
@@ -531,14 +601,13 @@ def train_recipe(ctx: Context, name: str, **overrides: Any) -> tuple[Run, dict[s
     emb: dict[str, Any] | None
     finished = os.path.join(cfg.workdir, "report.json")
     try:
-        saved = loop.check_workdir(cfg) if os.path.exists(finished) else None
-        if saved is not None and saved.get("steps") == cfg.steps:  # finished by an earlier invocation
+        if is_finished(cfg):  # by an earlier invocation, by hand, or committed
             with open(finished) as f:
                 rep = json.load(f)
             run.extra["reused"] = True
         else:  # new, or interrupted: train.app.cli.run resumes from the run directory's newest checkpoint
             rep = {**cli.run(cfg), "code_version": current}
-        emb = evaluate.load_run(cfg.workdir)
+        emb = _embeddings(cfg.workdir, need=need_embeddings)
         run.code_version = rep.get("code_version")
         run.report = {k: v for k, v in rep.items() if k not in ("workdir", "device", "code_version")}
     except FloatingPointError as err:
@@ -556,8 +625,30 @@ def train_recipe(ctx: Context, name: str, **overrides: Any) -> tuple[Run, dict[s
     return run, emb
 
 
+def is_finished(cfg: config.Config) -> bool:
+    """Whether ``cfg.workdir`` holds this run finished: its report.json beside the config.json of this
+    config (checked by ``train.app.loop.check_workdir``, which refuses a different one) at its steps."""
+    if not os.path.exists(os.path.join(cfg.workdir, "report.json")):
+        return False
+    saved = loop.check_workdir(cfg)
+    return saved is not None and saved.get("steps") == cfg.steps
+
+
+def _embeddings(workdir: str, *, need: bool) -> dict[str, Any] | None:
+    """The run's embeddings (``train.evaluate.load_run``); None for a run that has its report alone, or a
+    ValueError naming the run where they are needed."""
+    if os.path.exists(os.path.join(workdir, "embeddings.npz")):
+        return evaluate.load_run(workdir)
+    if need:
+        raise ValueError(
+            f"run {workdir!r} has a report but no embeddings.npz, which this paper's analysis needs: train "
+            "it again (remove its report.json) or put its embeddings.npz back"
+        )
+    return None
+
+
 def train_seeds(
-    ctx: Context, name: str, seeds: int, **overrides: Any
+    ctx: Context, name: str, seeds: int, *, need_embeddings: bool = True, **overrides: Any
 ) -> list[tuple[Run, dict[str, Any] | None]]:
     """Train seeds 0 … seeds − 1 of one configuration; returns (run ``<name>-seed<s>``, embeddings) per seed.
 
@@ -568,8 +659,13 @@ def train_seeds(
     embeddings then (the app writes the first replica's).
     """
     if not ctx.scale.replicas or seeds == 1:
-        return [train_recipe(ctx, f"{name}-seed{s}", **overrides, seed=s) for s in range(seeds)]
-    program, emb = train_recipe(ctx, f"{name}-seeds{seeds}", **overrides, seeds=seeds)
+        return [
+            train_recipe(ctx, f"{name}-seed{s}", need_embeddings=need_embeddings, **overrides, seed=s)
+            for s in range(seeds)
+        ]
+    program, emb = train_recipe(
+        ctx, f"{name}-seeds{seeds}", need_embeddings=need_embeddings, **overrides, seeds=seeds
+    )
     ctx.runs.remove(program)
     per_seed = [None] * seeds if program.report is None else program.report["per_seed"]
     out = []

@@ -1,0 +1,171 @@
+"""The gpu scale: its plan fits one 9-minute command per paper, its prepared script runs end to end (a dry
+run at the tiny scale on the CPU), and reports committed without their embeddings are read back as finished
+runs."""
+
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+
+import pytest
+
+from tests import test_idx
+from tests.subprocess_env import child_env
+from train.app import cli, config
+from train.app import data as data_lib
+from train.reproduce import common, plan
+from train.reproduce.__main__ import list_runs, main
+
+ROOT = os.path.join(os.path.dirname(__file__), os.pardir)
+SCRIPT = os.path.join(ROOT, "benchmarks", "gpu_sweep.sh")
+
+
+def fashion_like(tmp_path, n_train=256, n_test=64):
+    """A small IDX folder named as the Fashion-MNIST one (so its runs file under the same data tag)."""
+    return test_idx.folder(
+        tmp_path / "fashion-mnist",
+        gz=tuple(test_idx.STEMS),
+        n_train=n_train,
+        n_test=n_test,
+        h=8,
+        w=8,
+        classes=10,
+    )
+
+
+def test_gpu_scale_trains_each_papers_share_of_its_recipes_epochs():
+    """At the gpu scale a run trains its paper's share of the recipe's epochs (Korman 2021: 1/75 of MSimCLR's
+    100 and MTriplet's 300), with the recipe's own network and ten steps per dispatch; a recipe given in steps
+    keeps them."""
+    assert common.SCALES["gpu"].fractions["001"] == pytest.approx(1 / 75)
+    lines = list_runs("001", scale=common.SCALES["gpu"], data_spec="digits", out="o")
+    configs = [config.from_args(line.split()[3:]) for line in lines]
+    n_train = len(data_lib.load("digits").train_y)
+    for cfg in configs:
+        epochs = {"msimclr_mnist": 100, "mtriplet": 300}[cfg.preset]
+        assert cfg.steps == round(epochs * (n_train // cfg.batch_size) / 75), cfg.workdir
+        assert (cfg.encoder, cfg.steps_per_call) == ("resnet18", 10)
+    assert len(configs) == 21  # MSimCLR n = 1, 16, 4, 32 and SimCLR, MTriplet n = 1, 16: three seeds each
+    assert [os.path.basename(c.workdir) for c in configs[:6]] == [
+        f"msimclr-d2-n{n}-seed{s}" for n in (1, 16) for s in range(3)
+    ]
+    assert os.path.dirname(configs[0].workdir) == os.path.join("o", "runs", "digits", "gpu", "001")
+    steps_only = config.make(preset="supcon")
+    assert common.run_steps(steps_only, 60_000, None, 0.5) == steps_only.steps
+    ctx = common.Context(
+        scale=common.SCALES["gpu"], data="digits", dataset=None, runs_dir="", out="", paper="004"
+    )
+    with pytest.raises(ValueError, match="no share of epochs for paper '004'"):
+        _ = ctx.fraction
+
+
+def test_plan_counts_steps_compiles_and_jobs():
+    """The expected time against a hand count: GPU seconds add up, host seconds divide among the jobs, and
+    only the first run of each shape compiles."""
+    lines = [
+        "python -m train preset=msimclr_mnist dim=2 charts=1 seed=0 encoder=resnet18 steps=100",
+        "python -m train preset=msimclr_mnist dim=2 charts=1 seed=1 encoder=resnet18 steps=200",
+        "python -m train preset=msimclr_mnist dim=2 charts=4 seed=0 encoder=resnet18 steps=100",
+    ]
+    runs = plan.plan_runs(lines, (28, 28, 1))
+    assert [r.compiles for r in runs] == [True, False, True]
+    ms = 128 * 2 * plan.VIEW_IMAGE_US["fp32"] * 28 * 28 / 1024 / 1e3
+    assert runs[0].step_ms == pytest.approx(7.3)  # the measured MSimCLR step
+    assert runs[1].gpu_s == pytest.approx(200 * ms / 1e3 + plan.EVAL_GPU_S)
+    gpu = 400 * ms / 1e3 + 3 * plan.EVAL_GPU_S
+    host = 2 * plan.COMPILE_S + plan.CACHED_S
+    assert plan.expected_s(runs, 2) == pytest.approx(gpu + host / 2 + plan.ASSEMBLY_S)
+    small = plan.plan_runs(["python -m train preset=mtriplet encoder=resnet18 steps=10"], (28, 28, 1))
+    assert small[0].step_ms == plan.STEP_FLOOR_MS  # 32 images: the launch-bound floor
+    with pytest.raises(ValueError, match="jobs must be"):
+        plan.expected_s(runs, 0)
+
+
+def test_print_states_the_plan_within_one_command(capsys):
+    """`--print --scale gpu` lists every run with its expected time and the paper's total, ≤ 540 s for
+    Korman 2021 on Fashion-MNIST's 60,000 training images (the shape of its data alone: 28 × 28 × 1)."""
+    main(["001", "--scale", "gpu", "--print", "--jobs", "4"])
+    text = capsys.readouterr().out
+    assert text.count("expected") == 22 and "# 001: 1/75 of each recipe's epochs" in text
+    # On Fashion-MNIST (60,000 images of 28 × 28 × 1), from the same lines' configs at that size:
+    lines = list_runs("001", scale=common.SCALES["gpu"], data_spec="digits", out="o")
+    big = [line.replace("dataset=digits", "dataset=digits") for line in lines]
+    runs = plan.plan_runs(big, (28, 28, 1))
+    fashion = [
+        plan.RunPlan(r.line, s, r.step_ms, s * r.step_ms / 1e3 + plan.EVAL_GPU_S, r.host_s, r.compiles)
+        for r, s in zip(runs, [624] * 15 + [7500] * 6, strict=True)
+    ]
+    assert plan.expected_s(fashion, 4) <= plan.BUDGET_S
+
+
+def test_committed_reports_are_read_back_as_finished_runs(tmp_path, monkeypatch):
+    """A run directory holding only report.json, config.json and metrics.jsonl (what is committed from the GPU
+    machine) is a finished run: the sweep reads it back and trains nothing; where a paper needs the
+    embeddings, it says so in one line."""
+    ds = data_lib.load("digits")
+    scale = common.SCALES["tiny"]
+    ctx = common.Context(scale=scale, data="digits", dataset=ds, runs_dir=str(tmp_path), out=str(tmp_path))
+    first, _ = common.train_recipe(ctx, "r", preset="simo_cifar10")
+    os.remove(tmp_path / "r" / "embeddings.npz")
+    for name in os.listdir(tmp_path / "r"):
+        if name not in ("report.json", "config.json", "metrics.jsonl"):
+            path = tmp_path / "r" / name
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+
+    def refuse(cfg, **kwargs):
+        raise AssertionError("a committed run must not train again")
+
+    monkeypatch.setattr(cli, "run", refuse)
+    again = common.Context(scale=scale, data="digits", dataset=ds, runs_dir=str(tmp_path), out=str(tmp_path))
+    run, emb = common.train_recipe(again, "r", need_embeddings=False, preset="simo_cifar10")
+    assert emb is None and run.extra["reused"] and run.report == first.report
+    assert run.loss_trace == first.loss_trace
+    third = common.Context(scale=scale, data="digits", dataset=ds, runs_dir=str(tmp_path), out=str(tmp_path))
+    with pytest.raises(ValueError, match="has a report but no embeddings.npz"):
+        common.train_recipe(third, "r", preset="simo_cifar10")
+
+
+def test_dry_run_of_the_prepared_script(tmp_path, monkeypatch):
+    """benchmarks/gpu_sweep.sh at the tiny scale on the CPU: plan, sweep (two runs at a time as processes),
+    and the packed results, which unpack to run directories that a sweep reads back without training."""
+    data = fashion_like(tmp_path)
+    out, results = tmp_path / "out", tmp_path / "results"
+    env = child_env(
+        GPU_SWEEP_DATA=str(data), GPU_SWEEP_RESULTS=str(results), OUT=str(out), GPU_SWEEP_JOBS="2"
+    )
+    done = subprocess.run(["bash", SCRIPT, "001", "--dry-run"], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "5 of 5 runs to train, 2 at a time" in done.stdout
+    plan_text = (out / "plan.txt").read_text()
+    assert plan_text.count("python -m train ") == 5
+    with tarfile.open(out / "results.tar.gz") as tar:
+        names = tar.getnames()
+    runs = [n for n in names if n.endswith("/report.json")]
+    assert len(runs) == 5 and all("/runs/fashion_mnist/tiny/001/" in n for n in runs)
+    assert any(n.endswith("reproduce_001_fashion_mnist_tiny.json") for n in names)
+    assert not any(n.endswith(".npz") for n in names)
+    assert sum(n.endswith("/train.log") for n in names) == 5  # each run trained in its own process
+    with tarfile.open(out / "results.tar.gz") as tar:
+        tar.extractall(tmp_path / "unpacked", filter="data")
+    # The packed runs, put where a sweep looks for them, are read back: nothing trains again.
+    unpacked = tmp_path / "unpacked" / str(results).lstrip("/") / "runs"
+    committed = tmp_path / "committed"
+    shutil.copytree(unpacked, committed / "runs")
+    for report in committed.glob("runs/*/*/*/*/report.json"):
+        assert json.loads(report.read_text())["timing"]["steps_run"] > 0
+
+    def refuse(cfg, **kwargs):
+        raise AssertionError("a committed run must not train again")
+
+    monkeypatch.setattr(cli, "run", refuse)
+    (again,) = main(["001", "--scale", "tiny", "--data", f"idx:{data}", "--out", str(committed)])
+    assert len(again["runs"]) == 5 and all(r["reused"] for r in again["runs"])
+    with open(results / "reproduce_001_fashion_mnist_tiny.json") as f:
+        assert again["details"] == json.load(f)["details"]
+
+
+def test_dry_run_refuses_missing_data(tmp_path):
+    env = child_env(GPU_SWEEP_DATA=str(tmp_path / "nowhere"), OUT=str(tmp_path / "out"))
+    done = subprocess.run(["bash", SCRIPT, "001", "--dry-run"], env=env, capture_output=True, text=True)
+    assert done.returncode == 2 and "not found: carry the Fashion-MNIST IDX files there" in done.stderr
