@@ -9,7 +9,7 @@
 # `timeout GPU_SWEEP_SECONDS` (540) with GPU_SWEEP_JOBS runs at a time (4) and JAX's persistent compilation
 # cache in its output folder, and packs what finished into $OUT/results.tar.gz (each finished run's
 # report.json, config.json, metrics.jsonl and train.log under docs/runs/<data>/gpu/<paper>/, and the paper's
-# JSON, plot and page once its last run finished), beside $OUT/plan.txt and $OUT/sweep.log. Unpacked in the
+# JSON, plot and page once its last run finished), beside $OUT/plan.txt, $OUT/sweep.log and $OUT/machine.json. Unpacked in the
 # checkout (`tar xzf results.tar.gz`), the runs are read back as finished by the next sweep on any machine.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -31,12 +31,20 @@ export PYTHONUNBUFFERED=1
 
 if [ "$scale" = gpu ]; then
   nvidia-smi -L || { echo "gpu_sweep: no NVIDIA GPU here (nvidia-smi failed)" >&2; exit 2; }
-  XLA_PYTHON_CLIENT_PREALLOCATE=false "$python" -c '
-import sys, jax
-devices = jax.devices()
-print("jax", jax.__version__, "devices", devices)
-sys.exit(0 if devices[0].platform == "gpu" else 1)' || { echo "gpu_sweep: JAX sees no GPU" >&2; exit 2; }
 fi
+mkdir -p "$out"
+# The machine, its versions and load (train.helpers.results.machine_info) beside the results; on the GPU
+# machine also the check that JAX sees the GPU.
+XLA_PYTHON_CLIENT_PREALLOCATE=false "$python" - "$out/machine.json" "$scale" <<'PY' || exit 2
+import json, sys
+from train.helpers.results import machine_info
+info = machine_info()
+with open(sys.argv[1], "w", encoding="utf-8") as f:
+    json.dump(info, f, indent=1)
+print("machine:", info.get("device"), info.get("versions"))
+if sys.argv[2] == "gpu" and info.get("platform") != "gpu":
+    sys.exit("gpu_sweep: JAX sees no GPU")
+PY
 for name in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte; do
   if [ ! -e "$data/$name" ] && [ ! -e "$data/$name.gz" ]; then
     echo "gpu_sweep: $data/$name(.gz) not found: carry the Fashion-MNIST IDX files there, or set GPU_SWEEP_DATA" >&2
@@ -44,7 +52,7 @@ for name in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-uby
   fi
 done
 
-mkdir -p "$out" "$results"
+mkdir -p "$results"
 args=("$paper" --scale "$scale" --data "idx:$data" --out "$results" --jobs "$jobs")
 "$python" -m train.reproduce "${args[@]}" --print > "$out/plan.txt" || exit 2
 grep '^#' "$out/plan.txt"

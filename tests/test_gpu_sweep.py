@@ -2,6 +2,7 @@
 run at the tiny scale on the CPU), and reports committed without their embeddings are read back as finished
 runs."""
 
+import dataclasses
 import json
 import os
 import shutil
@@ -61,8 +62,9 @@ def test_gpu_scale_trains_each_papers_share_of_its_recipes_epochs():
 
 
 def test_plan_counts_steps_compiles_and_jobs():
-    """The expected time against a hand count: GPU seconds add up, host seconds divide among the jobs, and
-    only the first run of each shape compiles."""
+    """The expected time against a hand count: each run's fixed part (compiling, or reading the cache when a
+    run of the same shapes compiled) plus its steps, summed and divided by the measured speed-up of the
+    runs at a time."""
     lines = [
         "python -m train preset=msimclr_mnist dim=2 charts=1 seed=0 encoder=resnet18 steps=100",
         "python -m train preset=msimclr_mnist dim=2 charts=1 seed=1 encoder=resnet18 steps=200",
@@ -70,33 +72,30 @@ def test_plan_counts_steps_compiles_and_jobs():
     ]
     runs = plan.plan_runs(lines, (28, 28, 1))
     assert [r.compiles for r in runs] == [True, False, True]
-    ms = 128 * 2 * plan.VIEW_IMAGE_US["fp32"] * 28 * 28 / 1024 / 1e3
-    assert runs[0].step_ms == pytest.approx(7.3)  # the measured MSimCLR step
-    assert runs[1].gpu_s == pytest.approx(200 * ms / 1e3 + plan.EVAL_GPU_S)
-    gpu = 400 * ms / 1e3 + 3 * plan.EVAL_GPU_S
-    host = 2 * plan.COMPILE_S + plan.CACHED_S
-    assert plan.expected_s(runs, 2) == pytest.approx(gpu + host / 2 + plan.ASSEMBLY_S)
+    assert runs[0].step_ms == pytest.approx(23.7)  # the app's MSimCLR step, measured
+    assert runs[1].alone_s == pytest.approx(plan.CACHED_S + 200 * 23.7e-3)
+    alone = 2 * plan.COMPILE_S + plan.CACHED_S + 400 * 23.7e-3
+    assert plan.expected_s(runs, 1) == pytest.approx(alone + plan.ASSEMBLY_S)
+    assert plan.expected_s(runs, 4) == pytest.approx(alone / plan.SPEEDUP[4] + plan.ASSEMBLY_S)
     small = plan.plan_runs(["python -m train preset=mtriplet encoder=resnet18 steps=10"], (28, 28, 1))
     assert small[0].step_ms == plan.STEP_FLOOR_MS  # 32 images: the launch-bound floor
-    with pytest.raises(ValueError, match="jobs must be"):
-        plan.expected_s(runs, 0)
+    with pytest.raises(ValueError, match="speed-up was measured"):
+        plan.expected_s(runs, 3)
 
 
 def test_print_states_the_plan_within_one_command(capsys):
-    """`--print --scale gpu` lists every run with its expected time and the paper's total, ≤ 540 s for
-    Korman 2021 on Fashion-MNIST's 60,000 training images (the shape of its data alone: 28 × 28 × 1)."""
+    """`--print --scale gpu` lists every run with its expected time and the paper's total: Korman 2021's
+    sweep on Fashion-MNIST's 60,000 training images of 28 × 28 × 1 within one 540 s command with 4 jobs."""
     main(["001", "--scale", "gpu", "--print", "--jobs", "4"])
     text = capsys.readouterr().out
     assert text.count("expected") == 22 and "# 001: 1/75 of each recipe's epochs" in text
-    # On Fashion-MNIST (60,000 images of 28 × 28 × 1), from the same lines' configs at that size:
     lines = list_runs("001", scale=common.SCALES["gpu"], data_spec="digits", out="o")
-    big = [line.replace("dataset=digits", "dataset=digits") for line in lines]
-    runs = plan.plan_runs(big, (28, 28, 1))
-    fashion = [
-        plan.RunPlan(r.line, s, r.step_ms, s * r.step_ms / 1e3 + plan.EVAL_GPU_S, r.host_s, r.compiles)
-        for r, s in zip(runs, [624] * 15 + [7500] * 6, strict=True)
-    ]
+    runs = plan.plan_runs(lines, (28, 28, 1))
+    steps = [624] * 15 + [7500] * 6  # 1/75 of 100 epochs of 468 batches of 128, of 300 of 1,875 of 32
+    fashion = [dataclasses.replace(r, steps=n) for r, n in zip(runs, steps, strict=True)]
     assert plan.expected_s(fashion, 4) <= plan.BUDGET_S
+    main(["001", "--scale", "gpu", "--print", "--jobs", "3"])
+    assert "no estimate for --jobs 3" in capsys.readouterr().out
 
 
 def test_committed_reports_are_read_back_as_finished_runs(tmp_path, monkeypatch):
@@ -137,6 +136,7 @@ def test_dry_run_of_the_prepared_script(tmp_path, monkeypatch):
     done = subprocess.run(["bash", SCRIPT, "001", "--dry-run"], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "5 of 5 runs to train, 2 at a time" in done.stdout
+    assert json.loads((out / "machine.json").read_text())["platform"] == "cpu"  # the machine, beside
     plan_text = (out / "plan.txt").read_text()
     assert plan_text.count("python -m train ") == 5
     with tarfile.open(out / "results.tar.gz") as tar:

@@ -319,7 +319,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     test_fraction = config.DEFAULTS["test_fraction"] if args.test_fraction is None else args.test_fraction
     if args.print:
         return [_print_runs(key, scale, args.data, args.out, test_fraction, args.jobs) for key in keys]
-    command = "python -m train.reproduce " + " ".join(shlex.quote(a) for a in argv)
+    command = "python -m train.reproduce " + " ".join(shlex.quote(a) for a in _without_cache(argv))
     os.makedirs(args.out, exist_ok=True)
     t0 = time.time()
     results = []
@@ -354,6 +354,25 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
             print(f"{key}: " + "; ".join(f"{c['claim']}: {c['verdict']}" for c in results[-1]["claims"]))
     print(f"wrote {os.path.join(args.out, 'reproduction.md')} ({time.time() - t0:.0f} s)")
     return results
+
+
+def _without_cache(argv: Sequence[str]) -> list[str]:
+    """The command line less ``--compilation-cache DIR``: where compiled programs were kept changes no result,
+    and the folder is often one of a machine that is gone.
+
+    >>> _without_cache(["001", "--compilation-cache", "/tmp/c", "--jobs", "4", "--compilation-cache=x"])
+    ['001', '--jobs', '4']
+    """
+    out: list[str] = []
+    skip = False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--compilation-cache":
+            skip = True
+        elif not a.startswith("--compilation-cache="):
+            out.append(a)
+    return out
 
 
 def train_apart(
@@ -409,16 +428,20 @@ def _print_runs(
     fraction = context(key, scale=scale, data_spec=data_spec, out=out, test_fraction=test_fraction).fraction
     share = "each recipe's" if fraction is None else f"{fraction_text(fraction)} of each recipe's"
     for r in runs:
+        compiles = "compiles" if r.compiles else "programs from the cache"
         print(
-            f"{r.line}  # {r.steps:,} steps × {r.step_ms:.1f} ms, expected {r.gpu_s:.0f} s GPU + "
-            f"{r.host_s:.0f} s host{' (compiles)' if r.compiles else ''}",
+            f"{r.line}  # {r.steps:,} steps × {r.step_ms:.1f} ms + {r.fixed_s:.0f} s ({compiles}): "
+            f"expected {r.alone_s:.0f} s alone",
             flush=True,
         )
+    if jobs not in plan.SPEEDUP:
+        print(f"# {key}: {share} epochs; no estimate for --jobs {jobs} (measured: {sorted(plan.SPEEDUP)})")
+        return {"seed": key, "commands": lines, "expected_s": None}
     total = plan.expected_s(runs, jobs)
     print(
-        f"# {key}: {share} epochs; expected on one H100 with --jobs {jobs}: {total:.0f} s "
-        f"({sum(r.gpu_s for r in runs):.0f} s GPU, {sum(r.host_s for r in runs):.0f} s host / {jobs}, "
-        f"{plan.ASSEMBLY_S:.0f} s assembly; {'within' if total <= plan.BUDGET_S else 'OVER'} one "
+        f"# {key}: {share} epochs; expected on one H100-class GPU with --jobs {jobs}: {total:.0f} s "
+        f"({sum(r.alone_s for r in runs):.0f} s of runs alone / {plan.SPEEDUP[jobs]} + "
+        f"{plan.ASSEMBLY_S:.0f} s to judge; {'within' if total <= plan.BUDGET_S else 'OVER'} one "
         f"{plan.BUDGET_S:.0f} s command)",
         flush=True,
     )

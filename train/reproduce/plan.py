@@ -1,21 +1,27 @@
-"""The expected H100 time of a reproduction sweep, from measured step times plus compilation and evaluation.
+"""The expected GPU-machine time of a reproduction sweep, from measured runs.
 
-A sweep's runs are the ``python -m train`` lines that ``python -m train.reproduce PAPER --print`` lists. Each
-costs its training steps on the GPU, its evaluation, and work on the host: starting the process, tracing its
-programs, compiling them (or reading them from the persistent compilation cache when a run of the same shapes
-compiled them before), loading the data and writing its outputs. With ``--jobs J`` the runs go J at a time, so
-the host's share overlaps while the GPU's adds up:
+A sweep's runs are the ``python -m train`` lines that ``python -m train.reproduce PAPER --print`` lists. Run
+alone, each costs a fixed part (starting, tracing and compiling its programs, or reading them from JAX's
+persistent compilation cache when a run of the same shapes compiled them before; loading the data; the
+evaluation) and its training steps. With ``--jobs J`` the runs go J at a time as processes sharing the GPU,
+which the app's small steps leave mostly idle, so the sweep takes the runs' summed time alone divided by the
+speed-up measured for J:
 
-    expected = Σ gpu + Σ host / J + assembly
+    expected = Σ (fixed + steps × step) / SPEEDUP[J] + ASSEMBLY_S
 
-Step times come from two steps measured on one NVIDIA H100 80GB HBM3 by ``python benchmarks/train_step.py
---gpu`` (benchmarks/results/train_step_gpu.json, 2026-11-26, jax 0.11.2) and scale with the images a step
-sees: ResNet-18 at 512 images × 2 views of 32×32×3 in bf16 took 12.5 ms (12.2 µs a view-image), Korman 2021's
-MSimCLR step, ResNet-18 at 128 × 2 views of 28×28×1 in fp32, 7.3 ms (28.5 µs a 28×28 view-image, 37 µs at
-32×32). A ResNet-50 costs about 2.4 times a ResNet-18 (0.95 against 0.40 billion multiply-adds per 28×28×1
-image), and no step is taken as shorter than STEP_FLOOR_MS, the launch-bound floor of a small batch. The host
-and evaluation constants are the estimates named below, to be replaced by what runs record
-(``report.json``'s ``timing``: ``first_step_s``, ``eval_s``, ``total_s``).
+Calibrated on one NVIDIA H200 (the H100's chip with faster memory), jax 0.11.2, 2026-11-27, by Korman 2021's
+gpu-scale sweep (``benchmarks/gpu_sweep.sh 001``: 21 runs, 4 at a time, 447 s, then 26.5 s to read them back
+and judge) and three runs alone, one after the other:
+
+- MSimCLR (ResNet-18, 128 images × 2 views of 28×28×1, fp32, 624 steps): 75.9 s with its programs compiled
+  (first step 16.7 s, evaluation 31.4 s), 40.3 s with them read from the cache (11.2 s, 9.7 s): the cache
+  pays 36 % of a run. Training took 23.7 ms a step, 3.25 times the 7.3 ms that ``benchmarks/train_step.py
+  --gpu`` measured for the same step without the app's loop (benchmarks/results/train_step_gpu.json).
+- MTriplet (ResNet-18, 32 images, fp32, 7,500 steps): 3.85 ms a step, the launch-bound floor of a small batch.
+
+Other recipes' steps are scaled from the benchmark's two measured steps by the images a step sees (ResNet-18
+at 512 × 2 views of 32×32×3 in bf16: 12.5 ms; the MSimCLR step above: 7.3 ms) and by 2.4 for a ResNet-50
+(0.95 against 0.40 billion multiply-adds per 28×28×1 image), times APP_FACTOR, and never below STEP_FLOOR_MS.
 """
 
 from __future__ import annotations
@@ -27,32 +33,37 @@ from collections.abc import Sequence
 
 from train.app import config
 
-# µs per view-image of 32×32 pixels on one H100, per precision (measured, see the module docstring).
+# µs per view-image of 32×32 pixels on one H100 in benchmarks/train_step.py's step, per precision.
 VIEW_IMAGE_US = {"bf16": 12.5e3 / (512 * 2), "fp32": 7.3e3 / (128 * 2) / (28 * 28 / (32 * 32))}
 NETWORK_COST = {"resnet18": 1.0, "resnet50": 2.4}  # relative to a ResNet-18 (multiply-adds per image)
-STEP_FLOOR_MS = 3.0  # estimate: a step of a small batch is bound by its ~500 kernel launches, not its FLOPs
-COMPILE_S = 60.0  # estimate: host time of a run whose programs compile (training step, evaluation)
-CACHED_S = 20.0  # estimate: host time of a run whose programs a run of the same shapes compiled before
-EVAL_GPU_S = 4.0  # estimate: GPU time of an evaluation (70,000 images embedded, the retrieval metrics, probe)
-ASSEMBLY_S = 40.0  # estimate: the sweep's last pass (runs read back, baselines, tables, plots)
+APP_FACTOR = 23.7 / 7.3  # the app's training step over the benchmark's (MSimCLR, measured)
+STEP_FLOOR_MS = 3.85  # MTriplet's step of 32 images (measured): no step is shorter
+COMPILE_S = 61.0  # a run's fixed part when its programs compile (MSimCLR: 75.9 s less 14.6 s of steps)
+CACHED_S = 25.0  # … when a run of the same shapes compiled them before (40.3 s less 15.2 s of steps)
+SPEEDUP = {1: 1.0, 4: 2.62}  # runs at a time → the sweep's speed-up over its runs one by one (measured at 4)
+ASSEMBLY_S = 27.0  # the sweep's last pass: runs read back, baselines, tables, plots (measured: 26.5 s)
 BUDGET_S = 540.0  # one command on the GPU machine: 9 minutes (a 10-minute limit, the start and copies aside)
 
 
 @dataclasses.dataclass(frozen=True)
 class RunPlan:
-    """One run's expected cost: its command line, its steps, its GPU and host seconds."""
+    """One run's expected cost alone: its command line, its steps and their time, its fixed part."""
 
     line: str
     steps: int
     step_ms: float
-    gpu_s: float
-    host_s: float
+    fixed_s: float
     compiles: bool  # the first run of its shapes (the others read its programs from the cache)
+
+    @property
+    def alone_s(self) -> float:
+        """Expected seconds of the run alone on the GPU."""
+        return self.fixed_s + self.steps * self.step_ms / 1e3
 
 
 def step_ms(cfg: config.Config, image_shape: Sequence[int]) -> float:
-    """Expected milliseconds of one training step of ``cfg`` on one H100 for images of ``image_shape``
-    (H, W, C)."""
+    """Expected milliseconds of one training step of ``cfg`` in the app on one H100-class GPU, for images of
+    ``image_shape`` (H, W, C)."""
     if cfg.encoder not in NETWORK_COST:
         raise ValueError(f"encoder must be one of {sorted(NETWORK_COST)} to estimate, got {cfg.encoder!r}")
     if cfg.precision not in VIEW_IMAGE_US:
@@ -60,7 +71,7 @@ def step_ms(cfg: config.Config, image_shape: Sequence[int]) -> float:
     height, width = image_shape[:2]
     views = cfg.batch_size * cfg.views * cfg.seeds
     work = views * VIEW_IMAGE_US[cfg.precision] * height * width / 1024 * NETWORK_COST[cfg.encoder] / 1e3
-    return max(STEP_FLOOR_MS, work)
+    return max(STEP_FLOOR_MS, work * APP_FACTOR)
 
 
 def shapes(cfg: config.Config) -> tuple[tuple[str, object], ...]:
@@ -84,22 +95,13 @@ def plan_runs(lines: Sequence[str], image_shape: Sequence[int]) -> list[RunPlan]
         key = shapes(cfg)
         compiles = key not in seen
         seen.add(key)
-        ms = step_ms(cfg, image_shape)
-        out.append(
-            RunPlan(
-                line=line,
-                steps=cfg.steps,
-                step_ms=ms,
-                gpu_s=cfg.steps * ms / 1e3 + EVAL_GPU_S,
-                host_s=COMPILE_S if compiles else CACHED_S,
-                compiles=compiles,
-            )
-        )
+        fixed = COMPILE_S if compiles else CACHED_S
+        out.append(RunPlan(line, cfg.steps, step_ms(cfg, image_shape), fixed, compiles))
     return out
 
 
 def expected_s(plans: Sequence[RunPlan], jobs: int = 1) -> float:
     """Expected seconds of the whole sweep with ``jobs`` runs at a time (module docstring)."""
-    if jobs < 1:
-        raise ValueError(f"jobs must be ≥ 1, got {jobs}")
-    return sum(p.gpu_s for p in plans) + sum(p.host_s for p in plans) / jobs + ASSEMBLY_S
+    if jobs not in SPEEDUP:
+        raise ValueError(f"jobs must be one whose speed-up was measured, {sorted(SPEEDUP)}, got {jobs}")
+    return sum(p.alone_s for p in plans) / SPEEDUP[jobs] + ASSEMBLY_S
