@@ -8,7 +8,8 @@
 # writes the plan (--print: every run, its steps and expected time), runs the paper's sweep under
 # `timeout GPU_SWEEP_SECONDS` (540) with GPU_SWEEP_JOBS runs at a time (4) and JAX's persistent compilation
 # cache in its output folder, and packs what finished into $OUT/results.tar.gz (each finished run's
-# report.json, config.json, metrics.jsonl and train.log under docs/runs/<data>/gpu/<paper>/, and the paper's
+# report.json, analysis.json, config.json, metrics.jsonl and train.log under docs/runs/<data>/gpu/<paper>/,
+# and the paper's
 # JSON, plot and page once its last run finished), beside $OUT/plan.txt, $OUT/sweep.log and $OUT/machine.json. Unpacked in the
 # checkout (`tar xzf results.tar.gz`), the runs are read back as finished by the next sweep on any machine.
 set -uo pipefail
@@ -71,7 +72,7 @@ files=()
 for report in "$runs"/*/report.json; do
   [ -e "$report" ] || continue
   dir=$(dirname "$report")
-  for name in report.json config.json metrics.jsonl train.log; do
+  for name in report.json analysis.json config.json metrics.jsonl train.log; do
     [ -e "$dir/$name" ] && files+=("$dir/$name")
   done
 done

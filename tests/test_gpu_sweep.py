@@ -105,10 +105,12 @@ def test_committed_reports_are_read_back_as_finished_runs(tmp_path, monkeypatch)
     ds = data_lib.load("digits")
     scale = common.SCALES["tiny"]
     ctx = common.Context(scale=scale, data="digits", dataset=ds, runs_dir=str(tmp_path), out=str(tmp_path))
-    first, _ = common.train_recipe(ctx, "r", preset="simo_cifar10")
+    first, emb = common.train_recipe(ctx, "r", preset="simo_cifar10")
+    mean = common.run_analysis(first, emb, "mean", lambda e: float(e["query"].mean()))
+    assert mean == pytest.approx(float(emb["query"].mean()))
     os.remove(tmp_path / "r" / "embeddings.npz")
     for name in os.listdir(tmp_path / "r"):
-        if name not in ("report.json", "config.json", "metrics.jsonl"):
+        if name not in ("report.json", "config.json", "metrics.jsonl", "analysis.json"):
             path = tmp_path / "r" / name
             shutil.rmtree(path) if path.is_dir() else path.unlink()
 
@@ -120,6 +122,15 @@ def test_committed_reports_are_read_back_as_finished_runs(tmp_path, monkeypatch)
     run, emb = common.train_recipe(again, "r", need_embeddings=False, preset="simo_cifar10")
     assert emb is None and run.extra["reused"] and run.report == first.report
     assert run.loss_trace == first.loss_trace
+    # Its per-run analysis is read back from analysis.json; one never computed cannot be, and says so.
+    assert common.run_analysis(run, None, "mean", lambda e: 1 / 0) == mean
+    with pytest.raises(ValueError, match="analysis 'other' is not stored"):
+        common.run_analysis(run, None, "other", lambda e: 0.0)
+    report_path = tmp_path / "r" / "report.json"  # a run trained again: its stored analyses are not its own
+    report_path.write_text(report_path.read_text().replace("{", "{ ", 1))
+    with pytest.raises(ValueError, match="analysis 'mean' is not stored"):
+        common.run_analysis(run, None, "mean", lambda e: 0.0)
+    assert "workdir" not in run.to_json()  # a folder of the machine that ran the sweep is not recorded
     third = common.Context(scale=scale, data="digits", dataset=ds, runs_dir=str(tmp_path), out=str(tmp_path))
     with pytest.raises(ValueError, match="has a report but no embeddings.npz"):
         common.train_recipe(third, "r", preset="simo_cifar10")

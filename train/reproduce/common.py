@@ -4,12 +4,13 @@ and the statistics (mean ± sd, paired bootstrap, per-query nearest neighbours).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
 import os
 import shlex
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -18,6 +19,7 @@ from scipy import stats
 from geojax import metrics
 from train import evaluate
 from train.app import cli, config, data, loop, report, step
+from train.helpers import files
 
 HOLDS, FAILS, INCONCLUSIVE = "holds", "does not hold at this scale", "inconclusive"
 VERDICTS = (HOLDS, FAILS, INCONCLUSIVE)
@@ -303,6 +305,12 @@ class Claim:
         return dataclasses.asdict(self)
 
 
+_UNRECORDED = (
+    "extra",
+    "workdir",
+)  # Run fields left out of its JSON record (extra's entries go in at the top)
+
+
 @dataclasses.dataclass
 class Run:
     """One training run: what was asked, whether it diverged, ``train.app.cli.run``'s report and the log."""
@@ -325,6 +333,7 @@ class Run:
     )
     # (None: a run trained before runs recorded it)
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)  # a paper's per-run results
+    workdir: str = ""  # its run directory (not recorded: a folder of the machine that ran the sweep)
 
     def metric(self, key: str) -> float:
         """A report metric of the run (``recall_at_1``: R@1 of the report's recall_at_k); NaN if diverged."""
@@ -337,7 +346,9 @@ class Run:
     def to_json(self) -> dict[str, Any]:
         """The JSON record: the fields (``report`` only when trained, ``error`` only when diverged) and
         ``extra``'s entries at the top level."""
-        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
+        fields = {
+            f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in _UNRECORDED
+        }
         if self.report is None:
             del fields["report"]
         if self.error is None:
@@ -349,7 +360,7 @@ class Run:
         """The run of a :meth:`to_json` record (its unknown keys back in ``extra``; a record made before runs
         recorded their epochs has NaN epochs)."""
         row = {"epochs": math.nan, **row}
-        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        names = {f.name for f in dataclasses.fields(cls)} - set(_UNRECORDED)
         return cls(
             **{k: v for k, v in row.items() if k in names},
             extra={k: v for k, v in row.items() if k not in names},
@@ -591,7 +602,14 @@ def train_recipe(
     args = run_args(ctx, name, overrides)
     cfg = config.from_args(args)
     epochs = round(cfg.steps * cfg.batch_size / training_images(cfg, ctx.dataset), 3)
-    run = Run(name=name, overrides=dict(overrides), seed=cfg.seed, steps=cfg.steps, epochs=epochs)
+    run = Run(
+        name=name,
+        overrides=dict(overrides),
+        seed=cfg.seed,
+        steps=cfg.steps,
+        epochs=epochs,
+        workdir=cfg.workdir,
+    )
     if ctx.listing is not None:
         ctx.listing.append(command_line(args))
         ctx.runs.append(run)
@@ -623,6 +641,46 @@ def train_recipe(
         state += f" (STALE: trained by {version_text(run.code_version)}, not the current code)"
     print(f"  run {name}: {state} in {run.wall_s} s", flush=True)
     return run, emb
+
+
+ANALYSIS_FILE = "analysis.json"  # a run's per-run analyses, kept (and committed) beside its report
+
+
+def run_analysis(
+    run: Run, emb: dict[str, Any] | None, key: str, compute: Callable[[dict[str, Any]], Any]
+) -> Any:
+    """A per-run analysis that needs the run's embeddings (e.g. its quantised report, per-query outcomes),
+    kept under ``key`` in its run directory's ``analysis.json`` so that a run read back without its
+    embeddings (committed under ``docs/runs/``) still has it. Computed from ``emb`` with ``compute`` where
+    it is not stored for this very report (the file records report.json's SHA-256: a run trained again has
+    its analyses computed again) and written atomically; None for a run that diverged. A run with neither
+    the analysis nor its embeddings is refused with one line naming what is missing."""
+    if run.diverged or run.report is None:
+        return None
+    path = os.path.join(run.workdir, ANALYSIS_FILE)
+    digest = _sha256(os.path.join(run.workdir, "report.json"))
+    stored: dict[str, Any] = {}
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            stored = json.load(f)
+        if stored.get("report_sha256") != digest:
+            stored = {}  # the analyses of an earlier training of this run directory
+    if key in stored.get("analyses", {}):
+        return stored["analyses"][key]
+    if emb is None:
+        raise ValueError(
+            f"run {run.name!r}: analysis {key!r} is not stored in {path} and the run's embeddings.npz is not "
+            "there to compute it: train the run again (remove its report.json) or put its embeddings.npz back"
+        )
+    value = clean(compute(emb))
+    stored = {"report_sha256": digest, "analyses": {**stored.get("analyses", {}), key: value}}
+    files.write_json(path, stored)
+    return value
+
+
+def _sha256(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
 
 
 def is_finished(cfg: config.Config) -> bool:
