@@ -7,11 +7,11 @@
 # It checks the device, finds Fashion-MNIST where it was carried (data/fashion-mnist, or GPU_SWEEP_DATA),
 # writes the plan (--print: every run, its steps and expected time), runs the paper's sweep under
 # `timeout GPU_SWEEP_SECONDS` (540) with GPU_SWEEP_JOBS runs at a time (4) and JAX's persistent compilation
-# cache in its output folder, and packs what finished into $OUT/results.tar.gz (each finished run's
+# cache in its output folder, and packs what finished into $OUT/results.tar.gz: each finished run's
 # report.json, analysis.json, config.json, metrics.jsonl and train.log under docs/runs/<data>/gpu/<paper>/,
-# and the paper's
-# JSON, plot and page once its last run finished), beside $OUT/plan.txt, $OUT/sweep.log and $OUT/machine.json. Unpacked in the
-# checkout (`tar xzf results.tar.gz`), the runs are read back as finished by the next sweep on any machine.
+# and the paper's JSON, plot and page once its last run finished. Beside it: $OUT/plan.txt, $OUT/sweep.log
+# and $OUT/machine.json. Unpacked in the checkout (`tar xzf results.tar.gz`), the runs are read back as
+# finished by the next sweep on any machine.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 usage="usage: benchmarks/gpu_sweep.sh PAPER [--dry-run]"
