@@ -172,6 +172,10 @@ def test_code_hash_follows_the_code_files(tmp_path):
     (tmp_path / "train" / "reproduce" / "c.py").write_text("z = 4\n")  # the analyses: not the runs' code
     (tmp_path / "README.md").write_text("docs\n")
     assert version.code_hash(tmp_path) == before
+    (tmp_path / "geojax" / "search").mkdir()
+    (tmp_path / "geojax" / "search" / "s.py").write_text("w = 5\n")  # no run's report depends on search
+    (tmp_path / "geojax" / "a.py").write_text('"""A module."""\n\nx = 1  # the one\n')  # documentation only
+    assert version.code_hash(tmp_path) == before
     (tmp_path / "geojax" / "a.py").write_text("x = 2\n")
     assert version.code_hash(tmp_path) != before
     assert set(report.code_version()) == {"code_hash", "commit", "dirty"}
@@ -490,7 +494,7 @@ def test_run_keys_set_the_scales_encoder_and_length():
 
     cpu = keys("cpu", preset="simo_cifar10")  # the recipe's ResNet-18 in bf16 becomes the small CNN
     assert (cpu["encoder"], cpu["width"], cpu["norm"], cpu["precision"]) == ("cnn", None, "batch", "fp32")
-    assert cpu["steps"] == 100 * (len(ds.train_y) // 128) and cpu["probe_epochs"] == 10
+    assert cpu["steps"] == 12 * (len(ds.train_y) // 128) and cpu["probe_epochs"] == 10  # the cpu recipe's 12
     built = config.from_args(
         common.run_args(
             common.Context(scale=common.SCALES["cpu"], data="digits", dataset=ds, runs_dir="r", out=""),
@@ -507,6 +511,50 @@ def test_run_keys_set_the_scales_encoder_and_length():
     assert keys("paper", preset="sincere_cifar10")["encoder"] == "resnet50"  # the recipe's own network
     assert "probe_epochs" not in keys("cpu", preset="supcon_cifar10")  # no probe: the key is not used
     assert keys("paper", preset="mtriplet")["encoder"] == "resnet18"  # the stand-in for GoogLeNet
+
+
+def test_cpu_scale_trains_supervised_arms_with_its_recipe_and_keeps_what_the_claims_compare():
+    """At the cpu scale every supervised run trains with the scale's recipe at its own length (12 epochs, no
+    image cap), keeping its paper's objective; a self-supervised run keeps its own recipe (two views, Adam
+    1e-4, the scale's share of images); a class-composed batch keeps its size; a run of its own length keeps
+    it."""
+    ds = data_lib.load("digits")
+    ctx = common.Context(scale=common.SCALES["cpu"], data="digits", dataset=ds, runs_dir="r", out="")
+
+    def built(**overrides):
+        return config.from_args(common.run_args(ctx, "x", overrides))
+
+    n = len(ds.train_y)
+    sphere = built(preset="supcon_sphere_cifar100")
+    assert (sphere.optimizer, sphere.lr, sphere.views, sphere.augment, sphere.encoder) == (
+        "adamw",
+        1e-3,
+        1,
+        "crop_flip",
+        "cnn",
+    )
+    assert sphere.steps == 12 * (n // 256) and not sphere.select_best and sphere.ema is None
+    assert (sphere.loss, sphere.koleo, sphere.temperature, sphere.clip) == ("supcon", 1.0, 0.1, 100.0)
+    sincere = built(preset="sincere_cifar10", similarity="neg_arc_length")
+    assert (sincere.loss, sincere.similarity, sincere.temperature, sincere.dim) == (
+        "sincere",
+        "neg_arc_length",
+        0.1,
+        128,
+    )
+    assert sincere.optimizer == "adamw" and sincere.batch_size == 256
+    triplet = built(preset="mtriplet")  # 8 classes × 4: the sampler's batch
+    assert (triplet.batch_size, triplet.sampler, triplet.optimizer) == (32, "m_per_class", "adamw")
+    msimclr = built(preset="msimclr_mnist", charts=16)  # self-supervised: its own recipe
+    assert (msimclr.optimizer, msimclr.lr, msimclr.views, msimclr.augment) == (
+        "adam",
+        1e-4,
+        2,
+        "crop_jitter_gray",
+    )
+    assert msimclr.steps == min(100 * (n // 128), common.CPU_IMAGES // 128)
+    short = built(preset="supcon_torus_c_cifar100", dim=2, steps=30)
+    assert short.steps == 30 and short.optimizer == "adamw"
 
 
 def test_run_length_counts_epochs_on_the_images_left_after_the_validation_split():

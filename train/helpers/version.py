@@ -6,28 +6,68 @@ Standard library only, so that ``train.helpers.results`` (the benchmarks' result
 
 from __future__ import annotations
 
+import ast
 import functools
 import hashlib
+import io
 import subprocess
+import tokenize
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout: geojax/ and train/
-# The code a run's numbers depend on: the library and the training app (the reproduction's analyses, which
-# read runs back and re-judge them, are left out).
+# The code a run's numbers depend on: the library and the training app's training and evaluation path. Left
+# out: the reproduction's analyses (which read runs back and re-judge them), the search package (no run's
+# report depends on it), the app's helpers (files, plots, tables, timers), the export of trained models and
+# the C search kernels' build glue.
 CODE_DIRS = ("geojax", "train")
-ANALYSIS_DIRS = ("train/reproduce",)
+LEFT_OUT = ("geojax/search", "train/reproduce", "train/helpers", "train/csearch", "train/export.py")
+
+
+def code_text(source: str) -> str:
+    """What a module computes: its source less docstrings, comments and blank lines (a documentation edit is
+    not a change of the code), each line's trailing spaces stripped.
+
+    >>> code_text("x = 1  # one\\n\\n\\ndef f():\\n    'Doc.'\\n    return x\\n")
+    'x = 1\\ndef f():\\n    return x'
+    """
+    tree = ast.parse(source)
+    dropped: set[int] = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body:
+            first = body[0]
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+            ):
+                dropped.update(range(first.lineno, (first.end_lineno or first.lineno) + 1))
+    comments = {
+        tok.start[0]: tok.start[1]
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline)
+        if tok.type == tokenize.COMMENT
+    }
+    kept = []
+    for number, line in enumerate(source.splitlines(), 1):
+        if number in dropped:
+            continue
+        line = line[: comments.get(number, len(line))].rstrip()
+        if line.strip():
+            kept.append(line)
+    return "\n".join(kept)
 
 
 def code_hash(root: Path = ROOT) -> str:
-    """SHA-256 over the relative paths and bytes of every .py file of CODE_DIRS under ``root`` (sorted, those
-    under ANALYSIS_DIRS left out): the same for the same code, with or without git."""
+    """SHA-256 over the relative paths and the code (:func:`code_text`) of every .py file of CODE_DIRS under
+    ``root`` (sorted, those under LEFT_OUT left out): the same for the same code, with or without git, and
+    for code whose docstrings and comments alone changed."""
     h = hashlib.sha256()
     for path in sorted(p for d in CODE_DIRS for p in (root / d).rglob("*.py")):
         rel = path.relative_to(root).as_posix()
-        if any(rel.startswith(a + "/") for a in ANALYSIS_DIRS):
+        if any(rel == a or rel.startswith(a + "/") for a in LEFT_OUT):
             continue
-        h.update(rel.encode() + b"\0" + path.read_bytes() + b"\0")
+        h.update(rel.encode() + b"\0" + code_text(path.read_text(encoding="utf-8")).encode() + b"\0")
     return h.hexdigest()
 
 

@@ -33,6 +33,29 @@ LEVEL = 0.95  # the confidence level of every interval a verdict is judged on
 # cores with another run for most of its time): the five papers' 61 Fashion-MNIST runs take about 3.5 hours
 # on two CPU cores.
 CPU_IMAGES = 180_000
+# The cpu scale's training recipe for every supervised run: geojax's recipe for 28×28 images on a CPU
+# (train.app.presets.CPU_SMALL_IMAGES: the small CNN with batch norm, one view per image, ±2 px crops with
+# flips, 12 epochs) with the app's optimiser (AdamW 1e-3, weight decay 1e-4, cosine to 0 after 100 warm-up
+# steps), batches of 256 where they are drawn at random, fp32, no EMA, no early stopping. On two CPU cores it
+# takes Stowell 2026's objective on the sphere to P@1 0.90 on Fashion-MNIST in under 10 minutes
+# (benchmarks/results/cpu_recipe.json), where the papers' own optimisers and lengths, cut to this machine's
+# share, do not learn. A run keeps what its claim compares and its paper's objective (geometry, loss,
+# temperatures, regularisers, similarity, clipping, batch sampler and, for a sampler that composes batches by
+# class, their size); the paper's own recipe is what the paper scale runs.
+CPU_RECIPE: dict[str, Any] = {
+    **config.CPU_SMALL_IMAGES,
+    "width": None,
+    "precision": "fp32",
+    "batch_size": 256,
+    "optimizer": "adamw",
+    "lr": 1e-3,
+    "weight_decay": 1e-4,
+    "schedule": "cosine",
+    "lr_min": 0.0,
+    "warmup": 100,
+    "ema": None,
+    "select_best": False,
+}
 CHECKPOINT_EVERY = 2000  # steps between a run's checkpoints (an interrupted run loses at most these)
 # The paper scale's network for a recipe whose preset builds none of its paper's networks: Korman 2021's
 # MTriplet fine-tunes an ImageNet-pretrained GoogLeNet on 227 × 227 crops (§3.2.1), which geojax does not
@@ -114,6 +137,8 @@ class Scale:
     width: int | None  # that encoder's width (None: its own, geojax.models.OWN_WIDTHS)
     norm: str | None  # that encoder's normalisation (None: its own)
     images: int | None  # at most this many training images per run (None: the recipe's epochs)
+    recipe: dict[str, Any] | None = None  # the training recipe of every supervised run (labels=class), at its
+    # own length (CPU_RECIPE); None: each paper's own
     fractions: dict[str, float] | None = None  # per paper, the share of its recipes' epochs each run trains
     # (recipes given in epochs; None: all of them). Pinned: a changed share changes every run's config, and
     # the runs trained with the old one are no longer read back.
@@ -205,6 +230,7 @@ SCALES: dict[str, Scale] = {
         width=None,
         norm="batch",
         images=CPU_IMAGES,
+        recipe=CPU_RECIPE,
         probe_epochs=10,
         steps_per_call=1,
         replicas=False,
@@ -474,6 +500,9 @@ def run_keys(ctx: Context, overrides: dict[str, Any]) -> dict[str, Any]:
     scale's share of them), quiet logging; the held-out fraction and the probe's epochs only when the run
     uses them (the config refuses keys a run does not use)."""
     s = ctx.scale
+    recipe = scale_recipe(s, config.make(**overrides))
+    if any(k in overrides for k in config.LENGTH_KEYS):  # a run of its own length (torusC's stability test)
+        recipe.pop("epochs", None)
     keys: dict[str, Any] = {
         "dataset": ctx.data,
         "encoder": s.encoder or recipe_encoder(config.make(**overrides)),
@@ -482,11 +511,24 @@ def run_keys(ctx: Context, overrides: dict[str, Any]) -> dict[str, Any]:
     }
     if s.encoder is not None:
         keys |= {"width": s.width, "precision": "fp32"} | ({"norm": s.norm} if s.norm else {})
+    keys |= recipe
     cfg = config.make(**{**keys, **overrides})
-    steps = run_steps(cfg, training_images(cfg, ctx.dataset), s.images, ctx.fraction)
+    images = None if recipe else s.images  # the scale's recipe trains its own length
+    steps = run_steps(cfg, training_images(cfg, ctx.dataset), images, ctx.fraction)
+    keys.pop("epochs", None)  # the length is given as steps
     keys |= {"steps": steps, "log_every": min(25, steps), "checkpoint_every": min(steps, CHECKPOINT_EVERY)}
     optional = {"test_fraction": ctx.test_fraction, "probe_epochs": s.probe_epochs}
     return keys | {k: v for k, v in optional.items() if v is not None and config.applies(k, cfg)}
+
+
+def scale_recipe(scale: Scale, cfg: config.Config) -> dict[str, Any]:
+    """The training keys ``scale`` gives a run of ``cfg`` (a preset plus its changes): its recipe for a
+    supervised run (labels=class; a batch sampler that composes batches by class keeps its batch size), none
+    for a self-supervised one (its two views and its paper's optimiser: what it learns from) or at a scale
+    without one."""
+    if scale.recipe is None or cfg.labels != "class":
+        return {}
+    return {k: v for k, v in scale.recipe.items() if k != "batch_size" or cfg.sampler == "random"}
 
 
 def recipe_encoder(cfg: config.Config) -> str:

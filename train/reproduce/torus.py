@@ -73,10 +73,11 @@ def run(ctx: Context) -> dict[str, Any]:
         geometry: train_seeds(ctx, f"{geometry}-D{RECIPE['dim']}", s.torus_seeds, preset=preset(geometry))
         for geometry in ("sphere", "torus_n")
     }
-    # The recipe control at a small-encoder scale: the sphere recipe (seed 0) with ±2 px crops and flips in
-    # place of its SimCLR views, which tells a short run's augmentations apart from the geometry and loss.
+    # The recipe control at a small-encoder scale that trains the paper's own recipe: the sphere recipe (seed
+    # 0) with ±2 px crops and flips in place of its SimCLR views, which tells a short run's augmentations
+    # apart from the geometry and loss (a scale with a recipe of its own trains every arm with those views).
     control = None
-    if s.encoder is not None:
+    if s.encoder is not None and s.recipe is None:
         control = train_recipe(ctx, CONTROL, preset=preset("sphere"), augment="crop_flip")[0]
     unstable: dict[tuple[int, str], list[Run]] = {}
     for dim in s.unstable_dims:
