@@ -410,6 +410,48 @@ def manifold_distance(
     return d_m + _nonfinite_pairs(rows_a, rows_b)
 
 
+def compressed_manifold_distance(
+    coords_a: ArrayLike, q_a: ArrayLike, coords_b: ArrayLike, q_b: ArrayLike
+) -> jax.Array:
+    """d_M between compressed atlas codes (Korman 2021, eq. 3 and §2.4): each point in its most probable
+    chart alone, so two points are d0(φ_i(x), φ_i(y)) = ‖σ⁻¹(x) − σ⁻¹(y)‖ apart when their most probable
+    charts agree on i, and +∞ apart when they do not.
+
+    The paper evaluates the compressed code (φ_i*(x), i*) because the full representation (φ_1(x), …,
+    φ_n(x)) would be "cheating" into an nd-dimensional space (§2.4); this is eq. 7 with one-hot memberships
+    (ties to the lower chart, as :func:`geojax.manifolds.atlas_code`).
+
+    Args:
+        coords_a: [N, n, d] floating pre-sigmoid coordinates of N points in n charts of dimension d.
+        q_a: [N, n] chart memberships of those points.
+        coords_b: [M, n, d] floating pre-sigmoid coordinates, the same n and d.
+        q_b: [M, n] chart memberships.
+
+    Returns:
+        [N, M] fp32 distances, lower = closer; NaN where a row's coordinates or memberships are not all
+        finite.
+
+    Raises:
+        ValueError: as :func:`manifold_distance`.
+
+    References:
+        Korman 2021, manifold (atlas) target spaces (arXiv 2106.07062), eq. 3, eq. 7, §2.4 and §3.2.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from geojax import similarity
+        >>> coords = jnp.array([[[0.0, 0.0], [1.0, 1.0]], [[3.0, 4.0], [9.0, 9.0]], [[0.0, 0.0], [1.0, 1.0]]])
+        >>> q = jnp.array([[0.6, 0.4], [0.9, 0.1], [0.4, 0.6]])  # most probable charts 0, 0, 1
+        >>> print(similarity.compressed_manifold_distance(coords[:1], q[:1], coords, q))
+        [[ 0.  5. inf]]
+    """
+    _checks.check_rank(q_a, "q_a", 2)
+    _checks.check_rank(q_b, "q_b", 2)
+    hard = [jax.nn.one_hot(jnp.argmax(jnp.asarray(q), axis=-1), jnp.shape(q)[-1]) for q in (q_a, q_b)]
+    d_m = manifold_distance(coords_a, hard[0], coords_b, hard[1])
+    return d_m + _nonfinite_pairs(jnp.asarray(q_a, jnp.float32), jnp.asarray(q_b, jnp.float32))
+
+
 _BY_NAME: dict[str, Similarity] = {
     "cosine": cosine,
     "neg_arc_length": neg_arc_length,

@@ -136,6 +136,35 @@ def test_committed_reports_are_read_back_as_finished_runs(tmp_path, monkeypatch)
         common.train_recipe(third, "r", preset="simo_cifar10")
 
 
+def test_damaged_or_foreign_committed_reports_are_refused_and_the_run_trains_again(tmp_path, capsys):
+    """A committed report that is not JSON, lacks what every report holds, or sits beside another run's
+    config is refused in one line; its run directory is set aside and the run is not read back."""
+    ds = data_lib.load("digits")
+    ctx = common.Context(
+        scale=common.SCALES["tiny"], data="digits", dataset=ds, runs_dir=str(tmp_path), out=""
+    )
+    cfg = config.from_args(common.run_args(ctx, "r", {"preset": "simo_cifar10"}))
+    good = {"precision_at_1": 0.5, "timing": {"total_s": 1.0}}
+    saved = {k: v for k, v in dataclasses.asdict(cfg).items()}
+    damages = {
+        "not JSON": ("{", saved, "cannot be read"),
+        "no timing": (json.dumps({"precision_at_1": 0.5}), saved, "lacks what every report holds"),
+        "another run's config": (json.dumps(good), {**saved, "lr": 0.5}, "different config"),
+    }
+    for what, (report_text, config_values, message) in damages.items():
+        os.makedirs(cfg.workdir, exist_ok=True)
+        (tmp_path / "r" / "report.json").write_text(report_text)
+        (tmp_path / "r" / "config.json").write_text(json.dumps(config_values))
+        assert not common.is_finished(cfg), what
+        out = capsys.readouterr().out
+        assert message in out and out.count("\n") == 1 and "trained again" in out, what
+        assert not (tmp_path / "r").exists() and (tmp_path / "r.refused" / "report.json").exists(), what
+    os.makedirs(cfg.workdir)
+    (tmp_path / "r" / "report.json").write_text(json.dumps(good))
+    (tmp_path / "r" / "config.json").write_text(json.dumps(saved))
+    assert common.is_finished(cfg)  # the same run, whole: read back
+
+
 def test_dry_run_of_the_prepared_script(tmp_path, monkeypatch):
     """benchmarks/gpu_sweep.sh at the tiny scale on the CPU: plan, sweep (two runs at a time as processes),
     and the packed results, which unpack to run directories that a sweep reads back without training."""

@@ -52,7 +52,7 @@ def run(cfg: config.Config, *, stop_at: int | None = None) -> dict | None:
         "timing": timing,
         "dataset": ds.name,
         "n_query": len(ds.test_y),
-        "n_reference": len(ds.train_y),
+        "n_reference": len(ds.test_y) - 1 if cfg.classes == "disjoint" else len(ds.train_y),
         "preset": cfg.preset,
         "geometry": cfg.geometry,
         "loss": cfg.loss,

@@ -55,6 +55,7 @@ from train.app.presets import SUPCON_CIFAR10 as SUPCON_CIFAR10
 from train.app.registry import NON_NEGATIVE, POSITIVE, POSITIVE_INT, UNIT_INTERVAL, Key, When
 
 Labels = Literal["class", "instance"]
+ClassSplit = Literal["all", "disjoint"]
 Precision = Literal["fp32", "bf16"]
 Probe = Literal["linear", "piecewise"]
 Feed = Literal["device", "host"]
@@ -100,6 +101,15 @@ registry.core(
         "digits | mnist | fashion_mnist | cifar10 | cifar100 | tfds:NAME | npz:PATH | idx:DIR",
         "data",
         kind=dataset_source,
+    ),
+    Key(
+        "classes",
+        "all",
+        "all: train and retrieve over every class; disjoint: train on the first half of the classes' "
+        "training images, retrieve among the other half's test images, each against the rest (the metric-"
+        "learning protocol of Korman 2021 §3.2.1)",
+        ClassSplit,
+        "data",
     ),
     *_keys(
         "model",
@@ -575,6 +585,12 @@ def validate(cfg: Config) -> None:
         )
     if cfg.coordinator is not None and not cfg.coordinator.rpartition(":")[2].isdigit():
         raise UsageError(f"coordinator must be HOST:PORT, got {cfg.coordinator!r}")
+    if cfg.classes == "disjoint" and (cfg.probe is not None or cfg.select_best):
+        raise UsageError(
+            "classes='disjoint' retrieves among classes the model never saw: it has no probe (a classifier "
+            f"of the unseen classes) and no early stopping on them; got probe={cfg.probe!r}, "
+            f"select_best={cfg.select_best!r}"
+        )
     if cfg.probe == "piecewise" and cfg.geometry != "atlas":
         raise UsageError("probe='piecewise' (one linear classifier per chart) needs geometry='atlas'")
 

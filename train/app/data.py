@@ -113,6 +113,33 @@ def hold_out(ds: Dataset, fraction: float) -> tuple[Dataset, Dataset]:
     return dataclasses.replace(ds, train_x=val.train_x, train_y=val.train_y), val
 
 
+def disjoint_classes(ds: Dataset) -> Dataset:
+    """The metric-learning split of Korman 2021 §3.2.1 (the practice of CUB-200 and Stanford Cars): training
+    images of the first half of the classes (labels < C // 2 of C) to train on, test images of the other half
+    to retrieve among, each against the rest; no class of the retrieval set is seen in training.
+
+    >>> d = Dataset("t", np.zeros((6, 1, 1, 1)), np.arange(6) % 4, np.zeros((4, 1, 1, 1)), np.arange(4))
+    >>> s = disjoint_classes(d)
+    >>> s.train_y.tolist(), s.test_y.tolist(), s.name
+    ([0, 1, 0, 1], [2, 3], 't (classes 0-1 to train, 2-3 to retrieve)')
+    """
+    half = ds.num_classes // 2
+    seen, unseen = ds.train_y < half, ds.test_y >= half
+    if not seen.any() or not unseen.any() or np.unique(ds.test_y[unseen]).size < 2:
+        raise UsageError(
+            f"classes='disjoint' needs training images of classes < {half} and test images of at least two "
+            f"classes ≥ {half}; {ds.name} has classes {np.unique(ds.train_y).tolist()} / "
+            f"{np.unique(ds.test_y).tolist()}"
+        )
+    return Dataset(
+        f"{ds.name} (classes 0-{half - 1} to train, {half}-{ds.num_classes - 1} to retrieve)",
+        ds.train_x[seen],
+        ds.train_y[seen],
+        ds.test_x[unseen],
+        ds.test_y[unseen],
+    )
+
+
 def _digits(test_fraction: float) -> Dataset:
     from sklearn.datasets import load_digits
 

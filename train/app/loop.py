@@ -377,6 +377,8 @@ def train(cfg: Config, *, stop_at: int | None = None) -> TrainResult:
     t_start = time.time()
     # Everything that can reject the run (data, device count) is checked before the workdir is touched.
     ds = data.load(cfg.dataset, test_fraction=cfg.test_fraction, data_dir=cfg.data_dir)
+    if cfg.classes == "disjoint":
+        ds = data.disjoint_classes(ds)
     val = None
     if cfg.select_best:  # train on the rest; the report's reference set is the rest too
         ds, val = data.hold_out(ds, cfg.val_fraction)

@@ -191,7 +191,7 @@ def judge_stored(out: str, *, data_spec: str | None = None) -> list[dict[str, An
     render ``out/reproduction.md``; returns the rewritten results.
 
     With ``data_spec``, the results of that data set also get what needs only the data, where missing:
-    Korman 2021's 2-d PCA probe and 1-NN (:func:`atlas.pca_probe`, :func:`atlas.pca_recall`). The data must be
+    Korman 2021's 2-d PCA probe (:func:`atlas.pca_probe`). The data must be
     the stored split (sizes checked).
     """
     loaded: data.Dataset | None = None
@@ -200,7 +200,7 @@ def judge_stored(out: str, *, data_spec: str | None = None) -> list[dict[str, An
         with open(path, encoding="utf-8") as f:
             result = json.load(f)
         stored = result["data"]
-        missing = [k for k in ("pca_probe", "pca_recall_at_1") if k not in result["details"]]
+        missing = [k for k in ("pca_probe",) if k not in result["details"]]
         if result["seed"] == "001" and data_spec is not None and missing:
             if data_tag(stored["spec"]) == data_tag(data_spec):
                 if loaded is None:
@@ -217,8 +217,6 @@ def judge_stored(out: str, *, data_spec: str | None = None) -> list[dict[str, An
                     result["details"]["pca_probe"] = atlas.pca_probe(
                         loaded, dim=atlas.ATLAS_DIM, epochs=epochs, seeds=result["scale"]["atlas_seeds"]
                     )
-                if "pca_recall_at_1" in missing:
-                    result["details"]["pca_recall_at_1"] = atlas.pca_recall(loaded, dim=atlas.ATLAS_DIM)
         if result["seed"] == "001":  # analyse's numbers alone: copies of Table 2 older versions stored go
             result["details"] = atlas.numbers(result)
         runs = [Run.from_json(r) for r in result["runs"]]
@@ -430,10 +428,11 @@ def _print_runs(
     for r in runs:
         compiles = "compiles" if r.compiles else "programs from the cache"
         print(
-            f"{r.line}  # {r.steps:,} steps × {r.step_ms:.1f} ms + {r.fixed_s:.0f} s ({compiles}): "
-            f"expected {r.alone_s:.0f} s alone",
+            f"# expected {r.alone_s:.0f} s alone: {r.steps:,} steps × {r.step_ms:.1f} ms + {r.fixed_s:.0f} s "
+            f"({compiles})",
             flush=True,
         )
+        print(r.line, flush=True)
     if jobs not in plan.SPEEDUP:
         print(f"# {key}: {share} epochs; no estimate for --jobs {jobs} (measured: {sorted(plan.SPEEDUP)})")
         return {"seed": key, "commands": lines, "expected_s": None}

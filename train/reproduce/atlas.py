@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from train.app import config, probe
+from train.app import config, data, probe
 from train.app.data import Dataset
 from train.helpers import plots
 from train.reproduce.common import (
@@ -93,6 +93,7 @@ def run(ctx: Context) -> dict[str, Any]:
                 preset="mtriplet",
                 dim=ATLAS_DIM,
                 charts=n,
+                classes="disjoint",  # §3.2.1: train on the first half of the classes, retrieve among the rest
                 seed=seed,
             )[0]
             for seed in range(s.seeds)
@@ -133,17 +134,49 @@ def pca_probe(ds: Dataset, *, dim: int, epochs: int, seeds: int) -> list[float]:
 
 
 def pca_recall(ds: Dataset, *, dim: int, chunk: int = 1000) -> float:
-    """R@1 with no learning at all: the fraction of test images whose nearest training image (Euclidean, in
-    the pixels' first ``dim`` principal components; ties to the lower index) has their class. The retrieval
-    baseline of an encoding of dimension ``dim``."""
-    code_train, code_test = _pca_codes(ds, dim)
-    sq_train = (code_train**2).sum(1)
+    """R@1 with no learning at all, under MTriplet's protocol (Korman 2021 §3.2.1, ``classes=disjoint``): the
+    pixels' first ``dim`` principal components fitted on the training images of the first half of the
+    classes, then the fraction of the other half's test images whose nearest other test image (Euclidean in
+    those components; ties to the lower index) has their class. The retrieval baseline of an encoding of
+    dimension ``dim``."""
+    split = data.disjoint_classes(ds)
+    _, code = _pca_codes(split, dim)
+    sq = (code**2).sum(1)
     hits = 0
-    for start in range(0, len(code_test), chunk):
-        q = code_test[start : start + chunk]
-        nearest = np.argmin(sq_train[None, :] - 2.0 * q @ code_train.T, axis=1)
-        hits += int((ds.train_y[nearest] == ds.test_y[start : start + chunk]).sum())
-    return hits / len(code_test)
+    for start in range(0, len(code), chunk):
+        q = code[start : start + chunk]
+        dist = sq[None, :] - 2.0 * q @ code.T
+        dist[np.arange(len(q)), start + np.arange(len(q))] = np.inf  # each query against the rest
+        hits += int((split.test_y[np.argmin(dist, axis=1)] == split.test_y[start : start + chunk]).sum())
+    return hits / len(code)
+
+
+def pca_piecewise_probe(ds: Dataset, *, dim: int, cells: int, epochs: int, seeds: int) -> list[float]:
+    """The baseline of an atlas of ``cells`` charts at dimension ``dim`` under a probe of the same capacity:
+    the pixels' first ``dim`` principal components cut into ``cells`` k-means cells (fitted on the training
+    split, k-means++ with the probe's seed), one linear classifier per cell (train.app.probe.piecewise_linear,
+    ``epochs`` epochs), test accuracy per seed 0 … seeds − 1."""
+    from sklearn.cluster import KMeans
+
+    code_train, code_test = (c.astype(np.float32) for c in _pca_codes(ds, dim))
+    out = []
+    for seed in range(seeds):
+        cells_fit = KMeans(n_clusters=cells, n_init=3, random_state=seed).fit(code_train)
+        out.append(
+            probe.piecewise_linear(
+                code_train,
+                cells_fit.labels_.astype(np.int32),
+                ds.train_y,
+                code_test,
+                cells_fit.predict(code_test).astype(np.int32),
+                ds.test_y,
+                charts=cells,
+                num_classes=ds.num_classes,
+                epochs=epochs,
+                seed=seed,
+            )
+        )
+    return out
 
 
 def analyse(trained: dict[str, Any]) -> dict[str, Any]:
@@ -156,11 +189,26 @@ def analyse(trained: dict[str, Any]) -> dict[str, Any]:
         },
         "simclr_linear_accuracy": [r.metric("linear_probe_accuracy") for r in trained["simclr"]],
         "recall_at_1": {n: [r.metric("recall_at_1") for r in runs] for n, runs in triplet.items()},
+        "compressed_recall_at_1": {
+            n: [r.metric("compressed_recall_at_1") for r in runs] for n, runs in triplet.items()
+        },
+        "mtriplet_protocol": DISJOINT,
+        "raw_recall_at_1": _raw_recall([r for runs in triplet.values() for r in runs]),
         "charts_used": {
             f"msimclr n={n}": [r.report["charts_used"] for r in runs if r.report is not None]
             for n, runs in simclr.items()
         },
     }
+
+
+DISJOINT = "disjoint classes"  # MTriplet's protocol (§3.2.1), as results record it
+SEEN = "seen classes"  # how results made before it trained and evaluated MTriplet
+
+
+def _raw_recall(runs: list[Run]) -> float | None:
+    """The raw pixels' R@1 under the runs' own protocol (every report holds the same), or None."""
+    values = [r.report["baseline_raw_1nn"]["precision_at_1"] for r in runs if r.report is not None]
+    return values[0] if values else None
 
 
 def numbers(result: dict[str, Any]) -> dict[str, Any]:
@@ -176,7 +224,16 @@ def numbers(result: dict[str, Any]) -> dict[str, Any]:
         "simclr_linear_accuracy": values(d.get("simclr_linear_accuracy", [])),
         "recall_at_1": {int(k): values(v) for k, v in d["recall_at_1"].items()},
         "charts_used": d["charts_used"],
-        **{k: d[k] for k in ("pca_probe", "pca_recall_at_1") if k in d},
+        **{
+            k: {int(c): values(v) for c, v in d[k].items()}
+            for k in ("compressed_recall_at_1", "pca_kmeans_probe")
+            if k in d
+        },
+        **{
+            k: d[k]
+            for k in ("mtriplet_protocol", "pca_probe", "pca_recall_at_1", "raw_recall_at_1")
+            if k in d
+        },
     }
     return n | {"baselines": baselines(n, [Run.from_json(r) for r in result["runs"]])}
 
@@ -203,16 +260,55 @@ def baselines(n: dict[str, Any], runs: list[Run]) -> list[dict[str, Any]]:
                 },
             }
         )
+    for cells, values in sorted(n.get("pca_kmeans_probe", {}).items()):
+        groups.append(
+            {
+                "baseline": f"a piecewise linear probe on {cells} k-means cells of a {ATLAS_DIM}-d PCA of "
+                "the pixels (the same capacity)",
+                "value": float(np.mean(values)),
+                "metric": f"MSimCLR n={cells} piecewise linear accuracy",
+                "runs": {
+                    r.name: r.metric("piecewise_linear_accuracy")
+                    for r in runs
+                    if r.name.startswith(f"msimclr-d{ATLAS_DIM}-n{cells}-")
+                },
+            }
+        )
+    metric = _triplet_metric(n)
+    triplet = {r.name: r.metric(metric) for r in runs if r.name.startswith("mtriplet-")}
+    protocol = n.get("mtriplet_protocol", SEEN)
     if n.get("pca_recall_at_1") is not None:
         groups.append(
             {
-                "baseline": f"1-NN on a {ATLAS_DIM}-d PCA of the pixels",
+                "baseline": f"1-NN on a {ATLAS_DIM}-d PCA of the pixels ({protocol})",
                 "value": n["pca_recall_at_1"],
-                "metric": "MTriplet R@1",
-                "runs": {r.name: r.metric("recall_at_1") for r in runs if r.name.startswith("mtriplet-")},
+                "metric": f"MTriplet {_TRIPLET_TEXT[metric]}",
+                "runs": triplet,
+            }
+        )
+    if n.get("raw_recall_at_1") is not None:
+        groups.append(
+            {
+                "baseline": f"1-NN on the raw pixels ({protocol})",
+                "value": n["raw_recall_at_1"],
+                "metric": f"MTriplet {_TRIPLET_TEXT[metric]}",
+                "runs": triplet,
             }
         )
     return groups
+
+
+_TRIPLET_TEXT = {
+    "compressed_recall_at_1": "R@1 on the compressed code (φ_i*(x), i*)",
+    "recall_at_1": "R@1 on d_M with soft memberships",
+}
+
+
+def _triplet_metric(n: dict[str, Any]) -> str:
+    """The R@1 MTriplet is judged on: the compressed code's (§2.4) where recorded, else d_M's with soft
+    memberships (results made before the compressed code was)."""
+    recorded = any(v for v in n.get("compressed_recall_at_1", {}).values())
+    return "compressed_recall_at_1" if recorded else "recall_at_1"
 
 
 def _beats(a: list[float], b: list[float]) -> tuple[str, str]:
@@ -226,10 +322,9 @@ RULE = "Welch's 95% interval of the difference of the seeds' means lies above 0 
 
 def claims(n: dict[str, Any]) -> list[Claim]:
     """The verdicts, from :func:`analyse`'s numbers alone (plain SimCLR's only where it was trained)."""
-    acc, r1, plain = n["piecewise_linear_accuracy"], n["recall_at_1"], n["simclr_linear_accuracy"]
+    acc, plain = n["piecewise_linear_accuracy"], n["simclr_linear_accuracy"]
     lo, hi = CLAIM_CHARTS
     charts_text, charts_verdict = _beats(acc[hi], acc[lo])
-    triplet_text, triplet_verdict = _beats(r1[hi], r1[lo])
     out = [
         Claim(
             claim=f"MSimCLR: n={hi} charts beat n={lo} at d={ATLAS_DIM} (piecewise linear accuracy, %)",
@@ -254,16 +349,23 @@ def claims(n: dict[str, Any]) -> list[Claim]:
                 verdict=plain_verdict,
             )
         )
-    out.append(
-        Claim(
-            claim=f"MTriplet: n={hi} charts beat n={lo} at d={ATLAS_DIM} (R@1, %)",
-            ours=f"n={lo}: {mean_sd(r1[lo])}, n={hi}: {mean_sd(r1[hi])}; {triplet_text}",
-            paper="CUB-200 n=1: 7.03, n=16: 12.13; Stanford Cars n=1: 9.62, n=16: 14.07",
-            source="Tables 3 and 4, encoding dim 2",
-            rule=RULE,
-            verdict=triplet_verdict,
+    main = _triplet_metric(n)
+    for metric in dict.fromkeys((main, "recall_at_1")):  # the judged R@1, then (if other) the soft one
+        r1 = n["recall_at_1"] if metric == "recall_at_1" else n["compressed_recall_at_1"]
+        text, verdict = _beats(r1[hi], r1[lo])
+        second = "" if metric == main else ", second row: not the code the paper evaluates"
+        out.append(
+            Claim(
+                claim=f"MTriplet: n={hi} charts beat n={lo} at d={ATLAS_DIM} ({_TRIPLET_TEXT[metric]}, "
+                f"{n.get('mtriplet_protocol', SEEN)}{second}, %)",
+                ours=f"n={lo}: {mean_sd(r1[lo])}, n={hi}: {mean_sd(r1[hi])}; {text}",
+                paper="CUB-200 n=1: 7.03, n=16: 12.13; Stanford Cars n=1: 9.62, n=16: 14.07 (the first half "
+                "of the classes to train, the second half to test; the compressed code)",
+                source="Tables 3 and 4, encoding dim 2; §2.4, §3.2.1",
+                rule=RULE,
+                verdict=verdict,
+            )
         )
-    )
     return out
 
 
@@ -290,6 +392,16 @@ def detail_tables(n: dict[str, Any], runs: list[Run], data_name: str, encoder: s
                 **{f"{PAPER.citation} Table 2, {name}": paper for name, paper in TABLE2_SIMCLR.items()},
                 ours: mean_sd(n["simclr_linear_accuracy"]),
                 "seeds": len(n["simclr_linear_accuracy"]),
+            }
+        )
+    for cells, values in sorted(n.get("pca_kmeans_probe", {}).items()):
+        table2.append(
+            {
+                "charts n": f"no training: piecewise linear probe on {cells} k-means cells of a "
+                f"{ATLAS_DIM}-d PCA of the pixels",
+                **{c: "–" for c in papers},
+                ours: mean_sd(values),
+                "seeds": len(values),
             }
         )
     pca = n.get("pca_probe")
@@ -321,6 +433,13 @@ def findings(ctx: Context) -> Findings:
     picture = trained["picture"]
     probe_epochs = s.probe_epochs or config.make(preset="msimclr_mnist").probe_epochs
     n["pca_probe"] = pca_probe(ctx.dataset, dim=ATLAS_DIM, epochs=probe_epochs, seeds=s.atlas_seeds)
+    n["pca_kmeans_probe"] = {
+        cells: pca_piecewise_probe(
+            ctx.dataset, dim=ATLAS_DIM, cells=cells, epochs=probe_epochs, seeds=s.atlas_seeds
+        )
+        for cells in s.charts
+        if cells > 1
+    }
     n["pca_recall_at_1"] = pca_recall(ctx.dataset, dim=ATLAS_DIM)
     n["baselines"] = baselines(n, ctx.runs)
     plot = ctx.file(PLOT, "png")
@@ -342,14 +461,18 @@ def findings(ctx: Context) -> Findings:
             f"MTriplet: the 'mtriplet' preset ({PAPER.citation} §3.2.1: batch-all, margin 0.2, 8 classes "
             f"× 4, λ1 = 1, λ2 = 0.1, RMSProp 1e-5, 300 epochs) on {encoder_name(s.encoder, 'mtriplet')} "
             "from scratch, where the paper fine-tunes an ImageNet-pretrained GoogLeNet on CUB-200 and "
-            "Stanford Cars (227 × 227 crops), a network geojax does not build.",
+            "Stanford Cars (227 × 227 crops), a network geojax does not build. Its protocol is the paper's "
+            "(§3.2.1, `classes=disjoint`): trained on the training images of the first half of the classes, "
+            "evaluated among the test images of the other half, each against the rest, by R@1 on the "
+            "compressed code (φ_i*(x), i*) (§2.4: the full representation would be 'cheating' into nd "
+            "dimensions), with R@1 on d_M with soft memberships as a second row.",
             scale_note(ctx),
-            f"Retrieval (R@1) ranks by d_M ({PAPER.citation} eq. 7) on the chart coordinates; piecewise "
-            "linear accuracy uses one linear classifier per chart on the compressed code (train.app.probe).",
-            f"The {ATLAS_DIM}-d PCA probe is the same linear probe ({probe_epochs} epochs) on the pixels' "
-            f"first {ATLAS_DIM} principal components: what d = {ATLAS_DIM} gives with no training; "
-            f"MTriplet's R@1 stands beside 1-NN in the same {ATLAS_DIM}-d PCA. A {ATLAS_DIM}-d code is not "
-            "compared with the raw pixels' 784-d 1-NN.",
+            f"Piecewise linear accuracy uses one linear classifier per chart on the compressed code "
+            f"(train.app.probe), as {PAPER.citation} §3.1.",
+            f"Baselines with no training, each of the same protocol and capacity: the linear probe "
+            f"({probe_epochs} epochs) on the pixels' first {ATLAS_DIM} principal components; for an atlas of "
+            f"n charts, one linear classifier per cell of n k-means cells of those components; for MTriplet, "
+            f"1-NN in those components and in the raw pixels among the unseen classes' test images.",
         ],
     )
 

@@ -9,6 +9,7 @@ import json
 import math
 import os
 import shlex
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -19,6 +20,7 @@ from scipy import stats
 from geojax import metrics
 from train import evaluate
 from train.app import cli, config, data, loop, report, step
+from train.app.errors import UsageError
 from train.helpers import files
 
 HOLDS, FAILS, INCONCLUSIVE = "holds", "does not hold at this scale", "inconclusive"
@@ -362,11 +364,13 @@ class Run:
     workdir: str = ""  # its run directory (not recorded: a folder of the machine that ran the sweep)
 
     def metric(self, key: str) -> float:
-        """A report metric of the run (``recall_at_1``: R@1 of the report's recall_at_k); NaN if diverged."""
+        """A report metric of the run (``recall_at_1`` / ``compressed_recall_at_1``: R@1 of the report's
+        recall_at_k / compressed_recall_at_k, NaN where it has none); NaN if diverged."""
         if self.report is None:
             return math.nan
-        if key == "recall_at_1":
-            return float(self.report["recall_at_k"]["1"])
+        if key in ("recall_at_1", "compressed_recall_at_1"):  # R@1 of its recall_at_k (d_M, compressed code)
+            table = self.report.get(key.replace("_at_1", "_at_k"))
+            return math.nan if table is None else float(table["1"])
         return float(self.report[key])
 
     def to_json(self) -> dict[str, Any]:
@@ -725,13 +729,45 @@ def _sha256(path: str) -> str:
         return hashlib.sha256(f.read()).hexdigest()
 
 
+REPORT_KEYS = ("precision_at_1", "timing")  # what every finished run's report.json holds
+
+
 def is_finished(cfg: config.Config) -> bool:
     """Whether ``cfg.workdir`` holds this run finished: its report.json beside the config.json of this
-    config (checked by ``train.app.loop.check_workdir``, which refuses a different one) at its steps."""
-    if not os.path.exists(os.path.join(cfg.workdir, "report.json")):
+    config (``train.app.loop.check_workdir``) at its steps.
+
+    A report that cannot be read back as this run's is refused in one line and its run directory set aside
+    (renamed ``<run>.refused``, replacing an earlier one), so that the run trains again: a damaged report
+    (not JSON, or without what every report holds) or a foreign one (beside another run's config.json, an
+    unreadable one, or none)."""
+    path = os.path.join(cfg.workdir, "report.json")
+    if not os.path.exists(path):
         return False
-    saved = loop.check_workdir(cfg)
-    return saved is not None and saved.get("steps") == cfg.steps
+    saved, problem = None, None
+    try:
+        saved = loop.check_workdir(cfg)
+        with open(path, encoding="utf-8") as f:
+            rep = json.load(f)
+    except UsageError as err:
+        problem = str(err).removeprefix(f"workdir {cfg.workdir!r} ")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        problem = f"its report.json cannot be read ({err})"
+    else:
+        if saved is None:
+            problem = "its report.json has no config.json beside it"
+        elif not isinstance(rep, dict) or any(k not in rep for k in REPORT_KEYS):
+            problem = f"its report.json lacks what every report holds ({', '.join(REPORT_KEYS)})"
+    if problem is None:
+        return saved is not None and saved.get("steps") == cfg.steps
+    aside = os.path.normpath(cfg.workdir) + ".refused"
+    shutil.rmtree(aside, ignore_errors=True)
+    os.replace(cfg.workdir, aside)
+    print(
+        f"  run {os.path.basename(os.path.normpath(cfg.workdir))}: refused: {problem}; set aside as {aside}, "
+        "trained again",
+        flush=True,
+    )
+    return False
 
 
 def _embeddings(workdir: str, *, need: bool) -> dict[str, Any] | None:
