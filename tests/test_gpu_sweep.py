@@ -73,10 +73,19 @@ def test_plan_counts_steps_compiles_and_jobs():
     runs = plan.plan_runs(lines, (28, 28, 1))
     assert [r.compiles for r in runs] == [True, False, True]
     assert runs[0].step_ms == pytest.approx(23.7)  # the app's MSimCLR step, measured
-    assert runs[1].alone_s == pytest.approx(plan.CACHED_S + 200 * 23.7e-3)
-    alone = 2 * plan.COMPILE_S + plan.CACHED_S + 400 * 23.7e-3
-    assert plan.expected_s(runs, 1) == pytest.approx(alone + plan.ASSEMBLY_S)
-    assert plan.expected_s(runs, 4) == pytest.approx(alone / plan.SPEEDUP[4] + plan.ASSEMBLY_S)
+    gpu = plan.GPU
+    assert runs[1].alone_s == pytest.approx(gpu.cached_s + 200 * 23.7e-3)
+    alone = 2 * gpu.compile_s + gpu.cached_s + 400 * 23.7e-3
+    assert plan.expected_s(runs, 1) == pytest.approx(alone + gpu.assembly_s)
+    assert plan.expected_s(runs, 4) == pytest.approx(alone / gpu.speedup[4] + gpu.assembly_s)
+    cnn = [
+        "python -m train preset=supcon_sphere_cpu seed=0 steps=100",
+        "python -m train preset=mtriplet encoder=cnn",
+    ]
+    on_cpu = plan.plan_runs(cnn, (28, 28, 1), plan.CPU)  # 256 × 0.64 ms; MTriplet's 32 images: the floor
+    assert [r.step_ms for r in on_cpu] == pytest.approx([256 * 0.64, plan.CPU_FLOOR_MS])
+    with pytest.raises(ValueError, match="CPU estimate needs encoder='cnn'"):
+        plan.plan_runs(lines, (28, 28, 1), plan.CPU)
     small = plan.plan_runs(["python -m train preset=mtriplet encoder=resnet18 steps=10"], (28, 28, 1))
     assert small[0].step_ms == plan.STEP_FLOOR_MS  # 32 images: the launch-bound floor
     with pytest.raises(ValueError, match="speed-up was measured"):
@@ -93,7 +102,7 @@ def test_print_states_the_plan_within_one_command(capsys):
     runs = plan.plan_runs(lines, (28, 28, 1))
     steps = [624] * 15 + [7500] * 6  # 1/75 of 100 epochs of 468 batches of 128, of 300 of 1,875 of 32
     fashion = [dataclasses.replace(r, steps=n) for r, n in zip(runs, steps, strict=True)]
-    assert plan.expected_s(fashion, 4) <= plan.BUDGET_S
+    assert plan.expected_s(fashion, 4) <= plan.GPU.budget_s
     main(["001", "--scale", "gpu", "--print", "--jobs", "3"])
     assert "no estimate for --jobs 3" in capsys.readouterr().out
 

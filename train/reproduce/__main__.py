@@ -410,21 +410,21 @@ def train_apart(
 def _print_runs(
     key: str, scale: Scale, data_spec: str, out: str, test_fraction: float, jobs: int = 1
 ) -> dict[str, Any]:
-    """Print paper ``key``'s header (a ``#`` comment) and its runs' command lines, at the GPU scales each with
-    its expected H100 time and the sweep's total (:mod:`train.reproduce.plan`); return them."""
+    """Print paper ``key``'s header (a ``#`` comment) and its runs' command lines, at a scale sized for a
+    measured machine (:data:`train.reproduce.plan.MACHINES`: gpu and paper on an H100-class GPU, cpu on two
+    cores) each after a comment with its expected time, then the sweep's total; return them."""
     lines = list_runs(key, scale=scale, data_spec=data_spec, out=out, test_fraction=test_fraction)
     what = (
         f"{len(lines)} training runs" if PAPERS[key].trains else "no training runs (codes fitted to pixels)"
     )
     print(f"# {key}: {PAPERS[key].title} [scale {scale.name}, data {data_spec}]: {what}")
-    if scale.encoder is not None or not lines:  # a CPU scale: no GPU estimate
+    machine = plan.MACHINES.get(scale.name)
+    if machine is None or not lines:  # a scale sized for no measured machine: the lines alone
         for line in lines:
             print(line, flush=True)
         return {"seed": key, "commands": lines}
     image_shape = data.load(data_spec, test_fraction=test_fraction).image_shape
-    runs = plan.plan_runs(lines, image_shape)
-    fraction = context(key, scale=scale, data_spec=data_spec, out=out, test_fraction=test_fraction).fraction
-    share = "each recipe's" if fraction is None else f"{fraction_text(fraction)} of each recipe's"
+    runs = plan.plan_runs(lines, image_shape, machine)
     for r in runs:
         compiles = "compiles" if r.compiles else "programs from the cache"
         print(
@@ -433,18 +433,36 @@ def _print_runs(
             flush=True,
         )
         print(r.line, flush=True)
-    if jobs not in plan.SPEEDUP:
-        print(f"# {key}: {share} epochs; no estimate for --jobs {jobs} (measured: {sorted(plan.SPEEDUP)})")
-        return {"seed": key, "commands": lines, "expected_s": None}
-    total = plan.expected_s(runs, jobs)
+    total = expected_time(key, runs, scale=scale, data_spec=data_spec, out=out, jobs=jobs, machine=machine)
+    return {"seed": key, "commands": lines, "expected_s": total}
+
+
+def expected_time(
+    key: str,
+    runs: list[plan.RunPlan],
+    *,
+    scale: Scale,
+    data_spec: str,
+    out: str,
+    jobs: int,
+    machine: plan.Machine,
+) -> float | None:
+    """Print (a ``#`` comment) and return the expected seconds of paper ``key``'s sweep of ``runs`` on
+    ``machine`` with ``jobs`` runs at a time (None where that speed-up was not measured)."""
+    fraction = context(key, scale=scale, data_spec=data_spec, out=out).fraction
+    share = "" if fraction is None else f"{fraction_text(fraction)} of each recipe's epochs; "
+    if jobs not in machine.speedup:
+        print(f"# {key}: {share}no estimate for --jobs {jobs} (measured: {sorted(machine.speedup)})")
+        return None
+    total = plan.expected_s(runs, jobs, machine)
     print(
-        f"# {key}: {share} epochs; expected on one H100-class GPU with --jobs {jobs}: {total:.0f} s "
-        f"({sum(r.alone_s for r in runs):.0f} s of runs alone / {plan.SPEEDUP[jobs]} + "
-        f"{plan.ASSEMBLY_S:.0f} s to judge; {'within' if total <= plan.BUDGET_S else 'OVER'} one "
-        f"{plan.BUDGET_S:.0f} s command)",
+        f"# {key}: {share}expected on {machine.name} with --jobs {jobs}: {total:.0f} s "
+        f"({sum(r.alone_s for r in runs):.0f} s of runs alone / {machine.speedup[jobs]} + "
+        f"{machine.assembly_s:.0f} s to judge; {'within' if total <= machine.budget_s else 'OVER'} "
+        f"{machine.budget_s:.0f} s)",
         flush=True,
     )
-    return {"seed": key, "commands": lines, "expected_s": total}
+    return total
 
 
 @contextlib.contextmanager

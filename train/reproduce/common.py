@@ -243,7 +243,7 @@ SCALES: dict[str, Scale] = {
         unstable_dims=(2, 4, 8),
         unstable_steps=300,
         unstable_seeds=2,
-        simo_dims=(16, 4),
+        simo_dims=(16,),  # D = 4 too would take the sweep past 6 hours on two cores
         simo_seeds=3,
         binary_factors=(0.25, 0.5, 1.0, 2.0, 4.0),
         binary_rows=4000,
@@ -542,12 +542,15 @@ def recipe_encoder(cfg: config.Config) -> str:
 
 
 def training_images(cfg: config.Config, dataset: data.Dataset) -> int:
-    """Images a run of ``cfg`` trains on: ``dataset``'s training split, less the validation split that
-    ``select_best`` holds out of it (train.app.data.hold_out, as the training loop carves it)."""
+    """Images a run of ``cfg`` trains on: ``dataset``'s training split (its first half of the classes with
+    ``classes=disjoint``), less the validation split that ``select_best`` holds out of it
+    (train.app.data.disjoint_classes and hold_out, as the training loop carves them)."""
     n = len(dataset.train_y)
+    labels_only = dataclasses.replace(dataset, train_x=np.arange(n)[:, None])  # the splits read the labels
+    if cfg.classes == "disjoint":
+        labels_only = data.disjoint_classes(labels_only)
     if not cfg.select_best:
-        return n
-    labels_only = dataclasses.replace(dataset, train_x=np.arange(n)[:, None])  # the split reads the labels
+        return len(labels_only.train_y)
     return len(data.hold_out(labels_only, cfg.val_fraction)[0].train_y)
 
 

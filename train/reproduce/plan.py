@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from train.app import config
 
@@ -37,12 +37,73 @@ from train.app import config
 VIEW_IMAGE_US = {"bf16": 12.5e3 / (512 * 2), "fp32": 7.3e3 / (128 * 2) / (28 * 28 / (32 * 32))}
 NETWORK_COST = {"resnet18": 1.0, "resnet50": 2.4}  # relative to a ResNet-18 (multiply-adds per image)
 APP_FACTOR = 23.7 / 7.3  # the app's training step over the benchmark's (MSimCLR, measured)
-STEP_FLOOR_MS = 3.85  # MTriplet's step of 32 images (measured): no step is shorter
-COMPILE_S = 61.0  # a run's fixed part when its programs compile (MSimCLR: 75.9 s less 14.6 s of steps)
-CACHED_S = 25.0  # … when a run of the same shapes compiled them before (40.3 s less 15.2 s of steps)
-SPEEDUP = {1: 1.0, 4: 2.62}  # runs at a time → the sweep's speed-up over its runs one by one (measured at 4)
-ASSEMBLY_S = 27.0  # the sweep's last pass: runs read back, baselines, tables, plots (measured: 26.5 s)
-BUDGET_S = 540.0  # one command on the GPU machine: 9 minutes (a 10-minute limit, the start and copies aside)
+STEP_FLOOR_MS = 3.85  # MTriplet's step of 32 images (measured): no GPU step is shorter
+# Two CPU cores (this project's CI and development machine), the small CNN in fp32: ms per 28×28 view-image
+# of a training step, from geojax's CPU recipe on Fashion-MNIST (benchmarks/results/cpu_recipe.json: 2,808
+# steps of 256 images in 374–544 s, a quiet machine) and Korman 2021's MSimCLR at the cpu scale (1,406 steps
+# of 128 × 2 views in 230 s): 0.64 ms each; MTriplet's 32 images took 13 ms (75 steps/s), the floor.
+CPU_VIEW_IMAGE_MS = 0.64
+CPU_FLOOR_MS = 13.0
+
+
+def _gpu_step_ms(cfg: config.Config, image_shape: Sequence[int]) -> float:
+    """Expected milliseconds of one training step of ``cfg`` in the app on one H100-class GPU, for images of
+    ``image_shape`` (H, W, C)."""
+    if cfg.encoder not in NETWORK_COST:
+        raise ValueError(f"encoder must be one of {sorted(NETWORK_COST)} to estimate, got {cfg.encoder!r}")
+    if cfg.precision not in VIEW_IMAGE_US:
+        raise ValueError(f"precision must be one of {sorted(VIEW_IMAGE_US)}, got {cfg.precision!r}")
+    height, width = image_shape[:2]
+    views = cfg.batch_size * cfg.views * cfg.seeds
+    work = views * VIEW_IMAGE_US[cfg.precision] * height * width / 1024 * NETWORK_COST[cfg.encoder] / 1e3
+    return max(STEP_FLOOR_MS, work * APP_FACTOR)
+
+
+def _cpu_step_ms(cfg: config.Config, image_shape: Sequence[int]) -> float:
+    """Expected milliseconds of one training step of ``cfg`` on two CPU cores (the small CNN in fp32)."""
+    if cfg.encoder != "cnn" or cfg.precision != "fp32":
+        raise ValueError(
+            f"a CPU estimate needs encoder='cnn' in fp32, got {cfg.encoder!r} in {cfg.precision!r}"
+        )
+    height, width = image_shape[:2]
+    views = cfg.batch_size * cfg.views * cfg.seeds
+    return max(CPU_FLOOR_MS, views * CPU_VIEW_IMAGE_MS * height * width / 784)
+
+
+@dataclasses.dataclass(frozen=True)
+class Machine:
+    """Where a sweep runs, as measured: its step times, each run's fixed part (compiling its programs, or
+    reading them from the persistent cache; the evaluation), the speed-up of runs at a time, the sweep's last
+    pass, and the time one command may take."""
+
+    name: str
+    step_ms: Callable[[config.Config, Sequence[int]], float]
+    compile_s: float
+    cached_s: float
+    speedup: dict[int, float]  # runs at a time → speed-up over the runs one by one
+    assembly_s: float
+    budget_s: float
+
+
+GPU = Machine(
+    name="one H100-class GPU",
+    step_ms=_gpu_step_ms,
+    compile_s=61.0,  # MSimCLR alone: 75.9 s less 14.6 s of steps
+    cached_s=25.0,  # … with its programs from the cache: 40.3 s less 15.2 s of steps
+    speedup={1: 1.0, 4: 2.62},  # Korman 2021's 21 runs: 1,172 s one by one (the model), 447 s 4 at a time
+    assembly_s=27.0,  # measured: 26.5 s
+    budget_s=540.0,  # one command on the GPU machine: 9 minutes (its 10-minute limit less the start, copies)
+)
+CPU = Machine(
+    name="two CPU cores",
+    step_ms=_cpu_step_ms,
+    compile_s=50.0,  # the evaluation (36–56 s for the CPU recipe's runs, 45 s for MTriplet's) and compiling
+    cached_s=50.0,  # XLA:CPU compiles the small CNN in seconds: the cache changes little
+    speedup={1: 1.0},  # the two cores are one run's
+    assembly_s=60.0,
+    budget_s=6 * 3600.0,  # the whole Fashion-MNIST cpu sweep: at most 6 hours of training
+)
+MACHINES = {"gpu": GPU, "paper": GPU, "cpu": CPU}  # the machine each scale is sized for
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,21 +118,8 @@ class RunPlan:
 
     @property
     def alone_s(self) -> float:
-        """Expected seconds of the run alone on the GPU."""
+        """Expected seconds of the run alone on its machine."""
         return self.fixed_s + self.steps * self.step_ms / 1e3
-
-
-def step_ms(cfg: config.Config, image_shape: Sequence[int]) -> float:
-    """Expected milliseconds of one training step of ``cfg`` in the app on one H100-class GPU, for images of
-    ``image_shape`` (H, W, C)."""
-    if cfg.encoder not in NETWORK_COST:
-        raise ValueError(f"encoder must be one of {sorted(NETWORK_COST)} to estimate, got {cfg.encoder!r}")
-    if cfg.precision not in VIEW_IMAGE_US:
-        raise ValueError(f"precision must be one of {sorted(VIEW_IMAGE_US)}, got {cfg.precision!r}")
-    height, width = image_shape[:2]
-    views = cfg.batch_size * cfg.views * cfg.seeds
-    work = views * VIEW_IMAGE_US[cfg.precision] * height * width / 1024 * NETWORK_COST[cfg.encoder] / 1e3
-    return max(STEP_FLOOR_MS, work * APP_FACTOR)
 
 
 def shapes(cfg: config.Config) -> tuple[tuple[str, object], ...]:
@@ -81,8 +129,9 @@ def shapes(cfg: config.Config) -> tuple[tuple[str, object], ...]:
     return tuple(sorted((k, repr(v)) for k, v in dataclasses.asdict(cfg).items() if k not in skip))
 
 
-def plan_runs(lines: Sequence[str], image_shape: Sequence[int]) -> list[RunPlan]:
-    """The expected cost of each ``python -m train`` line, in order (the first of each shape compiles)."""
+def plan_runs(lines: Sequence[str], image_shape: Sequence[int], machine: Machine = GPU) -> list[RunPlan]:
+    """The expected cost of each ``python -m train`` line on ``machine``, in order (the first run of each
+    shape compiles)."""
     seen: set[tuple[tuple[str, object], ...]] = set()
     out = []
     level = config.log.level  # the config's notes (a preset's key the run replaces) are for the run itself
@@ -95,13 +144,16 @@ def plan_runs(lines: Sequence[str], image_shape: Sequence[int]) -> list[RunPlan]
         key = shapes(cfg)
         compiles = key not in seen
         seen.add(key)
-        fixed = COMPILE_S if compiles else CACHED_S
-        out.append(RunPlan(line, cfg.steps, step_ms(cfg, image_shape), fixed, compiles))
+        fixed = machine.compile_s if compiles else machine.cached_s
+        out.append(RunPlan(line, cfg.steps, machine.step_ms(cfg, image_shape), fixed, compiles))
     return out
 
 
-def expected_s(plans: Sequence[RunPlan], jobs: int = 1) -> float:
-    """Expected seconds of the whole sweep with ``jobs`` runs at a time (module docstring)."""
-    if jobs not in SPEEDUP:
-        raise ValueError(f"jobs must be one whose speed-up was measured, {sorted(SPEEDUP)}, got {jobs}")
-    return sum(p.alone_s for p in plans) / SPEEDUP[jobs] + ASSEMBLY_S
+def expected_s(plans: Sequence[RunPlan], jobs: int = 1, machine: Machine = GPU) -> float:
+    """Expected seconds of the whole sweep on ``machine`` with ``jobs`` runs at a time (module docstring)."""
+    if jobs not in machine.speedup:
+        raise ValueError(
+            f"jobs must be one whose speed-up was measured on {machine.name}, {sorted(machine.speedup)}, "
+            f"got {jobs}"
+        )
+    return sum(p.alone_s for p in plans) / machine.speedup[jobs] + machine.assembly_s
