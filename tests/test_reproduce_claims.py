@@ -4,6 +4,7 @@ must not hold on runs that learned nothing (NaN numbers, diverged runs, runs at 
 
 import math
 
+import numpy as np
 import pytest
 
 from train.reproduce import atlas, binary, common, similarities, simo, torus
@@ -277,22 +278,74 @@ def _binary_numbers(**changes):
     counts = [{"shape": "4096 → 4096 bits", "tp_params": 1152, "paper_tp_params": 1152, "dense": 4096**2}]
     n = {
         "d": 784,
-        "map": {392: {"TP": 0.74, "ITQ": 0.73}, 784: {"TP": 0.745, "ITQ": 0.754}},
-        "long_bits": [784],
-        "gaps": {784: 0.745 - 0.754},
+        "map": {
+            200: {"TP": 0.70, "ITQ": 0.705},
+            392: {"TP": 0.74, "ITQ": 0.73},
+            784: {"TP": 0.765, "ITQ": 0.754},
+            1568: {"TP": 0.79, "ITQ": 0.77},
+            3136: {"TP": 0.80, "ITQ": 0.78},
+        },
+        "long": {1.0: 784, 2.0: 1568, 4.0: 3136},
+        "short_bits": [200, 392],
+        "intervals": {  # paired bootstrap over the queries of TP − ITQ
+            200: (-0.005, -0.012, 0.002),
+            392: (0.01, 0.002, 0.018),
+            784: (0.011, 0.004, 0.018),
+            1568: (0.02, 0.012, 0.028),
+            3136: (0.02, 0.01, 0.03),
+        },
+        "bootstraps": 1000,
         "ratios": {392: 0.004, 784: 0.002},
         "paper_counts": counts,
     }
     return {**n, **changes}
 
 
-def test_binary_claim_is_within_one_point_and_the_counts_are_facts():
-    (claim,) = binary.claims(_binary_numbers())  # the parameter counts are no claim
-    assert claim.verdict == HOLDS and "within 1 pt" in claim.claim  # 0.745 vs 0.754: says so in its words
-    assert binary.claims(_binary_numbers(gaps={784: -0.011}))[0].verdict == FAILS
-    assert binary.claims(_binary_numbers(gaps={}, long_bits=[]))[0].verdict == INCONCLUSIVE
+def test_binary_claims_are_the_paper_s_outperforms_and_competitive():
+    long_claim, short_claim = binary.claims(_binary_numbers())  # the parameter counts are no claim
+    assert (
+        long_claim.verdict == HOLDS and "outperforms" in long_claim.claim and "2d and 4d" in long_claim.claim
+    )
+    assert short_claim.verdict == HOLDS and "competitive" in short_claim.claim
+    assert '"The proposed TP achieves competitive mAP on the short codes' in long_claim.paper
+    intervals = _binary_numbers()["intervals"]
+    # TP within 1 pt of ITQ at b = d (the old rule held) is not "outperforms": its interval straddles 0 …
+    straddles = {**intervals, 784: (-0.009, -0.02, 0.002)}
+    assert binary.claims(_binary_numbers(intervals=straddles))[0].verdict == INCONCLUSIVE
+    # … and TP significantly below ITQ at 2d fails it.
+    below = {**intervals, 1568: (-0.01, -0.018, -0.003)}
+    assert binary.claims(_binary_numbers(intervals=below))[0].verdict == FAILS
+    # A long code not run (the cpu scale stops at 1,024 bits) leaves the claim open.
+    map_at_d = {b: v for b, v in _binary_numbers()["map"].items() if b <= 784}
+    (long_claim, _) = binary.claims(_binary_numbers(map=map_at_d))
+    assert long_claim.verdict == INCONCLUSIVE and "b=3136: not run at this scale" in long_claim.ours
+    # Short codes: 5 pts apart is not "competitive"; none run is no verdict.
+    far = {**intervals, 200: (-0.05, -0.06, -0.04)}
+    assert binary.claims(_binary_numbers(intervals=far))[1].verdict == FAILS
+    assert binary.claims(_binary_numbers(short_bits=[]))[1].verdict == INCONCLUSIVE
+    # A result stored before the bootstrap: the point difference, no interval, no verdict.
+    stored = {b: (math.nan,) * 3 for b in intervals}
+    claims = binary.claims(_binary_numbers(intervals=stored))
+    assert _verdicts(claims) == [INCONCLUSIVE, INCONCLUSIVE] and "no interval recorded" in claims[0].ours
     facts = binary.facts(_binary_numbers())
     assert "1/14,564" in facts and "1/500.0 (TP / ITQ)" in facts  # 16,777,216 / 1,152; 1 / 0.002
+
+
+def test_binary_paired_bootstrap_over_the_queries():
+    ap_itq = [0.5, 0.6, None, 0.7, 0.4, 0.55]  # the third query has no true neighbour: left out
+    ap_tp = [0.52, 0.63, None, 0.71, 0.43, 0.56]
+    rep = {
+        "rows": [
+            {"bits": 8, "method": "ITQ", "ap": ap_itq},
+            {"bits": 8, "method": "TP", "ap": ap_tp},
+        ]
+    }
+    found = binary.paired_bootstrap(rep, resamples=200)
+    keep = [i for i, v in enumerate(ap_itq) if v is not None]
+    tp, itq = (np.array([ap[i] for i in keep]) for ap in (ap_tp, ap_itq))
+    assert found == {"8": pytest.approx(list(common.bootstrap_diff(tp, itq, n=200)))}
+    assert found["8"][0] == pytest.approx(0.02) and found["8"][1] > 0  # TP above in every query
+    assert all("ap" not in r for r in rep["rows"])  # the per-query APs are not stored
 
 
 # --------------------------------------------------------------------------------------------------------

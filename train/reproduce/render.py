@@ -150,6 +150,22 @@ def stale_runs(res: Mapping[str, Any], current: Mapping[str, Any]) -> str:
     )
 
 
+def stale_fits(res: Mapping[str, Any], current: Mapping[str, Any]) -> str:
+    """A sentence on a result made by fits, not training runs (a paper whose reproduction trains nothing:
+    Hong, Meng & Yuan 2018), whose fits' code version (``details['code_version']``) is not the ``current``
+    code or was not recorded; '' otherwise."""
+    if PAPERS[res["seed"]].trains:
+        return ""
+    version = res.get("details", {}).get("code_version")
+    if version is not None and version.get("code_hash") == current["code_hash"]:
+        return ""
+    made = "recorded no code version" if version is None else f"were made by {version_text(version)}"
+    return (
+        f"**Stale fits**: this section's fits {made}; the current code is {version_text(dict(current))}. "
+        "Their numbers are what the code of their time measured; rerunning the command fits them again."
+    )
+
+
 def paper_section(res: Mapping[str, Any], *, sizes: bool = False, current: Mapping[str, Any]) -> str:
     """One paper's section: what ran (and the scale's sizes, when ``sizes``), the runs that predate the
     ``current`` code, the claim table (ours | paper | verdict), then the detail tables."""
@@ -172,7 +188,7 @@ def paper_section(res: Mapping[str, Any], *, sizes: bool = False, current: Mappi
         f"command {res['wall_s']} s, runs finished earlier read back) · {res['finished']}",
         "",
         *([f"{_sizes(sc)}.", ""] if sizes else []),
-        *([stale, ""] if (stale := stale_runs(res, current)) else []),
+        *([stale, ""] if (stale := stale_runs(res, current) or stale_fits(res, current)) else []),
         *([gap, ""] if (gap := baseline_gap(res)) else []),
         *(
             [
