@@ -93,13 +93,14 @@ def test_seed_004_runs_and_verdicts(outputs):
         recalls = list(cs["per_class_1nn_recall"].values())
         assert len(recalls) == cs["classes"] == 10
         assert cs["distinguishable"] == sum(v >= simo.DISTINGUISHABLE for v in recalls)
+        confusion = np.asarray(cs["confusion"])  # rows: the query's class, columns: its 1-NN's class
+        np.testing.assert_allclose(np.diag(confusion) / confusion.sum(1), recalls)
         assert abs(cs["nn1"] - rep["precision_at_1"]) < 1e-6  # per-query 1-NN agrees with geojax.metrics
         assert 0.0 <= cs["mean_abs_cos_class_means"] <= 1.0
-    full, abl = (res["details"][f"D={dim}"][k] for k in (simo.FULL, simo.ABLATION))
-    separates = min(full["distinguishable"]) == full["classes"]
-    # One seed per variant at this scale: no interval of the classes lost, so no verdict on the collapse.
-    expect = [common.HOLDS if separates else common.FAILS, common.INCONCLUSIVE]
-    assert [c["verdict"] for c in res["claims"]] == expect
+    # No SupCon control at this scale (its encoder has no batch norm): no calibration of "separates"; one
+    # seed per variant: no interval of the classes lost, so no verdict on the collapse either.
+    assert "control" not in res["details"]
+    assert [c["verdict"] for c in res["claims"]] == [common.INCONCLUSIVE] * 2
 
 
 def test_markdown_holds_every_seed_and_claim(outputs):

@@ -380,9 +380,10 @@ def test_similarity_claims_judge_equivalence_over_seeds():
 # --------------------------------------------------------------------------------------------------------
 
 
-def _simo_variant(distinguishable):
+def _simo_variant(distinguishable, missed=None):
     return {
         "distinguishable": distinguishable,
+        "missed": missed if missed is not None else [[] for _ in distinguishable],
         "classes": 10,
         "p_at_1": [0.9],
         "probe": [0.9],
@@ -390,19 +391,87 @@ def _simo_variant(distinguishable):
     }
 
 
-def test_simo_claims():
+def _confusion(pair=(0, 6), missed=()):
+    """A SupCon control's 1-NN confusion over 10 classes of 100 test queries each: 91 % right, the rest
+    spread, the ``pair`` confused with each other (20 and 15 queries), and the ``missed`` classes right in
+    only 37 % of their queries, their misses spread over the other classes."""
+    c = np.full((10, 10), 1)
+    np.fill_diagonal(c, 91)
+    a, b = pair
+    c[a, b], c[b, a], c[a, a], c[b, b] = 20, 15, 72, 77
+    for m in missed:
+        c[m] += 6
+        c[m, m] -= 60
+    return c.tolist()
+
+
+def _control(pair=(0, 6), missed=(), p_at_1=0.88):
+    confusion = _confusion(pair, missed)
+    recall = [row[i] / sum(row) for i, row in enumerate(confusion)]
+    return {
+        "run": simo.LOSS_CONTROL,
+        "distinguishable": sum(r >= simo.DISTINGUISHABLE for r in recall),
+        "missed": [i for i, r in enumerate(recall) if r < simo.DISTINGUISHABLE],
+        "classes": 10,
+        "labels": list(range(10)),
+        "confusion": confusion,
+        "p_at_1": p_at_1,
+    }
+
+
+def test_confusable_pair_is_the_most_mutually_confused():
+    assert simo.confusable_pair(_confusion((2, 4)), list(range(10))) == ((2, 4), (0.2, 0.15))
+    assert simo.confusable_pair(_confusion((6, 0)), list(range(10)))[0] == (0, 6)  # the lower label first
+
+
+@pytest.mark.parametrize(
+    "missed, control, verdict",
+    [
+        ([[6], [6], [0, 6]], _control(), HOLDS),  # only the allowed pair (Shirt / T-shirt) is missed
+        ([[], [], []], _control(), HOLDS),
+        ([[6], [4], [6]], _control(), FAILS),  # one seed misses Coat, which SupCon separates
+        ([[6], None, [6]], _control(), FAILS),  # a diverged seed distinguishes nothing
+        ([[2, 6], [2], [2]], _control(missed=[2]), INCONCLUSIVE),  # SupCon misses Pullover too
+        ([[4], [4], [4]], None, INCONCLUSIVE),  # no control: no calibration
+        ([[4], [4], [4]], _control(p_at_1=0.15), INCONCLUSIVE),  # a control that did not learn
+        ([], _control(), INCONCLUSIVE),
+    ],
+)
+def test_simo_separation_allows_the_control_s_confusable_pair(missed, control, verdict):
+    assert simo.separation(missed, control) == verdict
+    full = _simo_variant([10 - len(m or range(10)) for m in missed], missed)
+    details = {
+        "D=16": {simo.FULL: full, simo.ABLATION: full},
+        "class_names": simo.CLASS_NAMES["fashion_mnist"],
+    }
+    if control is not None:
+        details["control"] = control
+    claim = simo.claims(details)[0]
+    assert claim.verdict == verdict and "Dog and Cat" in claim.paper
+    if control is not None:
+        assert f"{control['distinguishable']} of 10 classes separable" in claim.ours
+        assert (
+            "the one allowed: T-shirt/top/Shirt (T-shirt/top → Shirt 20.0 %, Shirt → T-shirt/top 15.0 %"
+            in (claim.ours)
+        )
+
+
+def test_simo_collapse_needs_an_interval_of_classes_lost():
     full, ablation = simo.FULL, simo.ABLATION
-    details = {"D=16": {full: _simo_variant([10, 10, 10]), ablation: _simo_variant([4, 5, 4])}}
-    assert _verdicts(simo.claims(details)) == [HOLDS, HOLDS]
-    any_decrease = {full: _simo_variant([10, 10, 10]), ablation: _simo_variant([9, 10, 10])}
-    assert _verdicts(simo.claims({"D=4": any_decrease})) == [HOLDS, INCONCLUSIVE]  # the old rule: holds
-    none_lost = {full: _simo_variant([10, 9, 10]), ablation: _simo_variant([10, 9, 10])}
-    assert simo.claims({"D=4": none_lost})[1].verdict == FAILS
+    varied = {full: _simo_variant([10, 10, 10]), ablation: _simo_variant([4, 5, 4])}
+    assert simo.claims({"D=16": varied})[1].verdict == HOLDS
+    # Identical counts give a zero-width interval: the old rule held (6 lost) or failed (0 lost) on it.
+    identical = {full: _simo_variant([10, 10, 10]), ablation: _simo_variant([4, 4, 4])}
+    assert simo.claims({"D=16": identical})[1].verdict == INCONCLUSIVE
+    none_lost = {full: _simo_variant([9, 9, 9]), ablation: _simo_variant([9, 9, 9])}
+    assert simo.claims({"D=16": none_lost})[1].verdict == INCONCLUSIVE
+    few_lost = {full: _simo_variant([10, 10, 10, 10, 10]), ablation: _simo_variant([10, 10, 9, 10, 10])}
+    assert simo.claims({"D=4": few_lost})[1].verdict == FAILS  # [−0.4, +0.8] classes: below 1
     noisy = {full: _simo_variant([10, 10, 10]), ablation: _simo_variant([4, 10, 9])}
     assert simo.claims({"D=4": noisy})[1].verdict == INCONCLUSIVE
     diverged = {full: _simo_variant([]), ablation: _simo_variant([])}
-    assert _verdicts(simo.claims({"D=16": diverged})) == [FAILS, INCONCLUSIVE]
-    assert "D=16" not in simo.claims(details)[0].paper  # the paper's text gives no dimension
+    assert simo.claims({"D=16": diverged})[1].verdict == INCONCLUSIVE
+    assert "D=16" not in simo.claims({"D=16": varied})[0].paper  # the paper's text gives no dimension
 
 
 def _p1_run(name, p1):
@@ -412,8 +481,8 @@ def _p1_run(name, p1):
 @pytest.mark.parametrize(
     "own, random, loss, says",
     [
-        (0.53, 0.21, 0.90, ["batch norm under SimO's loss, not the batches", "the loss, not the encoder"]),
-        (0.74, 0.73, 0.75, ["batch norm does not explain", "the recipe at this length, not SimO's loss"]),
+        (0.53, 0.21, 0.90, ["batch norm goes with a P@1 more than 3 points lower", "not tested (no control"]),
+        (0.74, 0.73, 0.75, ["neither is more than 3 points lower", "does not raise P@1 by more than that"]),
     ],
 )
 def test_simo_control_note_follows_the_numbers(own, random, loss, says):
@@ -425,5 +494,6 @@ def test_simo_control_note_follows_the_numbers(own, random, loss, says):
     for p1 in (own, random, loss):
         assert f"P@1 {100 * p1:.1f}" in note or f"and {100 * p1:.1f} with" in note
     assert "against 73.7 ± 1.5 without batch norm" in note
+    assert "the loss, not the" not in note and "not the length" not in note  # no control varies the length
     only_loss = simo.control_note(controls[2:], [0.75, 0.74, 0.72])
     assert "batch norm" not in only_loss and says[1] in only_loss
