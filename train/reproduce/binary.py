@@ -143,7 +143,7 @@ def claims(n: dict[str, Any]) -> list[Claim]:
         "state-of-the-art methods on long codes, i.e., bit lengths comparable to or longer than feature "
         'dimension" (DNN-4096; on GIST-960 "TP still outperforms state-of-the-art methods on long codes")'
     )
-    source = "§6.1.1 'Comparison with State-of-the-art', Fig. 3(a); Fig. 4(a)"
+    source = "§6.1.1 'Comparison with State-of-the-art', Fig. 3(a); §6.1.2, Fig. 4(a)"
     one_fit = "one fit per method and b: the interval holds the queries' variation, not the fits'"
     return [
         Claim(
