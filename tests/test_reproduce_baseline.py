@@ -24,7 +24,7 @@ def test_counts_learned_runs_three_points_above_the_raw_pixels_and_names_the_res
     }
     line = baseline_gap(res)
     assert "(P@1 85.0): 1 of 2 learned runs" in line
-    assert line.endswith("below: level 87.9.") and "failed" not in line and "diverged" not in line
+    assert line.endswith("short of +3 pts: level 87.9.") and "failed" not in line and "diverged" not in line
     res["runs"] = res["runs"][:1]
     assert baseline_gap(res).endswith("or more.")
     assert baseline_gap({"data": {"classes": 10}, "runs": [res["runs"][0] | {"report": None}]}) == ""
@@ -44,7 +44,7 @@ def test_a_paper_s_own_baselines_replace_the_raw_pixels_each_against_its_runs_me
     }  # fmt: skip
     line = baseline_gap(res)
     assert line.startswith("**Against the 2-d PCA probe** (51.0, no training): 1 of 2 runs' probe accuracy")
-    assert "below: b 53.9." in line and "raw pixels" not in line
+    assert "short of +3 pts: b 53.9." in line and "raw pixels" not in line
     assert line.endswith(
         "**Against 2-d PCA 1-NN** (40.0, no training): 1 of 1 runs' R@1 reach 3 points above it or more."
     )

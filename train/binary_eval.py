@@ -100,11 +100,26 @@ def average_precision(distances: np.ndarray, relevant: np.ndarray) -> np.ndarray
         return np.where(total > 0, (precision * hits).sum(1) / total, np.nan)
 
 
+def hamming_ap(query_codes, db_codes, relevant: np.ndarray) -> np.ndarray:
+    """Hong, Meng & Yuan 2018 §6.1: AP [Q] of each query's Hamming ranking over packed codes (NaN for a query
+    with no true neighbour)."""
+    dist = np.asarray(search.hamming_distances(query_codes, db_codes))
+    return average_precision(dist, relevant)
+
+
 def hamming_map(query_codes, db_codes, relevant: np.ndarray) -> float:
     """Hong, Meng & Yuan 2018 §6.1: mAP of Hamming ranking over packed codes (queries with no true
     neighbour left out)."""
-    dist = np.asarray(search.hamming_distances(query_codes, db_codes))
-    return float(np.nanmean(average_precision(dist, relevant)))
+    return float(np.nanmean(hamming_ap(query_codes, db_codes, relevant)))
+
+
+def code_bits(factor: float, d_padded: int) -> int:
+    """Bits of the code at b / d = ``factor`` on features padded to ``d_padded``: whole bytes, at least one.
+
+    >>> code_bits(1.0, 784), code_bits(0.25, 784), code_bits(4.0, 64)
+    (784, 192, 256)
+    """
+    return 8 * max(1, round(factor * d_padded / 8))
 
 
 def itq_vs_tp(
@@ -117,9 +132,11 @@ def itq_vs_tp(
     itq_iters: int = 50,
     tp_iters: int = 10,
     seed: int = 0,
+    per_query: bool = False,
 ) -> dict:
     """Run the ITQ vs TP comparison (Hong, Meng & Yuan 2018 §6.1) on features x [N, D]; returns the report
-    as a JSON-able dict."""
+    as a JSON-able dict. With ``per_query``, each row also holds ``ap``: every query's AP (None for a query
+    with no true neighbour), the same queries in every row, for a paired comparison of two rows."""
     n, d = x.shape
     n_q = queries if queries is not None else max(1, min(1000, n // 10))
     t = cores if cores is not None else max(2, int(math.log(d, 4) + 1e-9))
@@ -134,7 +151,7 @@ def itq_vs_tp(
     key = jax.random.key(seed)
     rows = []
     for f in factors:
-        bits = 8 * max(1, round(f * d_pad / 8))
+        bits = code_bits(f, d_pad)
         out_modes = tt.balanced_modes(bits, t)
         fits = {
             "ITQ": lambda bits=bits: binary.itq_fit(db, bits, key=key, iters=itq_iters),
@@ -149,11 +166,12 @@ def itq_vs_tp(
             timing = measure(encode, model, db, repeats=3)
             db_codes, seconds = timing.result, timing.median
             params = tt.num_params(model.projection) if method == "TP" else int(model.projection.size)
+            ap = hamming_ap(encode(model, q), db_codes, relevant)
             rows.append(
                 {
                     "bits": bits,
                     "method": method,
-                    "map": hamming_map(encode(model, q), db_codes, relevant),
+                    "map": float(np.nanmean(ap)),
                     "params": params,
                     "encode_us_per_vector": 1e6 * seconds / db.shape[0],
                     "fit_s": fit_s,
@@ -161,6 +179,7 @@ def itq_vs_tp(
                     "tt_ranks": list(model.projection.ranks) if method == "TP" else None,
                     "objective_first": float(model.objective[0]),
                     "objective_last": float(model.objective[-1]),
+                    **({"ap": [None if math.isnan(v) else float(v) for v in ap]} if per_query else {}),
                 }
             )
     return {

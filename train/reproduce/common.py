@@ -989,3 +989,27 @@ def nearest_labels(
     """
     nn = metrics.nearest_neighbors(query, reference, k=1, similarity=similarity)
     return np.asarray(reference_labels)[np.asarray(nn)[:, 0]]
+
+
+def count_interval(counts: Sequence[float], level: float = LEVEL) -> Interval:
+    """:func:`t_interval` of per-seed counts (e.g. classes lost, paired by seed), with undefined (NaN) bounds
+    where the finite counts are all the same: the t interval of identical counts has zero width, which says
+    the seeds agree, not that their mean is known (any rule on it is inconclusive)."""
+    finite = [v for v in counts if math.isfinite(v)]
+    m, lo, hi = t_interval(finite, level)
+    if len(set(finite)) <= 1:
+        return m, math.nan, math.nan
+    return m, lo, hi
+
+
+def interval_text(ci: Interval, seeds: int, *, unit: str = "pts", over: str = "paired seeds") -> str:
+    """An interval of a difference of fractions as the page states it: 'Δ +1.2 pts, 95% CI [+0.4, +2.0] over
+    3 paired seeds'; 'Δ +1.2 pts (1 paired seed: no interval)' where its bounds are undefined, '–' for no
+    estimate."""
+    m, lo, hi = ci
+    if math.isnan(m):
+        return "–"
+    head = f"Δ {100 * m:+.1f} {unit}"
+    if math.isnan(lo) or math.isnan(hi):
+        return f"{head} ({seeds} {over.removesuffix('s') if seeds == 1 else over}: no interval)"
+    return f"{head}, 95% CI [{100 * lo:+.1f}, {100 * hi:+.1f}] over {seeds} {over}"

@@ -83,6 +83,9 @@ def _below(values: Mapping[str, float], floor: float) -> str:
     return ", ".join(f"{name} {100 * v:.1f}" for name, v in values.items() if not v >= floor)
 
 
+SHORT = f"short of +{100 * ABOVE_BASELINE:.0f} pts"  # the runs under their baseline + ABOVE_BASELINE
+
+
 def baseline_gap(res: Mapping[str, Any]) -> str:
     """Sentences on the learned runs of a result against their untrained baseline: how many reach
     ABOVE_BASELINE over it, and which do not, with their number; '' when no run of it has a report.
@@ -96,7 +99,7 @@ def baseline_gap(res: Mapping[str, Any]) -> str:
             f"**Against {g['baseline']}** ({100 * g['value']:.1f}, no training): "
             f"{sum(v >= g['value'] + ABOVE_BASELINE for v in g['runs'].values())} of {len(g['runs'])} runs' "
             f"{g['metric']} reach {100 * ABOVE_BASELINE:.0f} points above it or more"
-            + (f"; below: {below}." if (below := _below(g["runs"], g["value"] + ABOVE_BASELINE)) else ".")
+            + (f"; {SHORT}: {below}." if (below := _below(g["runs"], g["value"] + ABOVE_BASELINE)) else ".")
             for g in groups
             if g["runs"]
         )
@@ -112,7 +115,7 @@ def baseline_gap(res: Mapping[str, Any]) -> str:
         f"{sum(r.metric('precision_at_1') >= floor for r in learned)} of {len(learned)} learned runs reach "
         f"{100 * ABOVE_BASELINE:.0f} points of P@1 above them or more"
     )
-    return head + (f"; below: {below}." if below else ".")
+    return head + (f"; {SHORT}: {below}." if below else ".")
 
 
 def records_table(records: Sequence[Mapping[str, Any]]) -> str:
@@ -150,6 +153,22 @@ def stale_runs(res: Mapping[str, Any], current: Mapping[str, Any]) -> str:
     )
 
 
+def stale_fits(res: Mapping[str, Any], current: Mapping[str, Any]) -> str:
+    """A sentence on a result made by fits, not training runs (a paper whose reproduction trains nothing:
+    Hong, Meng & Yuan 2018), whose fits' code version (``details['code_version']``) is not the ``current``
+    code or was not recorded; '' otherwise."""
+    if PAPERS[res["seed"]].trains:
+        return ""
+    version = res.get("details", {}).get("code_version")
+    if version is not None and version.get("code_hash") == current["code_hash"]:
+        return ""
+    made = "recorded no code version" if version is None else f"were made by {version_text(version)}"
+    return (
+        f"**Stale fits**: this section's fits {made}; the current code is {version_text(dict(current))}. "
+        "Their numbers are what the code of their time measured; rerunning the command fits them again."
+    )
+
+
 def paper_section(res: Mapping[str, Any], *, sizes: bool = False, current: Mapping[str, Any]) -> str:
     """One paper's section: what ran (and the scale's sizes, when ``sizes``), the runs that predate the
     ``current`` code, the claim table (ours | paper | verdict), then the detail tables."""
@@ -172,7 +191,7 @@ def paper_section(res: Mapping[str, Any], *, sizes: bool = False, current: Mappi
         f"command {res['wall_s']} s, runs finished earlier read back) · {res['finished']}",
         "",
         *([f"{_sizes(sc)}.", ""] if sizes else []),
-        *([stale, ""] if (stale := stale_runs(res, current)) else []),
+        *([stale, ""] if (stale := stale_runs(res, current) or stale_fits(res, current)) else []),
         *([gap, ""] if (gap := baseline_gap(res)) else []),
         *(
             [
@@ -201,16 +220,36 @@ RULES = (
     "How the verdicts are judged (train/reproduce/common.py). 'mean ± sd' over seeds uses the sample "
     "standard deviation (ddof = 1). A comparison is judged on a 95 % interval of the difference, never on "
     "bare means: Student's t over paired per-seed differences where the runs pair by seed, Welch's interval "
-    "where they do not. 'A beats B' holds when the interval lies above 0 and does not hold when it lies "
-    f"below; 'A ≈ B' holds when the interval lies within ±{100 * EQUIVALENT:g} points and does not hold when "
-    "it lies wholly outside; anything else, and one seed (no interval), is **inconclusive**. Counts of runs "
+    "where they do not, a paired bootstrap over the test queries where one fit meets another (Hong, Meng & "
+    "Yuan 2018). 'A beats B' holds when the interval lies above 0 and does not hold when it lies below; a "
+    "bound (a cost under 1 point) holds when the interval lies on its side and does not hold when it lies "
+    f"wholly on the other; 'A ≈ B' holds when the interval lies within ±{100 * EQUIVALENT:g} points and "
+    "does not hold when it lies wholly outside; anything else, and one seed (no interval), is "
+    "**inconclusive**. Counts of runs "
     "(divergence) use Fisher's exact test (one-sided, p < 0.05). A run 'diverged' when its loss became "
     f"non-finite; it 'failed to learn' when it finished with a P@1 below {LEARNED:g}× chance. A rule that "
     "would hold on runs that learned nothing (an equivalence, a quantisation cost, a stability claim) is "
-    "inconclusive unless its runs learned. Every table of retrieval results ends with the raw pixels' 1-NN "
-    "on the same split. Each run records the code version it was trained with; runs that predate the "
-    "current code are listed as stale in their section. `python -m train.reproduce render --out DIR` "
+    "inconclusive unless its runs learned. A t interval of identical counts (every seed alike) has zero "
+    "width and is inconclusive. Every table of retrieval results ends with the raw pixels' 1-NN on the same "
+    "split. Each run records the code version it was trained with, as Hong, Meng & Yuan 2018's fits do; "
+    "runs and fits that predate the current code are listed as stale in their section. "
+    "`python -m train.reproduce render --out DIR` "
     "re-judges stored results with the current rules without training."
+)
+
+
+ONE_RUN = (
+    "Which rules rest on one run or on a point value: the raw pixels' 1-NN P@1 is a point value, computed "
+    "once without training (Korman 2021's 2-d PCA baselines are used as one: the mean over the PCA probe's "
+    "seeds); 'learned' (P@1 at least "
+    f"{LEARNED:g}× chance) and 'worth having' (at least the raw pixels + {100 * ABOVE_BASELINE:g} points) "
+    "are checked run by run, and so is Stowell 2026's 'well-trained' in its 1-bit row, against that point "
+    "value; Stowell 2026's 'torusC is unstable even with clipping' counts runs (at least two clipped runs "
+    "fail); Hong, Meng & Yuan 2018's comparisons rest on one fit per method and code length (their interval "
+    "is a bootstrap over the queries: it holds the queries' variation, not the fits'); Bouhsine et al. "
+    "2024's 'SimO separates the classes' judges each seed on its own (no interval) and is calibrated on one "
+    "SupCon control run, whose most confused pair is the pair it allows; the controls in the notes are one "
+    "run each. Every other verdict rests on an interval over seeds or on Fisher's test on counts of runs."
 )
 
 
@@ -293,6 +332,8 @@ def render(out: str) -> str:
             "its own.",
             "",
             RULES,
+            "",
+            ONE_RUN,
             "",
             "Scales (`--scale`): `paper` runs each paper's recipe with its own network and length (the "
             "recipe's epochs; a GPU's work: [paper_scale.md](paper_scale.md)): ResNet-18 for Stowell 2026 "

@@ -24,6 +24,7 @@ from train.reproduce.common import (
     mean_sd,
     nearest_labels,
     provided,
+    run_analysis,
     scale_note,
     t_interval,
     train_recipe,
@@ -45,12 +46,15 @@ PLOT = "reproduce_003_similarities"
 
 
 def run(ctx: Context) -> dict[str, list[tuple[Run, dict[str, Any] | None]]]:
-    """Training: every variant, scale.seeds seeds each; per variant the runs with their embeddings."""
+    """Training: every variant, scale.seeds seeds each; per variant the runs with their embeddings (None
+    where a finished run's directory holds none: its per-query outcomes are then read from its
+    analysis.json)."""
     return {
         label: [
             train_recipe(
                 ctx,
                 f"{label.lower().replace(', ', '-').replace(' ', '').replace('.', '')}-seed{seed}",
+                need_embeddings=False,
                 seed=seed,
                 **over,
             )
@@ -60,21 +64,41 @@ def run(ctx: Context) -> dict[str, list[tuple[Run, dict[str, Any] | None]]]:
     }
 
 
+def nn1_hits(emb: dict[str, Any]) -> dict[str, Any]:
+    """Each test query's 1NN outcome (its nearest training item has its label), ranked as the run's report
+    ranks (``geojax.similarity.retrieval_similarity``), packed for the run's analysis.json: ``queries`` and
+    ``hits``, the outcomes as little-endian bits (numpy.packbits) in hexadecimal (:func:`unpack_hits`)."""
+    sim = similarity_lib.retrieval_similarity(str(emb["geometry"]), emb["similarity"])
+    pred = nearest_labels(emb["query"], emb["reference"], emb["reference_labels"], sim)
+    hits = np.asarray(pred == emb["query_labels"])
+    return {"queries": int(hits.size), "hits": np.packbits(hits, bitorder="little").tobytes().hex()}
+
+
+def unpack_hits(packed: dict[str, Any]) -> np.ndarray:
+    """The per-query outcomes [queries] (1.0 hit, 0.0 miss) of a :func:`nn1_hits` record.
+
+    >>> unpack_hits({"queries": 3, "hits": "05"}).tolist()
+    [1.0, 0.0, 1.0]
+    """
+    bits = np.frombuffer(bytes.fromhex(packed["hits"]), dtype=np.uint8)
+    return np.unpackbits(bits, count=packed["queries"], bitorder="little").astype(np.float64)
+
+
 def analyse(trained: dict[str, list[tuple[Run, dict[str, Any] | None]]], bootstrap: int) -> dict[str, Any]:
-    """Per variant the per-query 1NN outcomes (pooled over seeds; their mean is checked against each run's
-    P@1, ``nn1_check``), 1NN and 5NN accuracies per seed (NaN where a run diverged); the paired bootstrap of
-    each compared pair's 1NN difference (None where a run diverged)."""
+    """Per variant the per-query 1NN outcomes (each run's :func:`nn1_hits`, computed from its embeddings
+    once and kept in its run directory: common.run_analysis; pooled over seeds, their mean checked against
+    each run's P@1, ``nn1_check``), 1NN and 5NN accuracies per seed (NaN where a run diverged); the paired
+    bootstrap of each compared pair's 1NN difference (None where a run diverged)."""
     results: dict[str, dict[str, Any]] = {}
     for label, runs in trained.items():
         correct, nn1, nn5 = [], [], []
         for run_, emb in runs:
-            if emb is None:  # diverged: no accuracy (NaN keeps the seeds paired)
+            packed = run_analysis(run_, emb, "nn1_hits", nn1_hits)
+            if packed is None:  # diverged: no accuracy (NaN keeps the seeds paired)
                 nn1.append(math.nan)
                 nn5.append(math.nan)
                 continue
-            sim = similarity_lib.retrieval_similarity(str(emb["geometry"]), emb["similarity"])
-            pred = nearest_labels(emb["query"], emb["reference"], emb["reference_labels"], sim)
-            hits = (pred == emb["query_labels"]).astype(np.float64)
+            hits = unpack_hits(packed)
             run_.extra["nn1_check"] = float(hits.mean()) - run_.metric("precision_at_1")
             correct.append(hits)
             nn1.append(run_.metric("precision_at_1"))
