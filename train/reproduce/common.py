@@ -247,7 +247,7 @@ SCALES: dict[str, Scale] = {
         simo_seeds=3,
         binary_factors=(0.25, 0.5, 1.0, 2.0, 4.0),
         binary_rows=4000,
-        binary_max_bits=1024,
+        binary_max_bits=4096,  # b = 2d and 4d of 784-pixel images: the long codes
         itq_iters=20,
         tp_iters=5,
         bootstrap=1000,
@@ -586,10 +586,23 @@ def scale_note(ctx: Context) -> str:
     if s.images is None:
         return f"Scale {s.name}: {what}, each for its recipe's epochs{probe}."
     share = s.images / len(ctx.dataset.train_y)
+    length = (
+        f"its recipe's epochs or {s.images:,} training images (steps × batch; {share:.3g} epochs of this "
+        "training split), whichever is less"
+    )
+    if s.recipe is None:
+        return f"Scale {s.name}: {what}, each for {length}; a schedule (cosine) spans the steps run{probe}."
+    r = s.recipe
+    encoder = what.removeprefix("the recipes with ")
     return (
-        f"Scale {s.name}: {what}, each for its recipe's epochs or {s.images:,} training images "
-        f"(steps × batch; {share:.3g} epochs of this training split), whichever is less; a schedule (cosine) "
-        f"spans the steps run{probe}."
+        f"Scale {s.name}: every supervised run trains with one recipe that learns on this machine, its "
+        f"paper's objective kept (geometry, loss, temperatures, regularisers, similarity, clipping, batch "
+        f"sampler): geojax's {r['encoder']} encoder with {r['norm']} norm in {r['precision']}, "
+        f"{r['views']} view per image ({r['augment']}), {r['optimizer']} at {r['lr']:g} (weight decay "
+        f"{r['weight_decay']:g}, {r['schedule']} after {r['warmup']} warm-up steps), batches of "
+        f"{r['batch_size']} where drawn at random, {r['epochs']:g} epochs; the paper's own optimiser, views "
+        f"and length are what the paper scale runs. Self-supervised runs keep their paper's recipe (two "
+        f"views, its optimiser) with {encoder}, each for {length}{probe}."
     )
 
 
