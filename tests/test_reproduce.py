@@ -189,6 +189,10 @@ def test_code_hash_follows_the_code_files(tmp_path):
     (tmp_path / "geojax" / "search" / "s.py").write_text("w = 5\n")  # no run's report depends on search
     (tmp_path / "geojax" / "a.py").write_text('"""A module."""\n\nx = 1  # the one\n')  # documentation only
     assert version.code_hash(tmp_path) == before
+    (tmp_path / "train" / "b.py").write_text("def g(a: int) -> int:\n    return a\ny = 2\n")
+    before = version.code_hash(tmp_path)
+    (tmp_path / "train" / "b.py").write_text("def g(a: float):\n    return a\n\n\ny = 2\n")  # type hints
+    assert version.code_hash(tmp_path) == before
     (tmp_path / "geojax" / "a.py").write_text("x = 2\n")
     assert version.code_hash(tmp_path) != before
     assert set(report.code_version()) == {"code_hash", "commit", "dirty"}

@@ -9,9 +9,7 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
-import io
 import subprocess
-import tokenize
 from pathlib import Path
 from typing import Any
 
@@ -24,15 +22,19 @@ CODE_DIRS = ("geojax", "train")
 LEFT_OUT = ("geojax/search", "train/reproduce", "train/helpers", "train/csearch", "train/export.py")
 
 
-def code_text(source: str) -> str:
-    """What a module computes: its source less docstrings, comments and blank lines (a documentation edit is
-    not a change of the code), each line's trailing spaces stripped.
+def code_structure(source: str) -> str:
+    """What a module computes, as text: its syntax tree less docstrings and type annotations, written field
+    by field with empty fields left out (so the same on Python 3.11 and 3.12, whose trees differ only by
+    fields that are empty here). Comments, blank lines, formatting, docstrings and annotations change nothing
+    a run computes, and nothing here.
 
-    >>> code_text("x = 1  # one\\n\\n\\ndef f():\\n    'Doc.'\\n    return x\\n")
-    'x = 1\\ndef f():\\n    return x'
+    >>> documented = "x: int = 1  # one\\n\\n\\ndef f(a: float) -> float:\\n    'Doc.'\\n    return a + x"
+    >>> code_structure(documented) == code_structure("x: float = 1\\ndef f(a):\\n    return a + x")
+    True
+    >>> code_structure("y = 1") == code_structure("y = 2")
+    False
     """
     tree = ast.parse(source)
-    dropped: set[int] = set()
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body:
@@ -42,32 +44,39 @@ def code_text(source: str) -> str:
                 and isinstance(first.value, ast.Constant)
                 and isinstance(first.value.value, str)
             ):
-                dropped.update(range(first.lineno, (first.end_lineno or first.lineno) + 1))
-    comments = {
-        tok.start[0]: tok.start[1]
-        for tok in tokenize.generate_tokens(io.StringIO(source).readline)
-        if tok.type == tokenize.COMMENT
-    }
-    kept = []
-    for number, line in enumerate(source.splitlines(), 1):
-        if number in dropped:
-            continue
-        line = line[: comments.get(number, len(line))].rstrip()
-        if line.strip():
-            kept.append(line)
-    return "\n".join(kept)
+                node.body = body[1:] or [ast.Pass()]
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            node.returns = None
+        elif isinstance(node, ast.arg):
+            node.annotation = None
+    return _fields(tree)
+
+
+def _fields(node: Any) -> str:
+    """A syntax tree as text: each node's non-empty fields by name (an assignment's annotation left out)."""
+    if isinstance(node, ast.AST):
+        skip = ("annotation",) if isinstance(node, ast.AnnAssign) else ()
+        fields = [
+            f"{name}={_fields(value)}"
+            for name, value in ast.iter_fields(node)
+            if value not in (None, []) and name not in skip
+        ]
+        return f"{type(node).__name__}({', '.join(fields)})"
+    if isinstance(node, list):
+        return "[" + ", ".join(_fields(item) for item in node) + "]"
+    return repr(node)
 
 
 def code_hash(root: Path = ROOT) -> str:
-    """SHA-256 over the relative paths and the code (:func:`code_text`) of every .py file of CODE_DIRS under
-    ``root`` (sorted, those under LEFT_OUT left out): the same for the same code, with or without git, and
-    for code whose docstrings and comments alone changed."""
+    """SHA-256 over the relative paths and the code (:func:`code_structure`) of every .py file of CODE_DIRS
+    under ``root`` (sorted, those under LEFT_OUT left out): the same for the same code, with or without git,
+    and for code whose docstrings, comments, formatting or type annotations alone changed."""
     h = hashlib.sha256()
     for path in sorted(p for d in CODE_DIRS for p in (root / d).rglob("*.py")):
         rel = path.relative_to(root).as_posix()
         if any(rel == a or rel.startswith(a + "/") for a in LEFT_OUT):
             continue
-        h.update(rel.encode() + b"\0" + code_text(path.read_text(encoding="utf-8")).encode() + b"\0")
+        h.update(rel.encode() + b"\0" + code_structure(path.read_text(encoding="utf-8")).encode() + b"\0")
     return h.hexdigest()
 
 
