@@ -74,8 +74,11 @@ from train.app import config, data, report
 from train.helpers import files
 from train.reproduce import atlas, binary, plan, render, similarities, simo, torus
 from train.reproduce.common import (
+    NOT_TESTABLE,
     PAPERS,
+    RECIPES_TRIED,
     SCALES,
+    Claim,
     Context,
     Findings,
     Run,
@@ -83,6 +86,7 @@ from train.reproduce.common import (
     clean,
     data_tag,
     fraction_text,
+    gate,
     is_finished,
 )
 
@@ -153,6 +157,7 @@ def run_paper(
     ctx = context(key, scale=scale, data_spec=data_spec, out=out, test_fraction=test_fraction)
     ds = ctx.dataset
     found = RUNNERS[key](ctx)
+    found.claims = gated(key, found.claims, ctx.runs, ds.num_classes, found.notes)
     result = {
         "claims": [c.to_json() for c in found.claims],
         "tables": [list(t) for t in found.tables],
@@ -183,6 +188,17 @@ def run_paper(
     result = clean(result)
     files.write_json(os.path.join(out, ctx.file(f"reproduce_{key}", "json")), result)
     return result
+
+
+def gated(key: str, claims: list[Claim], runs: list[Run], classes: int, notes: list[str]) -> list[Claim]:
+    """Paper ``key``'s claims through :func:`common.gate` (its module's ARMS); where one is not testable, the
+    recipes tried end ``notes`` (once; taken out where none is)."""
+    out = gate(claims, MODULES[key].ARMS, runs, classes)
+    if RECIPES_TRIED in notes:
+        notes.remove(RECIPES_TRIED)
+    if any(c.verdict == NOT_TESTABLE for c in out):
+        notes.append(RECIPES_TRIED)  # last, whatever the paper's own notes' order
+    return out
 
 
 def judge_stored(out: str, *, data_spec: str | None = None) -> list[dict[str, Any]]:
@@ -221,6 +237,7 @@ def judge_stored(out: str, *, data_spec: str | None = None) -> list[dict[str, An
             result["details"] = atlas.numbers(result)
         runs = [Run.from_json(r) for r in result["runs"]]
         claims, tables = MODULES[result["seed"]].judge(result, runs)
+        claims = gated(result["seed"], claims, runs, result["data"]["classes"], result["notes"])
         result |= {
             "claims": [c.to_json() for c in claims],
             "tables": [list(t) for t in tables],

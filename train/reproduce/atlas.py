@@ -14,6 +14,7 @@ from train.app.data import Dataset
 from train.helpers import plots
 from train.reproduce.common import (
     PAPERS,
+    Arms,
     Claim,
     Context,
     Findings,
@@ -482,3 +483,13 @@ def judge(result: dict[str, Any], runs: list[Run]) -> tuple[list[Claim], list[tu
     n = numbers(result)
     encoder = encoder_name(result["scale"].get("encoder", "mlp"), "msimclr_mnist")
     return claims(n), detail_tables(n, runs, result["data"]["name"], encoder)
+
+
+# The runs each claim rests on (common.gate): MTriplet's, against the raw pixels under their own protocol;
+# MSimCLR's 2-d codes are judged against the pixels' 2-d PCA instead (baselines).
+ARMS = {
+    f"MTriplet: n={CLAIM_CHARTS[1]} charts beat n={CLAIM_CHARTS[0]} at d={ATLAS_DIM} ({text}": Arms(
+        ("mtriplet-*",), metric=metric
+    )
+    for metric, text in _TRIPLET_TEXT.items()
+}

@@ -238,3 +238,6 @@ def judge(result: dict[str, Any], runs: list[Run]) -> tuple[list[Claim], list[tu
     none, this paper trains nothing)."""
     n = numbers(result)
     return claims(n), detail_tables(n, result["details"]["binary_eval"])
+
+
+ARMS: dict = {}  # no trained runs: the codes are fitted to the pixels

@@ -15,6 +15,7 @@ from train.reproduce.common import (
     EQUIVALENT,
     LEARNED,
     PAPERS,
+    Arms,
     Claim,
     Context,
     Findings,
@@ -220,3 +221,10 @@ def findings(ctx: Context) -> Findings:
 def judge(result: dict[str, Any], runs: list[Run]) -> tuple[list[Claim], list[tuple[str, str]]]:
     """The claims and tables of a stored reproduce_003 JSON under the current rules (no training)."""
     return claims(numbers(result)), [("Runs", runs_table(runs))]
+
+
+# The runs each claim rests on (common.gate): every seed of both arms worth having.
+ARMS = {
+    "SINCERE ≈ SupCon": Arms(("supcon-cosine-seed*", "sincere-cosine-seed*")),
+    "cosine ≈ negative arc length": Arms(("sincere-cosine-seed*", "sincere-negarclength-seed*")),
+}

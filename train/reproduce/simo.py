@@ -19,6 +19,7 @@ from train.reproduce.common import (
     HOLDS,
     INCONCLUSIVE,
     PAPERS,
+    Arms,
     Claim,
     Context,
     Findings,
@@ -403,3 +404,18 @@ def judge(result: dict[str, Any], runs: list[Run]) -> tuple[list[Claim], list[tu
     simo = details.get(f"D={DIM}", {}).get(FULL, {}).get("p_at_1", [])
     result["notes"] += [control_note(controls, simo)] if controls else []
     return claims(details), [("Runs", runs_table(runs))]
+
+
+# The runs each claim rests on (common.gate): every seed of the arms worth having.
+ARMS = {
+    **{
+        f"SimO separates the classes, but for one confusable pair (D={d})": Arms((f"simo-D{d}-seed*",))
+        for d in (16, 4)
+    },
+    **{
+        f"without the orthogonality term classes collapse (D={d})": Arms(
+            (f"simo-D{d}-seed*", f"simo-no-orthogonality-D{d}-seed*")
+        )
+        for d in (16, 4)
+    },
+}

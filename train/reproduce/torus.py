@@ -20,6 +20,7 @@ from train.reproduce.common import (
     HOLDS,
     LEARNED,
     PAPERS,
+    Arms,
     Claim,
     Context,
     Findings,
@@ -627,3 +628,20 @@ def judge(result: dict[str, Any], runs: list[Run]) -> tuple[list[Claim], list[tu
     result["notes"] = [note for note in result["notes"] if note not in old] + [RUN_STATES]
     result["notes"] += [control_note(control[0], n["p_at_1"]["sphere"])] if control else []
     return claims(n), detail_tables(n, runs)
+
+
+# The runs each claim rests on (common.gate): the sphere and torusN arms must be worth having (raw-pixel 1-NN
+# + 3 points in every seed); torusC's stability claims need clipped runs that learn (at least one).
+_MAIN = Arms(tuple(f"{g}-D{RECIPE['dim']}-seed*" for g in GEOMETRIES))
+ARMS = {
+    "torusN ≈ sphere": _MAIN,
+    "8-bit grid quantisation": _MAIN,
+    "a well-trained model performs very well under 1-bit": _MAIN,
+    "PQ(8,2) and PQ(8,1) stay close to float on the sphere": Arms((f"sphere-D{RECIPE['dim']}-seed*",)),
+    "PQ(4,4) and PQ(4,2) incur penalties": _MAIN,
+    "under PQ(4,4) and PQ(4,2), torusN ≈ sphere": _MAIN,
+    **{
+        claim: Arms(("torus_c-D*-clip100-seed*",), bar="learned", every=False)
+        for claim in ("clipping prevents torusC", "torusC needs clipping", "torusC is unstable")
+    },
+}
