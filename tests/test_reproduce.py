@@ -351,10 +351,10 @@ def test_nearest_labels_against_a_numpy_scan():
 
 def test_render_cites_papers_and_escapes_cells(tmp_path):
     docs = os.path.join(os.path.dirname(__file__), os.pardir, "docs")
-    with open(os.path.join(docs, "reproduce_000.json"), encoding="utf-8") as f:
+    with open(os.path.join(docs, "reproduce_000_fashion_mnist.json"), encoding="utf-8") as f:
         res = json.load(f)
     res["claims"][0]["rule"] = "|P@1(torusN) − P@1(sphere)| ≤ 2 pts"
-    (tmp_path / "reproduce_000.json").write_text(json.dumps(res), encoding="utf-8")
+    (tmp_path / "reproduce_000_fashion_mnist.json").write_text(json.dumps(res), encoding="utf-8")
     text = render.render(str(tmp_path))
     assert text.rstrip("\n") + "\n" == (tmp_path / "reproduction.md").read_text(encoding="utf-8")
     assert (
@@ -558,10 +558,10 @@ def test_rendering_again_changes_no_stored_result(tmp_path):
     """`render` is idempotent: a second pass leaves every stored result as the first made it (Stowell 2026's
     note on run states is held once)."""
     docs = os.path.join(os.path.dirname(__file__), os.pardir, "docs")
-    with open(os.path.join(docs, "reproduce_000.json"), encoding="utf-8") as f:
+    with open(os.path.join(docs, "reproduce_000_fashion_mnist.json"), encoding="utf-8") as f:
         res = json.load(f)
     res["notes"] += [torus.RUN_STATES, torus.RUN_STATES]  # as repeated renders once left it
-    (tmp_path / "reproduce_000.json").write_text(json.dumps(res), encoding="utf-8")
+    (tmp_path / "reproduce_000_fashion_mnist.json").write_text(json.dumps(res), encoding="utf-8")
     (first,) = main(["render", "--out", str(tmp_path)])
     (second,) = main(["render", "--out", str(tmp_path)])
     assert first["notes"].count(torus.RUN_STATES) == 1

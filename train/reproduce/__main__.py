@@ -343,6 +343,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
             tempfile.TemporaryDirectory(prefix="reproduce-jax-cache-")
         )
         for key in keys:
+            _announce(key, scale, args.data, args.out, test_fraction, args.jobs)
+        for key in keys:
             if args.jobs > 1:
                 train_apart(
                     key,
@@ -452,6 +454,18 @@ def _print_runs(
         print(r.line, flush=True)
     total = expected_time(key, runs, scale=scale, data_spec=data_spec, out=out, jobs=jobs, machine=machine)
     return {"seed": key, "commands": lines, "expected_s": total}
+
+
+def _announce(key: str, scale: Scale, data_spec: str, out: str, test_fraction: float, jobs: int) -> None:
+    """Before a sweep trains: paper ``key``'s expected time on the machine its scale is sized for, where it
+    has one and runs (the ``--print`` total, one line)."""
+    machine = plan.MACHINES.get(scale.name)
+    if machine is None or not PAPERS[key].trains:
+        return
+    lines = list_runs(key, scale=scale, data_spec=data_spec, out=out, test_fraction=test_fraction)
+    image_shape = data.load(data_spec, test_fraction=test_fraction).image_shape
+    runs = plan.plan_runs(lines, image_shape, machine)
+    expected_time(key, runs, scale=scale, data_spec=data_spec, out=out, jobs=jobs, machine=machine)
 
 
 def expected_time(

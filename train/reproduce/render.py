@@ -323,6 +323,8 @@ def render(out: str) -> str:
             "",
             "Made by: " + ", ".join(f"`{c}`" for c in dict.fromkeys(r["command"] for r in results)),
             "",
+            f"Rendered by {version_text(current)}.",
+            "",
             "Every number below was computed by these commands (train/reproduce/); each verdict is computed "
             "from the numbers by the rule shown beside it. 'does not hold at this scale' reports what we "
             "measured at this size, not a judgement of the paper. Papers and their command-line selectors: "
