@@ -22,16 +22,17 @@ CODE_DIRS = ("geojax", "train")
 LEFT_OUT = ("geojax/search", "train/reproduce", "train/helpers", "train/csearch", "train/export.py")
 
 
-def code_structure(source: str) -> str:
-    """What a module computes, as text: its syntax tree less docstrings and type annotations, written field
-    by field with empty fields left out (so the same on Python 3.11 and 3.12, whose trees differ only by
-    fields that are empty here). Comments, blank lines, formatting, docstrings and annotations change nothing
-    a run computes, and nothing here.
+def code_statements(source: str) -> list[str]:
+    """What a module computes, one text per top-level statement less its imports: the syntax tree less
+    docstrings and type annotations, written field by field with empty fields left out (so the same on Python
+    3.11 and 3.12, whose trees differ only by fields that are empty here). Comments, blank lines, formatting,
+    docstrings, annotations and which module imports what change nothing a run computes, and nothing here.
 
     >>> documented = "x: int = 1  # one\\n\\n\\ndef f(a: float) -> float:\\n    'Doc.'\\n    return a + x"
-    >>> code_structure(documented) == code_structure("x: float = 1\\ndef f(a):\\n    return a + x")
+    >>> plain = "import os\\nx: float = 1\\ndef f(a):\\n    return a + x"
+    >>> code_statements(documented) == code_statements(plain)
     True
-    >>> code_structure("y = 1") == code_structure("y = 2")
+    >>> code_statements("y = 1") == code_statements("y = 2")
     False
     """
     tree = ast.parse(source)
@@ -49,7 +50,7 @@ def code_structure(source: str) -> str:
             node.returns = None
         elif isinstance(node, ast.arg):
             node.annotation = None
-    return _fields(tree)
+    return [_fields(stmt) for stmt in tree.body if not isinstance(stmt, (ast.Import, ast.ImportFrom))]
 
 
 def _fields(node: Any) -> str:
@@ -68,15 +69,18 @@ def _fields(node: Any) -> str:
 
 
 def code_hash(root: Path = ROOT) -> str:
-    """SHA-256 over the relative paths and the code (:func:`code_structure`) of every .py file of CODE_DIRS
-    under ``root`` (sorted, those under LEFT_OUT left out): the same for the same code, with or without git,
-    and for code whose docstrings, comments, formatting or type annotations alone changed."""
-    h = hashlib.sha256()
-    for path in sorted(p for d in CODE_DIRS for p in (root / d).rglob("*.py")):
+    """SHA-256 over the top-level statements (:func:`code_statements`) of every .py file of CODE_DIRS under
+    ``root`` (those under LEFT_OUT left out), sorted: the same for the same code, with or without git, and for
+    code whose docstrings, comments, formatting, type annotations or imports alone changed, or whose
+    definitions moved between files."""
+    statements = []
+    for path in (p for d in CODE_DIRS for p in (root / d).rglob("*.py")):
         rel = path.relative_to(root).as_posix()
-        if any(rel == a or rel.startswith(a + "/") for a in LEFT_OUT):
-            continue
-        h.update(rel.encode() + b"\0" + code_structure(path.read_text(encoding="utf-8")).encode() + b"\0")
+        if not any(rel == a or rel.startswith(a + "/") for a in LEFT_OUT):
+            statements += code_statements(path.read_text(encoding="utf-8"))
+    h = hashlib.sha256()
+    for statement in sorted(statements):
+        h.update(statement.encode() + b"\0")
     return h.hexdigest()
 
 
