@@ -257,5 +257,5 @@ def membership(q: ArrayLike, *, axis_name: str | None = None) -> jax.Array:
 
 
 def _check_positive_float(v, name: str) -> None:
-    if isinstance(v, bool) or not isinstance(v, numbers.Real) or not v > 0:
+    if isinstance(v, bool) or not isinstance(v, numbers.Real) or not float(v) > 0:
         raise ValueError(f"{name} must be a positive number, got {v!r}")

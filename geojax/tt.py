@@ -538,7 +538,9 @@ def matvec_fused(m: TTMatrix, x: ArrayLike, *, block: int = 2, interpret: bool =
     lead = jnp.shape(x)[:-1]
     n = math.prod(lead)
     n_pad = -(-n // block) * block
-    xs = jnp.pad(x.reshape(n, d1, d2).astype(jnp.float32), ((0, n_pad - n), (0, p_d1 - d1), (0, p_d2 - d2)))
+    xs = jnp.pad(
+        jnp.reshape(x, (n, d1, d2)).astype(jnp.float32), ((0, n_pad - n), (0, p_d1 - d1), (0, p_d2 - d2))
+    )
     y = pl.pallas_call(
         _fused_kernel,
         out_shape=jax.ShapeDtypeStruct((n_pad, p_b1, p_b2), jnp.float32),
