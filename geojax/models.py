@@ -34,9 +34,9 @@ from geojax.manifolds import GEOMETRIES, TORUS_GEOMETRIES, VECTOR_GEOMETRIES
 EncoderName = Literal["mlp", "cnn", "resnet18", "resnet50"]
 ProjectionName = Literal["none", "mlp", "mixed"]
 ENCODERS: tuple[str, ...] = get_args(EncoderName)
-# Each encoder's own width (what ``encoder(width=None)`` builds): the MLP's hidden width; the small CNN's
-# first stage (convolutions w, 2w, then 8w dense features); the ResNets' base width, 64 as He et al. (2016)
-# and torchvision's ResNet-18 and ResNet-50 (stages 64, 128, 256, 512; the bottleneck's outputs ×4).
+#: Each encoder's own width (what ``encoder(width=None)`` builds): the MLP's hidden width; the small CNN's
+#: first stage (convolutions w, 2w, then 8w dense features); the ResNets' base width, 64 as He et al. (2016)
+#: and torchvision's ResNet-18 and ResNet-50 (stages 64, 128, 256, 512; the bottleneck's outputs ×4).
 OWN_WIDTHS: dict[str, int] = {"mlp": 512, "cnn": 32, "resnet18": 64, "resnet50": 64}
 PROJECTIONS: tuple[str, ...] = get_args(ProjectionName)
 
@@ -814,7 +814,7 @@ class Outputs(NamedTuple):
 
     @property
     def loss_vectors(self) -> jax.Array:
-        """The vectors a vector similarity compares: the projection when there is one, else the embedding."""
+        """The vectors a vector similarity compares, the projection when there is one, else the embedding."""
         return self.embedding if self.projection is None else self.projection
 
 

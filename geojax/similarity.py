@@ -285,8 +285,8 @@ def neg_sq_euclidean(a: ArrayLike, b: ArrayLike) -> jax.Array:
 def torus(a: ArrayLike, b: ArrayLike, *, p: int = 1) -> jax.Array:
     """Negative flat-torus distance −Σ_k δ_k^p, angles in turns (Stowell 2026, §4).
 
-    δ_k = min(|a_k − b_k| mod 1, 1 − |a_k − b_k| mod 1) ∈ [0, ½], computed as |Δ − round(Δ)| with Δ = a_k −
-    b_k; p = 1 is the L1 distance, p = 2 the *squared* L2 distance.
+    ``δ_k = min(|a_k − b_k| mod 1, 1 − |a_k − b_k| mod 1)`` ∈ [0, ½], computed as ``|Δ − round(Δ)|`` with
+    Δ = a_k − b_k; p = 1 is the L1 distance, p = 2 the *squared* L2 distance.
 
     Args:
         a: [N, D] floating angles in turns (any real values; they are read mod 1).
