@@ -24,16 +24,17 @@
 # Here: the bundled 8×8 digits (1,797 images), a small MLP, a few hundred steps — minutes on a CPU.
 
 # %%
-# Set-up: install geojax when it is missing, then show the devices JAX will use. GEOJAX is what pip installs:
-# ".." is the checkout holding this notebook; in Colab (jax preinstalled) set "git+<geojax repository URL>".
-GEOJAX = ".."
+# Set-up: install geojax with its `train` extra (the application this notebook uses) when either is missing,
+# then show the devices JAX will use. GEOJAX is what pip installs: "..[train]" is the checkout holding this
+# notebook; in Colab (jax preinstalled) set "geojax[train] @ git+<geojax repository URL>".
+GEOJAX = "..[train]"
 
 import importlib.util
 import shutil
 import subprocess
 import sys
 
-if importlib.util.find_spec("geojax") is None:
+if importlib.util.find_spec("geojax") is None or importlib.import_module("train").missing_extra_modules():
     cuda = ["jax[cuda12]"] if shutil.which("nvidia-smi") else []  # keeps jax on the GPU if pip upgrades it
     subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", GEOJAX, *cuda])
     importlib.invalidate_caches()

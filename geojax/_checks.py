@@ -208,7 +208,7 @@ def check_k(k, name: str, n: int, what: str) -> None:
         raise ValueError(f"{name} must be at most {n} ({what}), got {k}")
 
 
-def check_choice(v, name: str, choices: Sequence[str]) -> None:
+def check_choice(v, name: str, choices: Sequence[object]) -> None:
     """Raise unless ``v`` is one of ``choices``.
 
     Args:

@@ -119,7 +119,7 @@ def procrustes(v: ArrayLike, y: ArrayLike) -> jax.Array:
         [[0. 1.]
          [1. 0.]]
     """
-    u, _, wt = jnp.linalg.svd(jnp.matmul(v.T, y, precision=_HIGHEST), full_matrices=False)
+    u, _, wt = jnp.linalg.svd(jnp.matmul(jnp.transpose(v), y, precision=_HIGHEST), full_matrices=False)
     return jnp.matmul(u, wt, precision=_HIGHEST)
 
 
@@ -284,8 +284,8 @@ def tp_fit(
     """
     _check_fit_args(x, bits, iters)
     out_modes, in_modes = tt._check_modes(out_modes, in_modes)
-    if math.prod(in_modes) != x.shape[1]:
-        raise ValueError(f"in_modes must multiply to d = {x.shape[1]} (x's width), got {in_modes}")
+    if math.prod(in_modes) != jnp.shape(x)[1]:
+        raise ValueError(f"in_modes must multiply to d = {jnp.shape(x)[1]} (x's width), got {in_modes}")
     if math.prod(out_modes) != bits:
         raise ValueError(f"out_modes must multiply to bits = {bits}, got {out_modes}")
     ranks = tt._full_ranks(rank, len(in_modes), name="rank")

@@ -1016,6 +1016,7 @@ def simo(
     _check_embeddings(embeddings, key_embeddings, labels, key_labels, self_index)
     _check_nonnegative(eps, "eps")
     keys = embeddings if key_embeddings is None else key_embeddings
+    labels = jnp.asarray(labels)
     key_labels, self_cols = _resolve_keys(labels, key_labels, self_index)
     d = -_similarity.neg_sq_euclidean(embeddings, keys)
     dots = _similarity.dot(embeddings, keys)

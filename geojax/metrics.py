@@ -798,7 +798,7 @@ def few_shot_accuracy(
     sim_fn = _resolve_similarity(similarity)
     _checks.check_matrix(query, "query")
     _checks.check_floating(query, "query")
-    labels = _labels(query_labels, "query_labels", query.shape[0], "one per query row")
+    labels = _labels(query_labels, "query_labels", jnp.shape(query)[0], "one per query row")
     for v, name in ((ways, "ways"), (shots, "shots"), (queries, "queries")):
         _checks.check_positive_int(v, name)
     _checks.check_positive_int(episodes, "episodes")
@@ -819,7 +819,7 @@ def few_shot_accuracy(
         _checks.check_floating(reference, "reference")
         _checks.check_same_width(query, reference, "query", "reference")
         ref_labels = _labels(
-            reference_labels, "reference_labels", reference.shape[0], "one per reference row"
+            reference_labels, "reference_labels", jnp.shape(reference)[0], "one per reference row"
         )
         r_classes, r_counts = np.unique(ref_labels, return_counts=True)
         eligible = np.intersect1d(q_classes[q_counts >= queries], r_classes[r_counts >= shots])

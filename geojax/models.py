@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import Literal, NamedTuple, get_args
+from typing import Any, Literal, NamedTuple, Protocol, get_args
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 from jax import lax
+from jax.typing import DTypeLike
 
 from geojax import _checks, manifolds, quantize
 from geojax.manifolds import GEOMETRIES, TORUS_GEOMETRIES, VECTOR_GEOMETRIES
@@ -33,9 +34,9 @@ from geojax.manifolds import GEOMETRIES, TORUS_GEOMETRIES, VECTOR_GEOMETRIES
 EncoderName = Literal["mlp", "cnn", "resnet18", "resnet50"]
 ProjectionName = Literal["none", "mlp", "mixed"]
 ENCODERS: tuple[str, ...] = get_args(EncoderName)
-# Each encoder's own width (what ``encoder(width=None)`` builds): the MLP's hidden width; the small CNN's
-# first stage (convolutions w, 2w, then 8w dense features); the ResNets' base width, 64 as He et al. (2016)
-# and torchvision's ResNet-18 and ResNet-50 (stages 64, 128, 256, 512; the bottleneck's outputs ×4).
+#: Each encoder's own width (what ``encoder(width=None)`` builds): the MLP's hidden width; the small CNN's
+#: first stage (convolutions w, 2w, then 8w dense features); the ResNets' base width, 64 as He et al. (2016)
+#: and torchvision's ResNet-18 and ResNet-50 (stages 64, 128, 256, 512; the bottleneck's outputs ×4).
 OWN_WIDTHS: dict[str, int] = {"mlp": 512, "cnn": 32, "resnet18": 64, "resnet50": 64}
 PROJECTIONS: tuple[str, ...] = get_args(ProjectionName)
 
@@ -128,7 +129,12 @@ class MLP(nnx.Module):
     """
 
     def __init__(
-        self, in_features: int, *, hidden: Sequence[int] = (512, 512), compute_dtype=None, rngs: nnx.Rngs
+        self,
+        in_features: int,
+        *,
+        hidden: Sequence[int] = (512, 512),
+        compute_dtype: DTypeLike | None = None,
+        rngs: nnx.Rngs,
     ):
         _checks.check_positive_int(in_features, "in_features")
         if not hidden:
@@ -165,14 +171,14 @@ def tap_conv(
     lhs: jax.Array,
     rhs: jax.Array,
     window_strides: Sequence[int],
-    padding,
+    padding: str | Sequence[tuple[int, int]],
     *,
     lhs_dilation: Sequence[int] | None = None,
     rhs_dilation: Sequence[int] | None = None,
-    dimension_numbers=None,
+    dimension_numbers: lax.ConvGeneralDilatedDimensionNumbers = None,
     feature_group_count: int = 1,
-    precision=None,
-    **kwargs,
+    precision: lax.PrecisionLike = None,
+    **kwargs: Any,
 ) -> jax.Array:
     """``lax.conv_general_dilated`` for a one-channel, stride-1, ``"SAME"`` convolution, as a sum over taps.
 
@@ -249,7 +255,10 @@ def _tap_conv(x: jax.Array, k: jax.Array, precision) -> jax.Array:
     kh, kw, _, o = k.shape
     taps = _taps(x[..., 0].astype(jnp.float32), kh, kw)  # fp32 accumulation, as a convolution's
     weights = k.reshape(kh * kw, o).astype(jnp.float32)
-    return sum(taps[t, ..., None] * weights[t] for t in range(kh * kw)).astype(jnp.result_type(x, k))
+    out = taps[0, ..., None] * weights[0]
+    for t in range(1, kh * kw):
+        out = out + taps[t, ..., None] * weights[t]
+    return out.astype(jnp.result_type(x, k))
 
 
 def _tap_conv_fwd(x, k, precision):
@@ -339,7 +348,7 @@ class SmallCNN(nnx.Module):
         width: int = 32,
         norm: str = "none",
         axis_name: str | None = None,
-        compute_dtype=None,
+        compute_dtype: DTypeLike | None = None,
         rngs: nnx.Rngs,
     ):
         _checks.check_positive_int(in_channels, "in_channels")
@@ -465,14 +474,16 @@ class ResNet(nnx.Module):
         width: int = 64,
         norm: str = "batch",
         axis_name: str | None = None,
-        compute_dtype=None,
+        compute_dtype: DTypeLike | None = None,
         rngs: nnx.Rngs,
     ):
         _checks.check_positive_int(in_channels, "in_channels")
         _checks.check_choice(depth, "depth", (18, 50))
         _checks.check_choice(norm, "norm", ("batch", "group", "none"))
         block, counts = (_BasicBlock, (2, 2, 2, 2)) if depth == 18 else (_Bottleneck, (3, 4, 6, 3))
-        nk = dict(norm=norm, axis_name=axis_name, compute_dtype=compute_dtype, rngs=rngs)
+        make = functools.partial(
+            block, norm=norm, axis_name=axis_name, compute_dtype=compute_dtype, rngs=rngs
+        )
         self.stem = nnx.Conv(
             in_channels, width, (3, 3), padding=1, use_bias=False, dtype=compute_dtype, rngs=rngs
         )
@@ -481,7 +492,7 @@ class ResNet(nnx.Module):
         for stage, count in enumerate(counts):
             for i in range(count):
                 stride = 2 if stage > 0 and i == 0 else 1
-                blocks.append(block(cin, width * 2**stage, stride, **nk))
+                blocks.append(make(cin, width * 2**stage, stride))
                 cin = width * 2**stage * block.expansion
         self.blocks = nnx.List(blocks)
         self.features = cin
@@ -500,9 +511,9 @@ def encoder(
     width: int | None = None,
     norm: str | None = None,
     axis_name: str | None = None,
-    compute_dtype=None,
+    compute_dtype: DTypeLike | None = None,
     rngs: nnx.Rngs,
-) -> nnx.Module:
+) -> MLP | SmallCNN | ResNet:
     """Build an encoder by name for images of shape ``input_shape`` = (H, W, C); it has ``.features``.
 
     ``width`` None builds the encoder's own (:data:`OWN_WIDTHS`): an MLP of two hidden layers of 512, the
@@ -521,7 +532,7 @@ def encoder(
         rngs: the ``nnx.Rngs`` that initialise the parameters.
 
     Returns:
-        An ``nnx.Module`` mapping [N, H, W, C] → [N, features].
+        The :class:`MLP`, :class:`SmallCNN` or :class:`ResNet`, mapping [N, H, W, C] → [N, features].
 
     Raises:
         ValueError: ``name`` is unknown, ``input_shape`` is not (H, W, C), or ``width`` is not a positive int.
@@ -615,7 +626,7 @@ class GeometryHead(nnx.Module):
         *,
         geometry: str,
         hidden: int | None = None,
-        compute_dtype=None,
+        compute_dtype: DTypeLike | None = None,
         qat_bits: int | None = None,
         qat_noise: bool = False,
         rngs: nnx.Rngs,
@@ -680,7 +691,15 @@ class AtlasHead(nnx.Module):
         ((2, 3, 2), (2, 3))
     """
 
-    def __init__(self, in_features: int, *, charts: int, dim: int, compute_dtype=None, rngs: nnx.Rngs):
+    def __init__(
+        self,
+        in_features: int,
+        *,
+        charts: int,
+        dim: int,
+        compute_dtype: DTypeLike | None = None,
+        rngs: nnx.Rngs,
+    ):
         _checks.check_positive_int(charts, "charts")
         _checks.check_positive_int(dim, "dim")
         self.linear = nnx.Linear(in_features, charts * dim + charts, dtype=compute_dtype, rngs=rngs)
@@ -795,8 +814,18 @@ class Outputs(NamedTuple):
 
     @property
     def loss_vectors(self) -> jax.Array:
-        """The vectors a vector similarity compares: the projection when there is one, else the embedding."""
+        """The vectors a vector similarity compares, the projection when there is one, else the embedding."""
         return self.embedding if self.projection is None else self.projection
+
+
+class Encoder(Protocol):
+    """What :class:`EmbeddingModel` needs of an encoder: x [N, ...] → features [N, F], and ``features`` = F.
+
+    :func:`encoder`'s modules have it; so may one of your own."""
+
+    features: int
+
+    def __call__(self, x: jax.Array) -> jax.Array: ...
 
 
 class EmbeddingModel(nnx.Module):
@@ -807,7 +836,7 @@ class EmbeddingModel(nnx.Module):
     :class:`ProjectionHead` on the embedding ('mlp') or a :class:`MixedProjection` on the charts ('mixed').
 
     Args:
-        encoder_module: an encoder with ``.features`` (:func:`encoder`).
+        encoder_module: an :class:`Encoder`: one of :func:`encoder`'s, or any module with ``.features``.
         geometry: one of ``geojax.manifolds.GEOMETRIES``.
         dim: D (the head's width) or, for the atlas, each chart's d.
         head_hidden: the geometry head's hidden width (None: 4·dim; 0: one linear layer).
@@ -842,7 +871,7 @@ class EmbeddingModel(nnx.Module):
 
     def __init__(
         self,
-        encoder_module: nnx.Module,
+        encoder_module: Encoder,
         *,
         geometry: str,
         dim: int,
@@ -850,7 +879,7 @@ class EmbeddingModel(nnx.Module):
         charts: int = 1,
         projection: str = "none",
         projection_dim: int = 64,
-        compute_dtype=None,
+        compute_dtype: DTypeLike | None = None,
         qat_bits: int | None = None,
         qat_noise: bool = False,
         rngs: nnx.Rngs,
@@ -866,6 +895,8 @@ class EmbeddingModel(nnx.Module):
         self.encoder = encoder_module
         feats = encoder_module.features
         self.geometry = geometry
+        self.head: AtlasHead | GeometryHead
+        self.projection: MixedProjection | ProjectionHead | None
         if geometry == "atlas":
             self.head = AtlasHead(feats, charts=charts, dim=dim, compute_dtype=compute_dtype, rngs=rngs)
         else:
@@ -890,13 +921,13 @@ class EmbeddingModel(nnx.Module):
 
     def __call__(self, x: jax.Array) -> Outputs:
         h = self.encoder(x)
-        if self.geometry == "atlas":
+        if isinstance(self.head, AtlasHead):
             coords, q = self.head(h)
             out = Outputs(manifolds.atlas_code(coords, q)[0], coords, q)
+            if isinstance(self.projection, MixedProjection):  # 'mixed': on the charts (atlas only)
+                return out._replace(projection=self.projection(coords, q))
         else:
             out = Outputs(self.head(h))
-        if self.projection_kind == "mixed":
-            out = out._replace(projection=self.projection(out.coords, out.q))
-        elif self.projection_kind == "mlp":
+        if isinstance(self.projection, ProjectionHead):
             out = out._replace(projection=self.projection(out.embedding))
         return out

@@ -150,6 +150,41 @@ def _check_batch(batch: Any, n: int, axis: int) -> None:
             )
 
 
+class Runner:
+    """A per-device step run over the devices of a mesh, as :func:`data_parallel` returns it.
+
+    Call it as ``run(state, batch)`` (or ``run(state, shared, batch)``); under shard_map ``run.lower(...)``
+    lowers the jitted program of the placed arguments, as ``jax.jit``'s ``lower`` does (cost analysis, HLO).
+
+    Args:
+        call: what a call runs: it places the arguments and runs the mapped step.
+        lower: the jitted program's ``lower``; None where there is none to give (pmap).
+    """
+
+    def __init__(self, call: Callable[..., Any], lower: Callable[..., Any] | None = None) -> None:
+        self._call = call
+        self._lower = lower
+
+    def __call__(self, *args: Any) -> Any:
+        return self._call(*args)
+
+    def lower(self, *args: Any) -> Any:
+        """Lower the jitted program for ``args``, the arguments of a call (placed as a call places them).
+
+        Args:
+            *args: ``(state, batch)`` or ``(state, shared, batch)``, each as placed on the mesh.
+
+        Returns:
+            ``jax.stages.Lowered``, as ``jax.jit(f).lower(*args)``.
+
+        Raises:
+            ValueError: the runner has no jitted program to lower (``mode='pmap'``).
+        """
+        if self._lower is None:
+            raise ValueError("lower() needs mode='shard_map' (a pmap runner has no jitted program)")
+        return self._lower(*args)
+
+
 def data_parallel(
     step: Callable[..., Any],
     *,
@@ -159,7 +194,7 @@ def data_parallel(
     donate_state: bool = False,
     batch_axis: int = 0,
     shared: bool = False,
-) -> Callable[..., Any]:
+) -> Runner:
     """Run a per-device, pmap-style ``step(state, local_batch) -> out`` over a 1-D data mesh.
 
     The returned ``run(state, batch) -> out`` takes the global ``state`` (replicated) and global ``batch``
@@ -182,7 +217,7 @@ def data_parallel(
             replicated like the state; shard_map only.
 
     Returns:
-        ``run(state, batch)`` (or ``run(state, shared, batch)``), a compiled runner.
+        ``run(state, batch)`` (or ``run(state, shared, batch)``), a compiled :class:`Runner`.
 
     Raises:
         ValueError: ``mode`` is unknown, ``mesh`` is not 1-D with axis ``axis_name``, ``shared`` with 'pmap',
@@ -227,7 +262,7 @@ def data_parallel(
             _check_batch(batch, n_local, batch_axis)
             return mapped(state, jax.tree.map(per_device, batch))
 
-        return run_pmap
+        return Runner(run_pmap)
 
     specs = (P(), P(), split) if shared else (P(), split)
     mapped = jax.jit(
@@ -251,5 +286,4 @@ def data_parallel(
         _check_batch(batch, n_local, batch_axis)
         return mapped(place(state), *map(place, args[:-1]), jax.tree.map(put, batch))
 
-    run.lower = mapped.lower  # the jitted program, for inspection (cost analysis, HLO) of placed arguments
-    return run
+    return Runner(run, mapped.lower)  # lower: the jitted program of placed arguments, for inspection

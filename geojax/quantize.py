@@ -85,7 +85,7 @@ def torus_from_uint8(codes: ArrayLike) -> jax.Array:
         [0.   0.25 0.5 ]
     """
     _checks.check_dtype(codes, "codes", jnp.uint8)
-    return codes.astype(_F32) / 256.0
+    return jnp.asarray(codes, _F32) / 256.0
 
 
 TORUS_BITS: tuple[int, ...] = (1, 2, 4, 8)
@@ -428,6 +428,7 @@ def unpack_bits(packed: ArrayLike) -> jax.Array:
     _checks.check_dtype(packed, "packed", jnp.uint8)
     if jnp.ndim(packed) < 1:
         raise ValueError(f"packed must have rank ≥ 1, got shape {tuple(jnp.shape(packed))}")
+    packed = jnp.asarray(packed)
     bits = jnp.right_shift(packed[..., None], jnp.arange(8, dtype=jnp.uint8)) & jnp.uint8(1)
     return bits.reshape(*packed.shape[:-1], packed.shape[-1] * 8)
 
@@ -648,7 +649,7 @@ def pq_fit(
     _checks.check_positive_int(nbits, "nbits")
     _checks.check_positive_int(iters, "iters")
     _checks.check_choice(init, "init", ("kmeans++", "random"))
-    n, d = x.shape
+    n, d = jnp.shape(x)
     if d % m:
         raise ValueError(f"m must divide x.shape[1] = {d}, got m = {m}")
     if nbits > _MAX_PQ_BITS:

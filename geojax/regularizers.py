@@ -102,7 +102,7 @@ def koleo(x: ArrayLike, *, eps: float = 1e-8, views: int = 1, axis_name: str | N
 def sample_prior(key: jax.Array, m: int, d: int) -> jax.Array:
     """Uniform prior on [0, 1]^d pulled back to pre-sigmoid space (Korman 2021, §2.2): logit(U(0, 1)).
 
-    U is clipped to [ε, 1 − ε] (ε = float32 machine epsilon) so the sample is finite (|w| ≤ 15.95).
+    U is clipped to [ε, 1 − ε] (ε = float32 machine epsilon) so the sample is finite (``|w| ≤ 15.95``).
 
     Args:
         key: a JAX PRNG key.
@@ -257,5 +257,5 @@ def membership(q: ArrayLike, *, axis_name: str | None = None) -> jax.Array:
 
 
 def _check_positive_float(v, name: str) -> None:
-    if isinstance(v, bool) or not isinstance(v, numbers.Real) or not v > 0:
+    if isinstance(v, bool) or not isinstance(v, numbers.Real) or not float(v) > 0:
         raise ValueError(f"{name} must be a positive number, got {v!r}")

@@ -285,8 +285,8 @@ def neg_sq_euclidean(a: ArrayLike, b: ArrayLike) -> jax.Array:
 def torus(a: ArrayLike, b: ArrayLike, *, p: int = 1) -> jax.Array:
     """Negative flat-torus distance −Σ_k δ_k^p, angles in turns (Stowell 2026, §4).
 
-    δ_k = min(|a_k − b_k| mod 1, 1 − |a_k − b_k| mod 1) ∈ [0, ½], computed as |Δ − round(Δ)| with Δ = a_k −
-    b_k; p = 1 is the L1 distance, p = 2 the *squared* L2 distance.
+    ``δ_k = min(|a_k − b_k| mod 1, 1 − |a_k − b_k| mod 1)`` ∈ [0, ½], computed as ``|Δ − round(Δ)|`` with
+    Δ = a_k − b_k; p = 1 is the L1 distance, p = 2 the *squared* L2 distance.
 
     Args:
         a: [N, D] floating angles in turns (any real values; they are read mod 1).
@@ -413,9 +413,10 @@ def manifold_distance(
 def compressed_manifold_distance(
     coords_a: ArrayLike, q_a: ArrayLike, coords_b: ArrayLike, q_b: ArrayLike
 ) -> jax.Array:
-    """d_M between compressed atlas codes (Korman 2021, eq. 3 and §2.4): each point in its most probable
-    chart alone, so two points are d0(φ_i(x), φ_i(y)) = ‖σ⁻¹(x) − σ⁻¹(y)‖ apart when their most probable
-    charts agree on i, and +∞ apart when they do not.
+    """d_M between compressed atlas codes (Korman 2021, eq. 3 and §2.4).
+
+    Each point lies in its most probable chart alone, so two points are d0(φ_i(x), φ_i(y)) =
+    ‖σ⁻¹(x) − σ⁻¹(y)‖ apart when their most probable charts agree on i, and +∞ apart when they do not.
 
     The paper evaluates the compressed code (φ_i*(x), i*) because the full representation (φ_1(x), …,
     φ_n(x)) would be "cheating" into an nd-dimensional space (§2.4); this is eq. 7 with one-hot memberships

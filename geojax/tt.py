@@ -538,7 +538,9 @@ def matvec_fused(m: TTMatrix, x: ArrayLike, *, block: int = 2, interpret: bool =
     lead = jnp.shape(x)[:-1]
     n = math.prod(lead)
     n_pad = -(-n // block) * block
-    xs = jnp.pad(x.reshape(n, d1, d2).astype(jnp.float32), ((0, n_pad - n), (0, p_d1 - d1), (0, p_d2 - d2)))
+    xs = jnp.pad(
+        jnp.reshape(x, (n, d1, d2)).astype(jnp.float32), ((0, n_pad - n), (0, p_d1 - d1), (0, p_d2 - d2))
+    )
     y = pl.pallas_call(
         _fused_kernel,
         out_shape=jax.ShapeDtypeStruct((n_pad, p_b1, p_b2), jnp.float32),
@@ -668,12 +670,12 @@ def als_sweep(m: TTMatrix, gram: ArrayLike, cross: ArrayLike) -> TTMatrix:
 
     Eqs. 17–22. With S = X Xᵀ (``gram``) and T = Z Xᵀ (``cross``) this is min_R ‖R X − Z‖²_F (eq. 13) at the
     ranks of ``m``. Each core is the exact least-squares minimiser of eq. 22 with the others fixed, so the
-    objective never increases. With R(s, l) = L[s_<, l_<, α] G_k[α, i, j, β] Rt[β, s_>, l_>] the normal matrix
-    (QG_≠k)ᵀ(QG_≠k) of eq. 22 is I_{b_k} ⊗ H̃_k with H̃_k = Σ PL[l_<, α, l'_<, α'] S[(l_<, j, l_>), (l'_<, j',
-    l'_>)] PR[β, l_>, β', l'_>], where PL, PR are the Grams of the left and right interfaces (eq. 19) summed
-    over the row indices. The cores are kept orthonormal on both sides of the one being solved (QR moves,
-    which leave R unchanged), so each small system is as well conditioned as S allows; a pseudo-inverse
-    handles a singular S.
+    objective never increases. With ``R(s, l) = L[s_<, l_<, α] G_k[α, i, j, β] Rt[β, s_>, l_>]`` the normal
+    matrix ``(QG_≠k)ᵀ(QG_≠k)`` of eq. 22 is ``I_{b_k} ⊗ H̃_k`` with
+    ``H̃_k = Σ PL[l_<, α, l'_<, α'] S[(l_<, j, l_>), (l'_<, j', l'_>)] PR[β, l_>, β', l'_>]``, where PL, PR are
+    the Grams of the left and right interfaces (eq. 19) summed over the row indices. The cores are kept
+    orthonormal on both sides of the one being solved (QR moves, which leave R unchanged), so each small
+    system is as well conditioned as S allows; a pseudo-inverse handles a singular S.
 
     Args:
         m: the current :class:`TTMatrix` [b, d], with ranks no larger than its unfoldings (as ``tt_svd``

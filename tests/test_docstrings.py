@@ -187,6 +187,48 @@ def test_constructor_args(module, name, node):
     _check_args(module, name, _literal_docstring(node) or "", _parameters(_init(node)))
 
 
+# Public definitions of geojax/search whose signatures are not fully annotated yet: that package was outside
+# the change that brought the check below (its owner annotates them and deletes them here).
+UNANNOTATED = {
+    "geojax.search.flat.check_k",
+    "geojax.search.flat.IndexFlat.from_state",
+    "geojax.search.io.write_index",
+    "geojax.search.io.read_index",
+    "geojax.search.ivf.IndexIVF.from_state",
+    "geojax.search.placement.pad_rows",
+    "geojax.search.placement.put_shards",
+    "geojax.search.scan.blocked",
+}
+
+
+def _unannotated(node: ast.FunctionDef) -> list[str]:
+    """The parameters of ``node`` with no annotation, and ``return`` when it has none (but ``__init__``)."""
+    a = node.args
+    params = [*a.posonlyargs, *a.args, *a.kwonlyargs, *filter(None, (a.vararg, a.kwarg))]
+    missing = [p.arg for p in params if p.annotation is None and p.arg not in ("self", "cls")]
+    return missing + (["return"] if node.returns is None and node.name != "__init__" else [])
+
+
+def _public_module(name: str) -> bool:
+    return not any(part.startswith("_") for part in name.split("."))
+
+
+SIGNATURES = [
+    row
+    for row in FUNCTIONS + [(m, f"{q}.__init__", _init(node)) for m, q, node in CONSTRUCTED]
+    if _public_module(row[0])
+]
+
+
+@pytest.mark.parametrize(("module", "name", "node"), SIGNATURES, ids=_ids(SIGNATURES))
+def test_public_signature_is_annotated(module, name, node):
+    """Every public function, method and constructor of the public modules annotates each parameter and its
+    return, so that a type checker reads the whole signature (geojax ships py.typed; CI runs mypy on it)."""
+    if f"{module}.{name}" in UNANNOTATED:
+        pytest.skip("geojax/search: not annotated yet (UNANNOTATED)")
+    assert not _unannotated(node), f"{module}.{name}: no annotation for {_unannotated(node)}"
+
+
 def test_examples_run():
     finder = doctest.DocTestFinder(exclude_empty=True)
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)

@@ -58,6 +58,17 @@ def test_data_parallel_rejects_bad_arguments():
         parallel.make_mesh(jax.device_count() + 1)
 
 
+def test_runner_lowers_its_jitted_program_under_shard_map_only():
+    x, mesh = jnp.arange(8.0), parallel.make_mesh(1)
+    run = parallel.data_parallel(lambda s, b: parallel.global_sum(jnp.sum(b)), mesh=mesh)
+    assert float(run({}, x)) == 28.0
+    placed = jax.device_put(x, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("data")))
+    assert "reduce" in run.lower({}, placed).as_text()
+    pmapped = parallel.data_parallel(lambda s, b: parallel.global_sum(jnp.sum(b)), mode="pmap")
+    with pytest.raises(ValueError, match="shard_map"):
+        pmapped.lower({}, x)
+
+
 CASES = {
     # torus_n + SupCon + KoLeo on an MLP (the default recipe, tiny)
     "supcon_koleo": dict(encoder="mlp", width=16, dim=4, batch_size=8),

@@ -4,8 +4,10 @@ the training set, its P@1 every ``val_every`` steps, and the report of the best 
 from __future__ import annotations
 
 import json
+import logging
 import os
 
+import jax
 import numpy as np
 import pytest
 
@@ -124,3 +126,17 @@ def test_select_best_resumes_to_the_same_selection(selected, tmp_path):
         atol=1e-6,
     )
     assert resumed["precision_at_1"] == pytest.approx(rep["precision_at_1"], abs=1e-6)
+
+
+def test_every_evaluation_reuses_one_compiled_forward(caplog):
+    """A run evaluates many times (every validation, the report's test and reference sets): after the first
+    embedding, one of another set with the same model and batch compiles nothing."""
+    cfg = config.make(**RUN)
+    fit, val = data.hold_out(data.load(cfg.dataset), cfg.val_fraction)
+    graphdef, state = step.init_state(cfg, fit.image_shape, axis_name=None)
+    step.embed(graphdef, state, val.test_x, batch=cfg.eval_batch)
+    with jax.log_compiles(), caplog.at_level(logging.WARNING, logger="jax"):
+        out = step.embed(graphdef, state, fit.train_x, batch=cfg.eval_batch)
+    assert out.embedding.shape == (len(fit.train_x), cfg.dim)
+    compiled = [r.getMessage() for r in caplog.records if "Compiling" in r.getMessage()]
+    assert not compiled, compiled

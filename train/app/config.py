@@ -619,7 +619,28 @@ def help_text() -> str:
         names = [n for n, k in KEYS.items() if k.group == group and n != "preset"]
         lines += ["", f"{title}:"]
         lines += [line for n in names if n not in WHEN for line in _key_lines(n, "  ")]
-        for when in dict.fromkeys(WHEN[n] for n in names if n in WHEN):
+        for when, owned in _choices_keys(names):
             lines.append(f"  when {when}:")
-            lines += [line for n in names if WHEN.get(n) == when for line in _key_lines(n, "    ")]
+            lines += [line for n in owned for line in _key_lines(n, "    ")]
     return "\n".join(lines)
+
+
+def _choices_keys(names: list[str]) -> list[tuple[When, list[str]]]:
+    """The choices that own some of ``names``, each with the keys of ``names`` it owns: in the order of
+    ``names``' first key of each choice, keys in their own order."""
+    owned: dict[When, list[str]] = {}
+    for n in names:
+        if n in WHEN:
+            owned.setdefault(WHEN[n], []).append(n)
+    return list(owned.items())
+
+
+def choice_table() -> str:
+    """README's "choice | its keys" table, from the registrations: one row per choice that owns keys (the
+    values that use them) with all its keys, in ``--help``'s order; ``|`` escaped for Markdown."""
+    rows = ["| choice | its keys |", "|---|---|"]
+    names = [n for group in GROUPS for n, k in KEYS.items() if k.group == group]
+    for when, owned in _choices_keys(names):
+        choice = str(when).replace("|", "\\|")
+        rows.append(f"| `{choice}` | {', '.join(f'`{n}`' for n in owned)} |")
+    return "\n".join(rows)

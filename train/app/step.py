@@ -17,6 +17,7 @@ images held on the devices; :func:`distribute` runs it over the data mesh with t
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -296,6 +297,14 @@ def put_feed(feed: Any, mesh: jax.sharding.Mesh, mode: str = "shard_map") -> Any
     return jax.tree.map(lambda x: jax.make_array_from_process_local_data(sharding, x), feed)
 
 
+@functools.partial(jax.jit, static_argnames="bf16")
+def _forward(model: nnx.Module, x: jax.Array, *, bf16: bool) -> models.Outputs:
+    """The model's outputs for ``x`` as float32, computed in bf16 when ``bf16``: one jitted function, so every
+    evaluation of a model of the same structure and batch shape reuses one compiled program."""
+    out = model(x.astype(jnp.bfloat16 if bf16 else jnp.float32))
+    return jax.tree.map(lambda v: v.astype(jnp.float32), out)
+
+
 def embed(
     graphdef: nnx.GraphDef, state: State, images: np.ndarray, *, batch: int, precision: str = "fp32"
 ) -> models.Outputs:
@@ -303,13 +312,11 @@ def embed(
     float32 NumPy arrays; with the EMA of the weights when the run keeps one."""
     model = nnx.merge(graphdef, state.get("ema", state["params"]), state["rest"])
     model.eval()
-    dt = jnp.bfloat16 if precision == "bf16" else jnp.float32
-    forward = jax.jit(lambda m, x: jax.tree.map(lambda v: v.astype(jnp.float32), m(x.astype(dt))))
     chunks = []
     for start in range(0, len(images), batch):  # one compiled shape: the last chunk is zero-padded
         x = images[start : start + batch]
-        pad = batch - len(x)
-        out = forward(model, np.concatenate([x, np.zeros((pad, *x.shape[1:]), x.dtype)]) if pad else x)
-        rows = len(x)
+        rows, pad = len(x), batch - len(x)
+        x = np.concatenate([x, np.zeros((pad, *x.shape[1:]), x.dtype)]) if pad else x
+        out = _forward(model, x, bf16=precision == "bf16")
         chunks.append(jax.tree.map(lambda v, rows=rows: np.asarray(v)[:rows], out))
     return jax.tree.map(lambda *parts: np.concatenate(parts), *chunks)
