@@ -117,8 +117,8 @@ def init(size: int, rows: Any) -> Memory:
     _checks.check_positive_int(size, "size")
     _check_rows(rows, "rows")
     empty = jax.tree.map(lambda x: jnp.zeros((size, *jnp.shape(x)[1:]), x.dtype), rows)
-    zero = jnp.zeros((), jnp.int32)
-    return Memory(empty, jnp.zeros((size,), jnp.int32), zero, zero)
+    # head and size are separate buffers: a step that donates its state donates each once
+    return Memory(empty, jnp.zeros((size,), jnp.int32), jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32))
 
 
 def update(memory: Memory, rows: Any, labels: ArrayLike) -> Memory:

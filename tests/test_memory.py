@@ -103,3 +103,53 @@ def test_bad_arguments_raise_value_error_naming_the_argument():
     for call, name in cases:
         with pytest.raises(ValueError, match=name):
             call()
+
+
+# pytorch-metric-learning's loss with the same hyper-parameters, on its CosineSimilarity, and geojax's.
+def _pml_losses(pml):
+    cos = pml.distances.CosineSimilarity()
+    return {
+        "supcon": (
+            pml.losses.SupConLoss(temperature=0.1),
+            lambda s, y, **k: losses.supcon(s, y, temperature=0.1, **k),
+        ),
+        "contrastive": (
+            pml.losses.ContrastiveLoss(pos_margin=0.8, neg_margin=0.1, distance=cos),
+            lambda s, y, **k: losses.contrastive(s, y, pos_margin=0.8, neg_margin=0.1, **k),
+        ),
+        "triplet": (
+            pml.losses.TripletMarginLoss(margin=0.3, distance=cos),
+            lambda s, y, **k: losses.triplet(s, y, margin=0.3, **k),
+        ),
+    }
+
+
+@pytest.mark.parametrize("name", ["supcon", "contrastive", "triplet"])
+def test_same_value_as_pml_cross_batch_memory_through_filling_and_wraparound(name):
+    """PML's CrossBatchMemory enqueues the batch *before* its loss, into M + B slots, and drops each anchor's
+    own new row; geojax reads [batch; memory of M] and enqueues after. So they compare each anchor with the
+    same keys: fed the same batches (B = 6, M = 10, so PML's 16 slots wrap around mid-batch), every step's
+    loss is the same."""
+    torch = pytest.importorskip("torch")
+    pml = pytest.importorskip("pytorch_metric_learning")
+    import pytorch_metric_learning.distances  # noqa: F401
+    import pytorch_metric_learning.losses  # noqa: F401
+
+    theirs, ours = _pml_losses(pml)[name]
+    b, m, d = 6, 10, 5
+    wrapper = pml.losses.CrossBatchMemory(theirs, embedding_size=d, memory_size=m + b)
+    mem = memory.init(m, jnp.zeros((1, d)))
+
+    @jax.jit
+    def step(mem, z, y):
+        keys, key_labels, key_valid = memory.keys(mem, z, y)
+        kw = dict(key_labels=key_labels, self_index=jnp.arange(b), key_valid=key_valid)
+        return ours(cosine(z, keys), y, **kw), memory.update(mem, z, y)
+
+    rng = np.random.default_rng(3)
+    for t in range(6):
+        z = rng.normal(size=(b, d)).astype(np.float32)
+        y = rng.integers(0, 3, b).astype(np.int64)
+        want = float(wrapper(torch.from_numpy(z), torch.from_numpy(y)))
+        got, mem = step(mem, jnp.asarray(z), jnp.asarray(y, jnp.int32))
+        np.testing.assert_allclose(float(got), want, rtol=1e-5, atol=1e-6, err_msg=f"step {t}")
