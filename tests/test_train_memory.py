@@ -12,7 +12,7 @@ import pytest
 from flax import nnx
 
 from geojax import losses, memory, parallel
-from geojax.similarity import cosine
+from geojax.similarity import cosine, manifold_distance
 from train.app import cli, config, data, loop, optim, step
 
 # SupCon on the sphere, an MLP; plain SGD (the update is the gradient: a wrong gradient shows), no clipping,
@@ -111,6 +111,63 @@ def test_one_step_with_memory_equals_the_loss_on_batch_and_memory_rows_by_hand()
     )
     np.testing.assert_allclose(metrics["loss"], value, rtol=1e-5)
     _close(held["memory"], state["memory"], tol=0, msg="warm-up")
+
+
+def test_an_atlas_memory_holds_charts_and_memberships_and_the_step_reads_them():
+    """Korman 2021's MTriplet (batch-all triplet on −d_M, eq. 7): the memory stores what d_M compares, the
+    chart coordinates and memberships; one step equals the triplet loss on [batch; memory rows] by hand."""
+    keep = (
+        "dataset",
+        "encoder",
+        "width",
+        "batch_size",
+        "augment",
+        "optimizer",
+        "lr",
+        "clip",
+        "steps",
+        "memory",
+    )
+    cfg = config.make(
+        **{k: CFG[k] for k in keep},
+        preset="mtriplet",
+        dim=4,
+        charts=3,
+        mmd=0.0,
+        membership=0.0,
+        sampler="random",
+        epochs=None,
+    )
+    batch, shape = _batch(cfg)
+    graphdef, state = step.init_state(cfg, shape, axis_name=None)
+    assert jax.tree.map(jnp.shape, state["memory"].rows) == {"coords": (24, 3, 4), "q": (24, 3)}
+    rng = np.random.default_rng(1)
+    coords = rng.normal(size=(FILLED, 3, 4)).astype(np.float32)
+    q = jax.nn.softmax(rng.normal(size=(FILLED, 3)).astype(np.float32))
+    labels = rng.integers(0, 10, FILLED).astype(np.int32)
+    state = {**state, "memory": memory.update(state["memory"], {"coords": coords, "q": q}, labels)}
+    x, y = data.to_unit(jnp.asarray(batch["x"])), jnp.asarray(batch["y"])
+    tx = optim.make_optimizer(cfg)
+
+    @jax.jit
+    def by_hand(params):
+        def loss(params):
+            out = nnx.merge(graphdef, params, state["rest"], copy=True)(x)
+            kc, kq = jnp.concatenate([out.coords, coords]), jnp.concatenate([out.q, q])
+            sim = -manifold_distance(out.coords, out.q, kc, kq, no_overlap=1e3)
+            kl = jnp.concatenate([y, labels])
+            return losses.triplet(sim, y, margin=0.2, key_labels=kl, self_index=jnp.arange(8)), out
+
+        (value, out), grads = jax.value_and_grad(loss, has_aux=True)(params)
+        return value, jax.tree.map(jnp.add, params, tx.update(grads, tx.init(params), params)[0]), out
+
+    value, params, out = by_hand(state["params"])
+    new, metrics = jax.jit(step.make_step(cfg, graphdef, tx, axis_name=None))(state, batch)
+    assert float(value) > 0
+    np.testing.assert_allclose(metrics["loss"], value, rtol=1e-5)
+    _close(new["params"], params)
+    enqueued = memory.update(state["memory"], {"coords": out.coords, "q": out.q}, y)
+    _close(new["memory"], enqueued, msg="atlas memory")
 
 
 @pytest.mark.multidevice
