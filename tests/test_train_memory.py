@@ -17,25 +17,11 @@ from train.app import cli, config, data, loop, optim, step
 
 # SupCon on the sphere, an MLP; plain SGD (the update is the gradient: a wrong gradient shows), no clipping,
 # no KoLeo, no τ/τ_base factor: the objective is exactly losses.supcon on the cosine similarity.
-CFG = dict(
-    dataset="digits",
-    encoder="mlp",
-    width=16,
-    geometry="sphere",
-    dim=4,
-    batch_size=8,
-    views=2,
-    augment="none",
-    koleo=0.0,
-    base_temperature=None,
-    optimizer="sgd",
-    momentum=0.0,
-    lr=1.0,
-    warmup=0,
-    clip=None,
-    steps=4,
-    memory=24,
-)
+MODEL = dict(dataset="digits", encoder="mlp", width=16, geometry="sphere", dim=4, memory=24)
+BATCHES = dict(batch_size=8, views=2, augment="none", steps=4)
+OBJECTIVE = dict(koleo=0.0, base_temperature=None)
+SGD = dict(optimizer="sgd", momentum=0.0, lr=1.0, warmup=0, clip=None)
+CFG = {**MODEL, **BATCHES, **OBJECTIVE, **SGD}
 FILLED = 13  # rows in the memory before the step: 11 empty slots, masked
 
 
