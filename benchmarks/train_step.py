@@ -239,16 +239,23 @@ def torch_encoder(cfg: config.Config, shape: tuple[int, int, int]) -> Any:
 
         return MLP()
     if cfg.encoder == "cnn":
-        if (cfg.norm or "none") != "none":
-            raise ValueError(f"the PyTorch small CNN has no normalisation, got norm={cfg.norm!r}")
+        norm = cfg.norm or "none"
+        if norm not in ("none", "batch"):
+            raise ValueError(f"the PyTorch small CNN has no {norm!r} normalisation (none or batch)")
 
         class SmallCNN(nn.Module):
             def __init__(self):
                 super().__init__()
                 width = cfg.width or 32
                 widths = (c, width, 2 * width)
-                pairs = zip(widths[:-1], widths[1:], strict=True)
-                self.convs = nn.ModuleList(nn.Conv2d(a, b, 3, padding=1) for a, b in pairs)
+                pairs = list(zip(widths[:-1], widths[1:], strict=True))
+                self.convs = nn.ModuleList(
+                    nn.Conv2d(a, b, 3, padding=1, bias=norm == "none") for a, b in pairs
+                )
+                # flax's BatchNorm momentum 0.9 is PyTorch's 0.1 (the same running average)
+                self.norms = nn.ModuleList(
+                    nn.BatchNorm2d(b, momentum=0.1) if norm == "batch" else nn.Identity() for _, b in pairs
+                )
                 size, self.pools = min(h, w), []
                 for _ in range(2):
                     self.pools.append(size > 4)
@@ -257,8 +264,8 @@ def torch_encoder(cfg: config.Config, shape: tuple[int, int, int]) -> Any:
                 self.features = 8 * width
 
             def forward(self, x):
-                for conv, pool in zip(self.convs, self.pools, strict=True):
-                    x = conv(x)
+                for conv, norm, pool in zip(self.convs, self.norms, self.pools, strict=True):
+                    x = norm(conv(x))
                     x = (nn.functional.max_pool2d(x, 2) if pool else x).relu()
                 return self.dense(x.permute(0, 2, 3, 1).flatten(1)).relu()  # geojax's (H, W, C) order
 
@@ -317,14 +324,14 @@ def torch_encoder(cfg: config.Config, shape: tuple[int, int, int]) -> Any:
 
 def torch_model(cfg: config.Config, shape: tuple[int, int, int]) -> Any:
     """Encoder + Stowell 2026's head (Linear(F, 4D) → ReLU → Linear(4D, D)) + the torusN projection (eq. 3,
-    each pair on a circle of radius √(2/D)), modules named as geojax.models.EmbeddingModel's: NCHW float
-    images → [B, D] float32."""
+    each pair on a circle of radius √(2/D)) or the sphere's L2 normalisation, modules named as
+    geojax.models.EmbeddingModel's: NCHW float images → [B, D] float32."""
     import torch.nn.functional as F
     from torch import nn
 
-    if cfg.geometry != "torus_n" or cfg.projection != "none" or cfg.qat_bits is not None:
+    if cfg.geometry not in ("torus_n", "sphere") or cfg.projection != "none" or cfg.qat_bits is not None:
         raise ValueError(
-            "the PyTorch twin is torus_n without projection or QAT, got "
+            "the PyTorch twin is torus_n or sphere without projection or QAT, got "
             f"geometry={cfg.geometry!r} projection={cfg.projection!r} qat_bits={cfg.qat_bits}"
         )
     d = cfg.dim
@@ -335,8 +342,10 @@ def torch_model(cfg: config.Config, shape: tuple[int, int, int]) -> Any:
             self.hidden, self.out = nn.Linear(features, 4 * d), nn.Linear(4 * d, d)
 
         def forward(self, h):
-            raw = self.out(self.hidden(h).relu()).float().view(-1, d // 2, 2)
-            return F.normalize(raw, dim=2).view(-1, d) * math.sqrt(2 / d)
+            raw = self.out(self.hidden(h).relu()).float()
+            if cfg.geometry == "sphere":
+                return F.normalize(raw, dim=1)
+            return F.normalize(raw.view(-1, d // 2, 2), dim=2).view(-1, d) * math.sqrt(2 / d)
 
     class EmbeddingModel(nn.Module):
         def __init__(self):
@@ -376,10 +385,14 @@ def load_params(model: Any, params: Any) -> None:
         raise KeyError(f"PyTorch parameters without a geojax twin: {missing}")
 
 
-def torch_objective(cfg: config.Config, n: int, device: str) -> Callable[[Any, Any], Any]:
+def torch_objective(
+    cfg: config.Config, n: int, device: str, *, contrastive: Callable[[Any, Any], Any] | None = None
+) -> Callable[[Any, Any], Any]:
     """``loss(z, y)``: SupCon on the cosine similarity (× τ/τ_base, SupContrast's form) + koleo · KoLeo of
     each view's rows (Sablayrolles et al. 2019), for ``cfg.views`` view-major blocks of ``n`` rows. No
-    host synchronisation: the mean over anchors with a positive is a masked sum over a count."""
+    host synchronisation: the mean over anchors with a positive is a masked sum over a count.
+    ``contrastive(z, y)`` replaces the SupCon term before the factor (pytorch-metric-learning's SupConLoss,
+    or its CrossBatchMemory around it)."""
     import torch
     import torch.nn.functional as F
 
@@ -388,15 +401,18 @@ def torch_objective(cfg: config.Config, n: int, device: str) -> Callable[[Any, A
     scale = cfg.temperature / (cfg.base_temperature or cfg.temperature)
     eps = 1e-8 if cfg.koleo_eps is None else cfg.koleo_eps
 
-    def loss(z, y):
-        zn = F.normalize(z, dim=1)
+    def supcon(zn, y):
         logits = (zn @ zn.T / cfg.temperature).masked_fill(eye, -1e9)
         log_prob = logits - torch.logsumexp(logits, dim=1, keepdim=True)
         pos = (y[:, None] == y[None, :]) & ~eye
         count = pos.sum(1)
         per_anchor = (log_prob * pos).sum(1) / count.clamp(min=1)
         has = (count > 0).to(per_anchor.dtype)
-        total = -scale * (per_anchor * has).sum() / has.sum().clamp(min=1)
+        return -(per_anchor * has).sum() / has.sum().clamp(min=1)
+
+    def loss(z, y):
+        zn = F.normalize(z, dim=1)
+        total = scale * (supcon(zn, y) if contrastive is None else contrastive(z, y))
         if cfg.koleo:
             u = zn.view(cfg.views, n, -1)
             nearest = (u @ u.transpose(1, 2)).masked_fill(eye[:n, :n], -2.0).argmax(dim=2)
@@ -435,14 +451,22 @@ class TorchStep:
         return self.step(torch.randperm(len(self.images), device=self.images.device)[: self.batch])
 
 
-def torch_step(case: Case, device: str, *, mode: str = "eager", params: Any = None) -> TorchStep:
+def torch_step(
+    case: Case,
+    device: str,
+    *,
+    mode: str = "eager",
+    params: Any = None,
+    contrastive: Callable[[Any, Any], Any] | None = None,
+) -> TorchStep:
     """The same step in PyTorch (:func:`torch_model`, :func:`torch_objective`, the config's optimiser and
     clipping), as a good PyTorch engineer writes it: the batch gathered and converted on the device, no host
     synchronisation, autocast bf16 and channels_last for convolutions in bf16, ``cudnn.benchmark`` on a GPU.
     ``mode``: 'eager', or a ``torch.compile`` mode under which the whole step is compiled: the batch's
     gather, forward and loss as one graph (its backward by AOTAutograd) and the clipping with the optimiser
     update as another (PyTorch's recipe for compiling an optimiser). ``params``: geojax parameters to start
-    from (:func:`load_params`), else PyTorch's own initialisation."""
+    from (:func:`load_params`), else PyTorch's own initialisation. ``contrastive``: the SupCon term's
+    replacement (:func:`torch_objective`)."""
     import torch
 
     if mode not in TORCH_MODES:
@@ -468,7 +492,7 @@ def torch_step(case: Case, device: str, *, mode: str = "eager", params: Any = No
         raise ValueError(f"no PyTorch twin of optimizer={cfg.optimizer!r}")
     images = torch.as_tensor(case.images, device=device).permute(0, 3, 1, 2).contiguous()  # NCHW uint8
     labels = torch.as_tensor(case.labels, device=device, dtype=torch.int64)
-    objective = torch_objective(cfg, cfg.batch_size, device)
+    objective = torch_objective(cfg, cfg.batch_size, device, contrastive=contrastive)
 
     def batch_loss(idx):
         x = images[idx].float().mul_(1 / 255).repeat(cfg.views, 1, 1, 1)

@@ -73,9 +73,14 @@ def _check_labels(x, name: str, n: int, what: str) -> None:
     _checks.check_integer(x, name)
 
 
-def _check_keys(labels, n: int, m: int, key_labels, self_index, rows: str, cols: str) -> None:
-    """Check labels [n], key_labels [m] and self_index [n] for n anchors (``rows``) and m keys (``cols``)."""
+def _check_keys(labels, n: int, m: int, key_labels, self_index, key_valid, rows: str, cols: str) -> None:
+    """Check labels [n], key_labels [m], self_index [n] and key_valid [m] for n anchors (``rows``) and m keys
+    (``cols``)."""
     _check_labels(labels, "labels", n, rows)
+    if key_valid is not None:
+        _checks.check_rank(key_valid, "key_valid", 1)
+        _checks.check_length(key_valid, "key_valid", m, cols)
+        _checks.check_dtype(key_valid, "key_valid", jnp.bool_)
     if key_labels is not None:
         _check_labels(key_labels, "key_labels", m, cols)
     elif m != n:
@@ -88,14 +93,14 @@ def _check_keys(labels, n: int, m: int, key_labels, self_index, rows: str, cols:
                 raise ValueError(f"self_index must lie in [0, {m}) ({cols}), got values in [{lo}, {hi}]")
 
 
-def _check_sim(sim, labels, key_labels, self_index) -> None:
+def _check_sim(sim, labels, key_labels, self_index, key_valid=None) -> None:
     _checks.check_matrix(sim, "sim")
     _checks.check_floating(sim, "sim")
     n, m = sim.shape
-    _check_keys(labels, n, m, key_labels, self_index, "rows of sim", "columns of sim")
+    _check_keys(labels, n, m, key_labels, self_index, key_valid, "rows of sim", "columns of sim")
 
 
-def _check_embeddings(embeddings, key_embeddings, labels, key_labels, self_index) -> None:
+def _check_embeddings(embeddings, key_embeddings, labels, key_labels, self_index, key_valid=None) -> None:
     _checks.check_matrix(embeddings, "embeddings")
     _checks.check_floating(embeddings, "embeddings")
     m = embeddings.shape[0]
@@ -105,7 +110,9 @@ def _check_embeddings(embeddings, key_embeddings, labels, key_labels, self_index
         _checks.check_same_width(embeddings, key_embeddings, "embeddings", "key_embeddings")
         m = key_embeddings.shape[0]
     n = embeddings.shape[0]
-    _check_keys(labels, n, m, key_labels, self_index, "rows of embeddings", "rows of key_embeddings")
+    _check_keys(
+        labels, n, m, key_labels, self_index, key_valid, "rows of embeddings", "rows of key_embeddings"
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -220,14 +227,14 @@ def _base_scale(temperature, base_temperature):
 
 
 def _softmax_loss(
-    spec: _Softmax, sim, labels, temperature, base_temperature, key_labels, self_index, axis_name
+    spec: _Softmax, sim, labels, temperature, base_temperature, key_labels, self_index, key_valid, axis_name
 ) -> jax.Array:
-    _check_sim(sim, labels, key_labels, self_index)
+    _check_sim(sim, labels, key_labels, self_index, key_valid)
     _check_positive(temperature, "temperature")
     scale = _base_scale(temperature, base_temperature)
     key_labels, self_cols = _resolve_keys(labels, key_labels, self_index)
     x = _f32(sim) / temperature
-    pos, neg = _pair_masks(labels, key_labels, self_cols, jnp.arange(x.shape[1]))
+    pos, neg = _pair_masks(labels, key_labels, self_cols, jnp.arange(x.shape[1]), key_valid)
     lse = _lse_finish(_lse_update(_lse_init(jnp.zeros_like(x[:, 0])), x, spec.denominator(pos, neg)))
     row_sum, count = _softmax_rows(spec, x, pos, lse)
     return _softmax_reduce(spec, row_sum, count, nan_where_nonfinite(x), scale, axis_name)
@@ -241,6 +248,7 @@ def supcon(
     base_temperature: float | None = None,
     key_labels: ArrayLike | None = None,
     self_index: ArrayLike | None = None,
+    key_valid: ArrayLike | None = None,
     axis_name: str | None = None,
 ) -> jax.Array:
     """Supervised contrastive loss L^sup_out (Khosla et al. 2020, eq. 2).
@@ -261,6 +269,8 @@ def supcon(
             anchors.
         self_index: [n] integer column of each anchor's own key in [0, M), masked as a self-pair; with
             ``key_labels`` but no ``self_index`` no column is excluded.
+        key_valid: [M] bool, False on key columns to leave out (a cross-batch memory's empty slots,
+            ``geojax.memory.keys``); None: every column is a key.
         axis_name: named mapped axis over which numerators *and* counts are summed, so every device returns
             the loss of the global batch; None on one device.
 
@@ -271,7 +281,8 @@ def supcon(
     Raises:
         ValueError: ``sim`` is not a non-empty floating [n, M] matrix; ``labels``, ``key_labels`` or
             ``self_index`` has the wrong length or a non-integer dtype; ``key_labels`` is missing while
-            M ≠ n; ``self_index`` lies outside [0, M); ``temperature`` or ``base_temperature`` is not > 0.
+            M ≠ n; ``self_index`` lies outside [0, M); ``key_valid`` is not a bool [M] vector;
+            ``temperature`` or ``base_temperature`` is not > 0.
 
     References:
         Khosla et al. 2020, "Supervised Contrastive Learning" (arXiv 2004.11362), eq. 2.
@@ -288,7 +299,7 @@ def supcon(
         3.2017
     """
     return _softmax_loss(
-        _SUPCON, sim, labels, temperature, base_temperature, key_labels, self_index, axis_name
+        _SUPCON, sim, labels, temperature, base_temperature, key_labels, self_index, key_valid, axis_name
     )
 
 
@@ -300,6 +311,7 @@ def sincere(
     base_temperature: float | None = None,
     key_labels: ArrayLike | None = None,
     self_index: ArrayLike | None = None,
+    key_valid: ArrayLike | None = None,
     axis_name: str | None = None,
 ) -> jax.Array:
     """SINCERE loss (Feeney & Hughes 2024, "cross entropy losses").
@@ -320,6 +332,8 @@ def sincere(
             anchors.
         self_index: [n] integer column of each anchor's own key in [0, M), masked as a self-pair; with
             ``key_labels`` but no ``self_index`` no column is excluded.
+        key_valid: [M] bool, False on key columns to leave out (a cross-batch memory's empty slots,
+            ``geojax.memory.keys``); None: every column is a key.
         axis_name: named mapped axis over which numerators *and* counts are summed, so every device returns
             the loss of the global batch; None on one device.
 
@@ -330,7 +344,8 @@ def sincere(
     Raises:
         ValueError: ``sim`` is not a non-empty floating [n, M] matrix; ``labels``, ``key_labels`` or
             ``self_index`` has the wrong length or a non-integer dtype; ``key_labels`` is missing while
-            M ≠ n; ``self_index`` lies outside [0, M); ``temperature`` or ``base_temperature`` is not > 0.
+            M ≠ n; ``self_index`` lies outside [0, M); ``key_valid`` is not a bool [M] vector;
+            ``temperature`` or ``base_temperature`` is not > 0.
 
     References:
         Feeney & Hughes 2024, similarity functions × contrastive losses, "cross entropy losses" (the
@@ -346,7 +361,7 @@ def sincere(
         0.4482
     """
     return _softmax_loss(
-        _SINCERE, sim, labels, temperature, base_temperature, key_labels, self_index, axis_name
+        _SINCERE, sim, labels, temperature, base_temperature, key_labels, self_index, key_valid, axis_name
     )
 
 
@@ -358,6 +373,7 @@ def info_nce(
     base_temperature: float | None = None,
     key_labels: ArrayLike | None = None,
     self_index: ArrayLike | None = None,
+    key_valid: ArrayLike | None = None,
     axis_name: str | None = None,
 ) -> jax.Array:
     """InfoNCE / NT-Xent (Oord et al. 2018; Chen et al. 2020, eq. 1).
@@ -377,6 +393,8 @@ def info_nce(
             anchors.
         self_index: [n] integer column of each anchor's own key in [0, M), masked as a self-pair; with
             ``key_labels`` but no ``self_index`` no column is excluded.
+        key_valid: [M] bool, False on key columns to leave out (a cross-batch memory's empty slots,
+            ``geojax.memory.keys``); None: every column is a key.
         axis_name: named mapped axis over which numerators *and* counts are summed, so every device returns
             the loss of the global batch; None on one device.
 
@@ -387,7 +405,8 @@ def info_nce(
     Raises:
         ValueError: ``sim`` is not a non-empty floating [n, M] matrix; ``labels``, ``key_labels`` or
             ``self_index`` has the wrong length or a non-integer dtype; ``key_labels`` is missing while
-            M ≠ n; ``self_index`` lies outside [0, M); ``temperature`` or ``base_temperature`` is not > 0.
+            M ≠ n; ``self_index`` lies outside [0, M); ``key_valid`` is not a bool [M] vector;
+            ``temperature`` or ``base_temperature`` is not > 0.
 
     References:
         Oord et al. 2018, "Representation Learning with Contrastive Predictive Coding" (arXiv 1807.03748);
@@ -404,7 +423,7 @@ def info_nce(
         0.4482
     """
     return _softmax_loss(
-        _INFO_NCE, sim, labels, temperature, base_temperature, key_labels, self_index, axis_name
+        _INFO_NCE, sim, labels, temperature, base_temperature, key_labels, self_index, key_valid, axis_name
     )
 
 
@@ -429,10 +448,11 @@ def _softmax_blocked(
     key_embeddings,
     key_labels,
     self_index,
+    key_valid,
     axis_name,
 ) -> jax.Array:
     """Blocked form of a softmax loss: [B, K] similarity tiles only, recomputed in the backward pass."""
-    _check_embeddings(embeddings, key_embeddings, labels, key_labels, self_index)
+    _check_embeddings(embeddings, key_embeddings, labels, key_labels, self_index, key_valid)
     _check_positive(temperature, "temperature")
     scale = _base_scale(temperature, base_temperature)
     _checks.check_positive_int(block_size, "block_size")
@@ -449,11 +469,14 @@ def _softmax_blocked(
         _pad_rows(self_cols, nb * b).reshape(nb, b),
     )
     key_cols = jnp.arange(nk * k, dtype=jnp.int32)
+    real_keys = key_cols < m
+    if key_valid is not None:
+        real_keys = real_keys & jnp.pad(key_valid, (0, nk * k - m))
     key_blocks = (
         _pad_rows(keys, nk * k).reshape(nk, k, -1),
         _pad_rows(key_labels, nk * k).reshape(nk, k),
         key_cols.reshape(nk, k),
-        (key_cols < m).reshape(nk, k),
+        real_keys.reshape(nk, k),
     )
 
     def anchor_block(block):
@@ -500,6 +523,7 @@ def supcon_blocked(
     key_embeddings: ArrayLike | None = None,
     key_labels: ArrayLike | None = None,
     self_index: ArrayLike | None = None,
+    key_valid: ArrayLike | None = None,
     axis_name: str | None = None,
 ) -> jax.Array:
     """SupCon (Khosla et al. 2020, eq. 2) in blocks, from embeddings.
@@ -520,6 +544,8 @@ def supcon_blocked(
         key_labels: [M] integer labels of the keys; None: the keys are the anchors.
         self_index: [n] integer column of each anchor's own key in [0, M), masked as a self-pair; with
             ``key_labels`` but no ``self_index`` no column is excluded.
+        key_valid: [M] bool, False on key columns to leave out (a cross-batch memory's empty slots,
+            ``geojax.memory.keys``); None: every column is a key.
         axis_name: named mapped axis over which numerators and counts are summed (the global batch's loss
             on every device); None on one device.
 
@@ -529,9 +555,9 @@ def supcon_blocked(
 
     Raises:
         ValueError: ``embeddings`` or ``key_embeddings`` is not a non-empty floating matrix, or their widths
-            differ; labels or ``self_index`` have the wrong length, dtype or range; ``key_labels`` is
-            missing while the keys differ from the anchors; ``temperature``, ``base_temperature`` or
-            ``block_size`` is not positive; ``similarity`` is an unknown name.
+            differ; labels, ``self_index`` or ``key_valid`` have the wrong length, dtype or range;
+            ``key_labels`` is missing while the keys differ from the anchors; ``temperature``,
+            ``base_temperature`` or ``block_size`` is not positive; ``similarity`` is an unknown name.
 
     References:
         Khosla et al. 2020, "Supervised Contrastive Learning" (arXiv 2004.11362), eq. 2.
@@ -548,7 +574,7 @@ def supcon_blocked(
     """
     return _softmax_blocked(
         _SUPCON, embeddings, labels, temperature, base_temperature, similarity, block_size, key_embeddings,
-        key_labels, self_index, axis_name,
+        key_labels, self_index, key_valid, axis_name,
     )  # fmt: skip
 
 
@@ -563,6 +589,7 @@ def sincere_blocked(
     key_embeddings: ArrayLike | None = None,
     key_labels: ArrayLike | None = None,
     self_index: ArrayLike | None = None,
+    key_valid: ArrayLike | None = None,
     axis_name: str | None = None,
 ) -> jax.Array:
     """SINCERE (Feeney & Hughes 2024) in blocks, from embeddings.
@@ -583,6 +610,8 @@ def sincere_blocked(
         key_labels: [M] integer labels of the keys; None: the keys are the anchors.
         self_index: [n] integer column of each anchor's own key in [0, M), masked as a self-pair; with
             ``key_labels`` but no ``self_index`` no column is excluded.
+        key_valid: [M] bool, False on key columns to leave out (a cross-batch memory's empty slots,
+            ``geojax.memory.keys``); None: every column is a key.
         axis_name: named mapped axis over which numerators and counts are summed (the global batch's loss
             on every device); None on one device.
 
@@ -592,9 +621,9 @@ def sincere_blocked(
 
     Raises:
         ValueError: ``embeddings`` or ``key_embeddings`` is not a non-empty floating matrix, or their widths
-            differ; labels or ``self_index`` have the wrong length, dtype or range; ``key_labels`` is
-            missing while the keys differ from the anchors; ``temperature``, ``base_temperature`` or
-            ``block_size`` is not positive; ``similarity`` is an unknown name.
+            differ; labels, ``self_index`` or ``key_valid`` have the wrong length, dtype or range;
+            ``key_labels`` is missing while the keys differ from the anchors; ``temperature``,
+            ``base_temperature`` or ``block_size`` is not positive; ``similarity`` is an unknown name.
 
     References:
         Feeney & Hughes 2024, similarity functions × contrastive losses, "cross entropy losses".
@@ -611,7 +640,7 @@ def sincere_blocked(
     """
     return _softmax_blocked(
         _SINCERE, embeddings, labels, temperature, base_temperature, similarity, block_size, key_embeddings,
-        key_labels, self_index, axis_name,
+        key_labels, self_index, key_valid, axis_name,
     )  # fmt: skip
 
 
@@ -626,6 +655,7 @@ def info_nce_blocked(
     key_embeddings: ArrayLike | None = None,
     key_labels: ArrayLike | None = None,
     self_index: ArrayLike | None = None,
+    key_valid: ArrayLike | None = None,
     axis_name: str | None = None,
 ) -> jax.Array:
     """InfoNCE / NT-Xent (Chen et al. 2020, eq. 1) in blocks, from embeddings.
@@ -646,6 +676,8 @@ def info_nce_blocked(
         key_labels: [M] integer labels of the keys; None: the keys are the anchors.
         self_index: [n] integer column of each anchor's own key in [0, M), masked as a self-pair; with
             ``key_labels`` but no ``self_index`` no column is excluded.
+        key_valid: [M] bool, False on key columns to leave out (a cross-batch memory's empty slots,
+            ``geojax.memory.keys``); None: every column is a key.
         axis_name: named mapped axis over which numerators and counts are summed (the global batch's loss
             on every device); None on one device.
 
@@ -655,9 +687,9 @@ def info_nce_blocked(
 
     Raises:
         ValueError: ``embeddings`` or ``key_embeddings`` is not a non-empty floating matrix, or their widths
-            differ; labels or ``self_index`` have the wrong length, dtype or range; ``key_labels`` is
-            missing while the keys differ from the anchors; ``temperature``, ``base_temperature`` or
-            ``block_size`` is not positive; ``similarity`` is an unknown name.
+            differ; labels, ``self_index`` or ``key_valid`` have the wrong length, dtype or range;
+            ``key_labels`` is missing while the keys differ from the anchors; ``temperature``,
+            ``base_temperature`` or ``block_size`` is not positive; ``similarity`` is an unknown name.
 
     References:
         Oord et al. 2018 (arXiv 1807.03748); Chen et al. 2020, "A Simple Framework for Contrastive
@@ -675,7 +707,7 @@ def info_nce_blocked(
     """
     return _softmax_blocked(
         _INFO_NCE, embeddings, labels, temperature, base_temperature, similarity, block_size, key_embeddings,
-        key_labels, self_index, axis_name,
+        key_labels, self_index, key_valid, axis_name,
     )  # fmt: skip
 
 
@@ -683,12 +715,14 @@ def info_nce_blocked(
 # margin losses
 
 
-def _prepare(sim, labels, key_labels, self_index) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+def _prepare(
+    sim, labels, key_labels, self_index, key_valid
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     """Validate, then (sim fp32 [n, M], positive mask, negative mask, 0 or NaN if sim is not all finite)."""
-    _check_sim(sim, labels, key_labels, self_index)
+    _check_sim(sim, labels, key_labels, self_index, key_valid)
     key_labels, self_cols = _resolve_keys(labels, key_labels, self_index)
     s = _f32(sim)
-    pos, neg = _pair_masks(labels, key_labels, self_cols, jnp.arange(s.shape[1]))
+    pos, neg = _pair_masks(labels, key_labels, self_cols, jnp.arange(s.shape[1]), key_valid)
     return s, pos, neg, nan_where_nonfinite(s)
 
 
@@ -706,6 +740,7 @@ def contrastive(
     neg_margin: float = 0.0,
     key_labels: ArrayLike | None = None,
     self_index: ArrayLike | None = None,
+    key_valid: ArrayLike | None = None,
     axis_name: str | None = None,
 ) -> jax.Array:
     """Contrastive loss (Hadsell, Chopra & LeCun 2006), similarity form.
@@ -723,6 +758,8 @@ def contrastive(
             anchors.
         self_index: [n] integer column of each anchor's own key in [0, M), masked as a self-pair; with
             ``key_labels`` but no ``self_index`` no column is excluded.
+        key_valid: [M] bool, False on key columns to leave out (a cross-batch memory's empty slots,
+            ``geojax.memory.keys``); None: every column is a key.
         axis_name: named mapped axis over which numerators and counts are summed (the global batch's loss on
             every device); None on one device.
 
@@ -732,7 +769,7 @@ def contrastive(
     Raises:
         ValueError: ``sim`` is not a non-empty floating [n, M] matrix; ``labels``, ``key_labels`` or
             ``self_index`` has the wrong length or a non-integer dtype; ``self_index`` lies outside [0, M);
-            ``key_labels`` is missing while M ≠ n.
+            ``key_labels`` is missing while M ≠ n; ``key_valid`` is not a bool [M] vector.
 
     References:
         Hadsell, Chopra & LeCun 2006, "Dimensionality Reduction by Learning an Invariant Mapping", eq. 4
@@ -747,7 +784,7 @@ def contrastive(
         >>> round(float(losses.contrastive(sim, labels, pos_margin=0.95, neg_margin=0.2)), 4)
         0.25
     """
-    s, pos, neg, bad = _prepare(sim, labels, key_labels, self_index)
+    s, pos, neg, bad = _prepare(sim, labels, key_labels, self_index, key_valid)
     return _mean_nonzero(jax.nn.relu(pos_margin - s), pos, bad, axis_name) + _mean_nonzero(
         jax.nn.relu(s - neg_margin), neg, bad, axis_name
     )
@@ -826,6 +863,7 @@ def triplet(
     reduction: Reduction = "mean_nonzero",
     key_labels: ArrayLike | None = None,
     self_index: ArrayLike | None = None,
+    key_valid: ArrayLike | None = None,
     axis_name: str | None = None,
 ) -> jax.Array:
     """Triplet margin loss (Schroff et al. 2015; Feeney & Hughes 2024, "margin losses"), similarity form.
@@ -847,6 +885,8 @@ def triplet(
             anchors.
         self_index: [n] integer column of each anchor's own key in [0, M), masked as a self-pair; with
             ``key_labels`` but no ``self_index`` no column is excluded.
+        key_valid: [M] bool, False on key columns to leave out (a cross-batch memory's empty slots,
+            ``geojax.memory.keys``); None: every column is a key.
         axis_name: named mapped axis over which numerators and counts are summed (the global batch's loss on
             every device); None on one device.
 
@@ -874,7 +914,7 @@ def triplet(
     """
     _checks.check_choice(mining, "mining", MININGS)
     _checks.check_choice(reduction, "reduction", REDUCTIONS)
-    s, pos, neg, bad = _prepare(sim, labels, key_labels, self_index)
+    s, pos, neg, bad = _prepare(sim, labels, key_labels, self_index, key_valid)
     if mining == "hard":
         valid = jnp.any(pos, axis=1) & jnp.any(neg, axis=1)
         hardest_pos = jnp.min(jnp.where(pos, s, _BIG), axis=1)
@@ -891,6 +931,15 @@ def triplet(
     return _mean(jnp.sum(total) + bad, jnp.sum(selected), axis_name)
 
 
+def _column_lse(x: jax.Array, mask: jax.Array, axis_name) -> jax.Array:
+    """log Σ exp over the masked rows of x [n, K], per column, over the anchors of every device [K]; −1e30
+    for an empty column (finite, zero gradient). The (stop-gradient) column maximum is subtracted first."""
+    top = jnp.max(jnp.where(mask, lax.stop_gradient(x), -_BIG), axis=0)
+    top = top if axis_name is None else lax.pmax(top, axis_name)
+    total = jnp.sum(jnp.exp(jnp.where(mask, x - top[None, :], -_BIG)), axis=0)
+    return _lse_finish(_LSE(top, parallel.global_sum(total, axis_name)))
+
+
 def lifted_structured(
     sim: ArrayLike,
     labels: ArrayLike,
@@ -899,18 +948,21 @@ def lifted_structured(
     neg_margin: float = 1.0,
     key_labels: ArrayLike | None = None,
     self_index: ArrayLike | None = None,
+    key_valid: ArrayLike | None = None,
     axis_name: str | None = None,
 ) -> jax.Array:
     """Lifted structured loss (Song et al. 2016, eq. 4; Feeney & Hughes 2024), similarity form.
 
     Per ordered positive pair (a, p): relu(LSE_{n∈N(a)∪N(p)}(s_n − m_neg) + m_pos − s_ap)² / 2, mean over
-    positive pairs (pairs without any negative are left out). N(p) needs key p's own row: keys are taken to be
-    the anchors of all devices in ``axis_name`` order (the ``all_gather`` layout), so key p's row log-sum-exp
-    is gathered from its device.
+    positive pairs (pairs without any negative are left out). N(p) needs key p's own row: the first keys are
+    taken to be the anchors of all devices in ``axis_name`` order (the ``all_gather`` layout), so key p's row
+    log-sum-exp is gathered from its device. Keys past them (a cross-batch memory's rows, ``geojax.memory``:
+    Wang et al. 2020) have no row of their own: N(p) of such a key is read from its column, the anchors of the
+    whole batch whose label differs from p's (for a symmetric similarity, the batch part of p's row).
 
     Args:
-        sim: [n, M] floating similarities of n anchors to M keys, one column per anchor of the (gathered)
-            batch.
+        sim: [n, M] floating similarities of n anchors to M keys: one column per anchor of the (gathered)
+            batch first, then any further keys (memory rows).
         labels: [n] integer labels of the anchors.
         pos_margin: m_pos, in similarity units.
         neg_margin: m_neg, in similarity units.
@@ -918,6 +970,8 @@ def lifted_structured(
             anchors.
         self_index: [n] integer column of each anchor's own key in [0, M), masked as a self-pair; with
             ``key_labels`` but no ``self_index`` no column is excluded.
+        key_valid: [M] bool, False on key columns to leave out (a cross-batch memory's empty slots,
+            ``geojax.memory.keys``); None: every column is a key.
         axis_name: named mapped axis over which numerators and counts are summed (the global batch's loss on
             every device); None on one device.
 
@@ -925,8 +979,8 @@ def lifted_structured(
         Scalar fp32 loss; NaN when ``sim`` holds a NaN or ±Inf anywhere.
 
     Raises:
-        ValueError: ``sim`` has not one column per anchor of the (gathered) batch; ``sim``, ``labels``,
-            ``key_labels`` or ``self_index`` is malformed (as for ``contrastive``).
+        ValueError: ``sim`` has fewer columns than the anchors of the (gathered) batch; ``sim``, ``labels``,
+            ``key_labels``, ``self_index`` or ``key_valid`` is malformed (as for ``contrastive``).
 
     References:
         Song et al. 2016, "Deep Metric Learning via Lifted Structured Feature Embedding" (arXiv 1511.06452),
@@ -941,14 +995,17 @@ def lifted_structured(
         >>> round(float(losses.lifted_structured(sim, labels, pos_margin=1.0, neg_margin=0.5)), 4)
         0.7769
     """
-    s, pos, neg, bad = _prepare(sim, labels, key_labels, self_index)
+    s, pos, neg, bad = _prepare(sim, labels, key_labels, self_index, key_valid)
     row_lse = _lse_finish(_lse_update(_lse_init(jnp.zeros_like(s[:, 0])), s, neg))  # [n]
     key_lse = parallel.gather(row_lse, axis_name)
-    if key_lse.shape[0] != s.shape[1]:
+    batch = key_lse.shape[0]
+    if s.shape[1] < batch:
         raise ValueError(
-            f"sim must have one column per anchor of the (gathered) batch for lifted_structured: "
-            f"{key_lse.shape[0]} anchors, got {s.shape[1]} columns"
+            f"sim must have one column per anchor of the (gathered) batch first for lifted_structured: "
+            f"{batch} anchors, got {s.shape[1]} columns"
         )
+    if s.shape[1] > batch:  # keys without a row (memory): N(p) from their column over the global batch
+        key_lse = jnp.concatenate([key_lse, _column_lse(s[:, batch:], neg[:, batch:], axis_name)])
     union = jnp.logaddexp(row_lse[:, None], key_lse[None, :])
     valid = pos & (union > -_BIG / 2)
     terms = jnp.square(jax.nn.relu(jnp.where(valid, union - neg_margin + pos_margin - s, 0.0))) / 2
@@ -968,6 +1025,7 @@ def simo(
     key_embeddings: ArrayLike | None = None,
     key_labels: ArrayLike | None = None,
     self_index: ArrayLike | None = None,
+    key_valid: ArrayLike | None = None,
     axis_name: str | None = None,
 ) -> jax.Array:
     """SimO loss (Bouhsine et al. 2024, eq. 1) over the pairs i < j of a batch.
@@ -989,6 +1047,8 @@ def simo(
             anchors.
         self_index: [n] integer column of each anchor's own key in [0, M), masked as a self-pair; with
             ``key_labels`` but no ``self_index`` no column is excluded.
+        key_valid: [M] bool, False on key columns to leave out (a cross-batch memory's empty slots,
+            ``geojax.memory.keys``); None: every column is a key.
         axis_name: named mapped axis over which numerators and counts are summed (the global batch's loss on
             every device); None on one device.
 
@@ -996,8 +1056,8 @@ def simo(
         Scalar fp32 loss; NaN when an embedding holds a NaN or ±Inf.
 
     Raises:
-        ValueError: an embedding set is not a non-empty floating matrix or the widths differ; labels or
-            ``self_index`` are malformed; ``eps`` is negative.
+        ValueError: an embedding set is not a non-empty floating matrix or the widths differ; labels,
+            ``self_index`` or ``key_valid`` are malformed; ``eps`` is negative.
 
     References:
         Bouhsine et al. 2024, "SimO Loss: Anchor-Free Contrastive Loss for Fine-Grained Supervised
@@ -1013,7 +1073,7 @@ def simo(
         >>> round(float(losses.simo(e, labels, orthogonality=False)), 4)
         0.9
     """
-    _check_embeddings(embeddings, key_embeddings, labels, key_labels, self_index)
+    _check_embeddings(embeddings, key_embeddings, labels, key_labels, self_index, key_valid)
     _check_nonnegative(eps, "eps")
     keys = embeddings if key_embeddings is None else key_embeddings
     labels = jnp.asarray(labels)
@@ -1022,6 +1082,8 @@ def simo(
     dots = _similarity.dot(embeddings, keys)
     o = jnp.square(dots) if orthogonality else jnp.ones_like(dots)
     upper = jnp.arange(d.shape[1])[None, :] > self_cols[:, None]
+    if key_valid is not None:
+        upper = upper & key_valid[None, :]
     same = labels[:, None] == key_labels[None, :]
     sums = [jnp.sum(jnp.where(upper & mask, v, 0.0)) for mask in (same, ~same) for v in (d, o)]
     sums[0] = sums[0] + nan_where_nonfinite(d) + nan_where_nonfinite(dots)

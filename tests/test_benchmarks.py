@@ -539,3 +539,25 @@ def test_seeds_quick(tmp_path):
     assert [r["S"] for r in rows] == ["1", "2"]
     assert rows[0]["ratio"] == "1.000"  # S = 1 is the single run itself
     assert all(float(r["one program MiB"]) > 0 for r in rows)
+
+
+@pytest.mark.slow
+def test_memory_quick(tmp_path):
+    argv = ("--quick", "--out", str(tmp_path))
+    out = _run_script("memory.py", *argv)
+    speed, p1 = _tables(out)  # the step timings come first (minutes), then the trainings (hours)
+    figures = _figures(tmp_path, "memory", argv)
+    assert [(a["batch"], a["memory"]) for a in figures["arms"]] == [(16, 0), (16, 64)]
+    assert [(r["batch"], r["memory"]) for r in p1] == [("16", "0"), ("16", "64")]
+    for arm, row in zip(figures["arms"], p1, strict=True):
+        assert row["P@1 mean"] == f"{arm['precision_at_1_mean']:.4f}" and len(arm["rows"]) == 1
+        assert arm["rows"][0]["steps"] == figures["steps"] == 12 and 0 < arm["precision_at_1_mean"] <= 1
+    timing = figures["speed"]
+    assert [r["step"] for r in timing["rows"]] == [r["step"] for r in speed]
+    ms = {(r["side"], r["memory"]): r["ms_per_step"] for r in timing["rows"]}
+    assert timing["geojax_memory_over_none"] == pytest.approx(ms["geojax", 64] / ms["geojax", 0])
+    assert timing["target_met"] == (timing["geojax_memory_over_none"] <= 1.3)
+    if _installed("pytorch_metric_learning") and _installed("torch"):
+        assert timing["pml_memory_over_none"] == pytest.approx(ms["pml", 64] / ms["pml", 0])
+    else:
+        assert timing["pml_memory_over_none"] is None and len(speed) == 2

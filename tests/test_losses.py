@@ -103,6 +103,25 @@ def ref_lifted(sim, labels, pos_margin=0.0, neg_margin=1.0):
     return _avg(terms)
 
 
+def ref_lifted_memory(sim, labels, key_labels, pos_margin=0.0, neg_margin=1.0):
+    """Lifted structured with keys [the n anchors; further keys without a row]: N(p) of a further key p is
+    the anchors with another label, read from p's column."""
+    n, keys = len(labels), len(key_labels)
+    terms = []
+    for a in range(n):
+        neg_a = [sim[a, k] - neg_margin for k in range(keys) if key_labels[k] != labels[a]]
+        for p in range(keys):
+            if p == a or key_labels[p] != labels[a]:
+                continue
+            if p < n:
+                neg_p = [sim[p, k] - neg_margin for k in range(keys) if key_labels[k] != key_labels[p]]
+            else:
+                neg_p = [sim[k, p] - neg_margin for k in range(n) if labels[k] != key_labels[p]]
+            if neg_a + neg_p:
+                terms.append(max(_lse(neg_a + neg_p) + pos_margin - sim[a, p], 0.0) ** 2 / 2)
+    return _avg(terms)
+
+
 def ref_simo(emb, labels, eps=1e-6, orthogonality=True):
     e = np.asarray(emb, np.float64)
     sd = so = dd = do = 0.0
@@ -409,7 +428,11 @@ def test_bad_inputs_raise_value_error_naming_the_argument():
         (lambda: losses.triplet(sim, y, mining="easy"), "mining"),
         (lambda: losses.triplet(sim, y, reduction="sum"), "reduction"),
         (lambda: losses.contrastive(sim, y[:, None]), "labels"),
-        (lambda: losses.lifted_structured(jnp.zeros((4, 6)), y, key_labels=jnp.arange(6)), "sim"),
+        (lambda: losses.lifted_structured(jnp.zeros((4, 3)), y, key_labels=jnp.arange(3)), "sim"),
+        (lambda: losses.supcon(sim, y, key_valid=jnp.ones(3, bool)), "key_valid"),
+        (lambda: losses.triplet(sim, y, key_valid=jnp.ones(4)), "key_valid"),
+        (lambda: losses.simo(jnp.zeros((4, 3)), y, key_valid=jnp.ones((4, 1), bool)), "key_valid"),
+        (lambda: losses.supcon_blocked(jnp.zeros((4, 3)), y, key_valid=jnp.ones(5, bool)), "key_valid"),
         (lambda: losses.simo(jnp.zeros(4), y), "embeddings"),
         (lambda: losses.simo(jnp.zeros((4, 3)), y, eps=-1.0), "eps"),
         (lambda: losses.simo(jnp.zeros((4, 3)), y, key_embeddings=jnp.zeros((4, 2))), "key_embeddings"),
@@ -420,3 +443,65 @@ def test_bad_inputs_raise_value_error_naming_the_argument():
     for call, name in cases:
         with pytest.raises(ValueError, match=name):
             call()
+
+
+def _memory_case(seed=5):
+    """Anchors [n, D] whose keys are [the anchors; 7 memory rows], memory rows 2 and 5 empty (masked)."""
+    emb, labels = _data(6, 3, seed=seed)
+    mem, mem_labels = _data(7, 3, seed=seed + 1)
+    keys, key_labels = np.concatenate([emb, mem]), np.concatenate([labels, mem_labels])
+    valid = np.ones(len(keys), bool)
+    valid[[6 + 2, 6 + 5]] = False
+    return emb, labels, keys, key_labels, valid
+
+
+@pytest.mark.parametrize("name,fn,ref", SIM_LOSSES, ids=[s[0] for s in SIM_LOSSES])
+def test_key_valid_equals_dropping_the_columns(name, fn, ref):
+    """key_valid=False columns (a memory's empty slots) count as absent: the loop on the kept columns."""
+    emb, labels, keys, key_labels, valid = _memory_case()
+    sim = _sim(emb, keys)
+    got = jax.jit(fn)(
+        jnp.asarray(sim),
+        jnp.asarray(labels),
+        key_labels=jnp.asarray(key_labels),
+        self_index=jnp.arange(6),
+        key_valid=jnp.asarray(valid),
+    )
+    want = ref(sim[:, valid], labels, key_labels=key_labels[valid], self_index=np.arange(6))
+    np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+
+
+def test_lifted_with_memory_columns_matches_loop():
+    emb, labels, keys, key_labels, valid = _memory_case(seed=8)
+    sim = _sim(emb, keys)
+    fn = jax.jit(partial(losses.lifted_structured, pos_margin=0.2, neg_margin=0.5))
+    kw = dict(key_labels=jnp.asarray(key_labels), self_index=jnp.arange(6))
+    got = fn(jnp.asarray(sim), jnp.asarray(labels), key_valid=jnp.asarray(valid), **kw)
+    want = ref_lifted_memory(sim[:, valid], labels, key_labels[valid], 0.2, 0.5)
+    np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+    # without memory columns it is the square loss
+    square = fn(
+        jnp.asarray(sim[:, :6]),
+        jnp.asarray(labels),
+        key_labels=jnp.asarray(labels),
+        self_index=kw["self_index"],
+    )
+    np.testing.assert_allclose(square, ref_lifted(sim[:, :6], labels, 0.2, 0.5), rtol=RTOL, atol=ATOL)
+
+
+def test_key_valid_in_simo_and_blocked_forms():
+    emb, labels, keys, key_labels, valid = _memory_case(seed=11)
+    e, y = jnp.asarray(emb), jnp.asarray(labels)
+    kw = dict(key_labels=jnp.asarray(key_labels), self_index=jnp.arange(6))
+    kept = dict(key_labels=jnp.asarray(key_labels[valid]), self_index=jnp.arange(6))
+    got = losses.simo(e, y, key_embeddings=jnp.asarray(keys), key_valid=jnp.asarray(valid), **kw)
+    want = losses.simo(e, y, key_embeddings=jnp.asarray(keys[valid]), **kept)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    for blocked, plain in ((losses.supcon_blocked, "supcon"), (losses.info_nce_blocked, "info_nce")):
+        got = blocked(
+            e, y, block_size=4, key_embeddings=jnp.asarray(keys), key_valid=jnp.asarray(valid), **kw
+        )
+        want = ref_softmax(
+            plain, _sim(emb, keys[valid]), labels, key_labels=key_labels[valid], self_index=range(6)
+        )
+        np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)

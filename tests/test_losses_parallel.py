@@ -72,6 +72,33 @@ def _blocked(fn):
     return partial(fn, block_size=3), local
 
 
+# A cross-batch memory of 6 rows, two of them empty slots: constant keys after the batch's (geojax.memory).
+MEMORY = _data(n=6, seed=3)
+MEMORY_VALID = jnp.array([True, True, False, True, False, True])
+
+
+def _with_memory(fn):
+    """The loss with keys [the whole batch; MEMORY], on one device and per device (gathered keys first)."""
+
+    def extend(keys, key_labels):
+        return (
+            jnp.concatenate([keys, MEMORY[0]]),
+            jnp.concatenate([key_labels, MEMORY[1]]),
+            jnp.concatenate([jnp.ones(len(key_labels), bool), MEMORY_VALID]),
+        )
+
+    def single(e, y):
+        keys, key_labels, valid = extend(e, y)
+        return fn(cosine(e, keys), y, key_labels=key_labels, self_index=jnp.arange(len(y)), key_valid=valid)
+
+    def local(e, y):
+        keys, kw = _gathered(e, y)
+        keys, kw["key_labels"], valid = extend(keys, kw["key_labels"])
+        return fn(cosine(e, keys), y, key_valid=valid, **kw)
+
+    return single, local
+
+
 # name: ((single-device loss, per-device loss), whether gradients are compared too)
 CASES = {
     "supcon": (_sim_loss(losses.supcon), True),
@@ -85,6 +112,11 @@ CASES = {
     "lifted_structured": (_sim_loss(partial(losses.lifted_structured, neg_margin=0.5)), True),
     "simo": (_simo(), True),
     "supcon_blocked": (_blocked(losses.supcon_blocked), False),
+    "supcon_memory": (_with_memory(losses.supcon), True),
+    "info_nce_memory": (_with_memory(losses.info_nce), False),
+    "contrastive_memory": (_with_memory(partial(losses.contrastive, pos_margin=0.8, neg_margin=0.1)), False),
+    "triplet_memory": (_with_memory(partial(losses.triplet, margin=0.3)), True),
+    "lifted_structured_memory": (_with_memory(partial(losses.lifted_structured, neg_margin=0.5)), True),
 }
 
 

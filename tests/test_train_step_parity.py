@@ -1,8 +1,9 @@
 """The PyTorch twin of the train step (benchmarks/train_step.py) computes what geojax's step computes, so the
 benchmark times the same work: from the same weights and batch (fp32, CPU) the same loss, the same gradients
-and the same updated weights, with the clipping active. Three recipes: Stowell 2026's CIFAR one (ResNet-18
+and the same updated weights, with the clipping active. Four recipes: Stowell 2026's CIFAR one (ResNet-18
 with batch norm, SupCon × τ/τ_base + KoLeo, SGD, element-wise clipping) at a small width, and the digits one
-(AdamW, global-norm clipping) with the MLP and with the small CNN."""
+(AdamW, global-norm clipping) with the MLP and with the small CNN, and the CPU recipe (the small CNN with
+batch norm on the sphere)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,11 @@ RECIPES = {
     "mlp": (dict(preset="supcon_torus_n", width=32, warmup=0), (6, 6, 3)),  # lr at step 0: the rate
     # the small CNN on one channel (tap_conv), 12 → 6 → 3 before the dense layer: the flattening order counts
     "cnn": (dict(preset="supcon_torus_n", encoder="cnn", width=4, warmup=0), (12, 12, 1)),
+    # the CPU recipe for 28×28 images (benchmarks/memory.py): the small CNN with batch norm, sphere D = 16
+    "cnn_bn_sphere": (
+        dict(preset="supcon_sphere_cpu", width=4, warmup=0, epochs=None, steps=10),
+        (12, 12, 1),
+    ),
 }
 
 

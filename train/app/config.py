@@ -52,7 +52,15 @@ from train.app.presets import SINCERE_CIFAR10 as SINCERE_CIFAR10
 from train.app.presets import STOWELL_2026 as STOWELL_2026
 from train.app.presets import STOWELL_2026_DIGITS as STOWELL_2026_DIGITS
 from train.app.presets import SUPCON_CIFAR10 as SUPCON_CIFAR10
-from train.app.registry import NON_NEGATIVE, POSITIVE, POSITIVE_INT, UNIT_INTERVAL, Key, When
+from train.app.registry import (
+    NON_NEGATIVE,
+    NON_NEGATIVE_INT,
+    POSITIVE,
+    POSITIVE_INT,
+    UNIT_INTERVAL,
+    Key,
+    When,
+)
 
 Labels = Literal["class", "instance"]
 ClassSplit = Literal["all", "disjoint"]
@@ -78,6 +86,7 @@ GROUPS = {
 CLIPPED = When("clip", (True,), lambda clip: clip is not None, "a threshold")
 PROBED = When("probe", typing.get_args(Probe))
 SELECT = When("select_best", (True,))
+MEMORY_ON = When("memory", (True,), lambda size: size > 0, "a positive size")
 OPTIONAL_INT = int | None
 
 
@@ -148,6 +157,15 @@ registry.core(
             LossSimilarity,
         ),
         ("labels", "class", "positives: same class, or instance (each image its own: SimCLR)", Labels),
+        (
+            "memory_warmup",
+            0,
+            "steps before the cross-batch memory starts filling (it stays empty until then: XBM starts "
+            "it once the embeddings drift slowly)",
+            int,
+            NON_NEGATIVE_INT,
+            MEMORY_ON,
+        ),
     ),
     *_keys(
         "optimisation",

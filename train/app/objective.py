@@ -10,10 +10,11 @@ from typing import Any, NamedTuple
 import jax
 
 from geojax import losses, manifolds, models, parallel, regularizers
+from geojax import memory as memory_lib
 from geojax import similarity as similarity_lib
 from geojax.manifolds import GEOMETRIES
 from train.app import registry
-from train.app.registry import NON_NEGATIVE, POSITIVE, POSITIVE_INT, Key, When
+from train.app.registry import NON_NEGATIVE, NON_NEGATIVE_INT, POSITIVE, POSITIVE_INT, Key, When
 
 NO_OVERLAP = 1e3  # d_M where two atlas points share no chart (finite, so losses stay finite)
 
@@ -47,12 +48,26 @@ SIMO_ORTHOGONALITY = Key(
     arg="orthogonality",
 )
 
-registry.register("loss", "supcon", keys=(TEMPERATURE, BASE_TEMPERATURE), calls=losses.supcon)
-registry.register("loss", "sincere", keys=(TEMPERATURE, BASE_TEMPERATURE), calls=losses.sincere)
-registry.register("loss", "info_nce", keys=(TEMPERATURE, BASE_TEMPERATURE), calls=losses.info_nce)
-registry.register("loss", "contrastive", keys=(POS_MARGIN, NEG_MARGIN), calls=losses.contrastive)
-registry.register("loss", "triplet", keys=(MARGIN, MINING), calls=losses.triplet)
-registry.register("loss", "lifted_structured", keys=(POS_MARGIN, NEG_MARGIN), calls=losses.lifted_structured)
+# A cross-batch memory (Wang et al. 2020, XBM; geojax.memory) is a key of the losses that read key rows beside
+# their anchors. SimO is not one of them: its loss is a ratio of sums over *every* pair of the set, so memory
+# rows would bring their M² pairs with each other into each step (left out, the ratios would change).
+MEMORY = Key(
+    "memory",
+    0,
+    "cross-batch memory: the key rows of the last M embeddings (all views, every device) as extra keys, "
+    "constants, enqueued after each step's loss (Wang et al. 2020, XBM); 0: off",
+    int,
+    "objective",
+    NON_NEGATIVE_INT,
+)
+registry.register("loss", "supcon", keys=(TEMPERATURE, BASE_TEMPERATURE, MEMORY), calls=losses.supcon)
+registry.register("loss", "sincere", keys=(TEMPERATURE, BASE_TEMPERATURE, MEMORY), calls=losses.sincere)
+registry.register("loss", "info_nce", keys=(TEMPERATURE, BASE_TEMPERATURE, MEMORY), calls=losses.info_nce)
+registry.register("loss", "contrastive", keys=(POS_MARGIN, NEG_MARGIN, MEMORY), calls=losses.contrastive)
+registry.register("loss", "triplet", keys=(MARGIN, MINING, MEMORY), calls=losses.triplet)
+registry.register(
+    "loss", "lifted_structured", keys=(POS_MARGIN, NEG_MARGIN, MEMORY), calls=losses.lifted_structured
+)
 # SimO compares the embeddings themselves (Bouhsine 2024 eq. 4), not a similarity matrix.
 registry.register("loss", "simo", keys=(SIMO_EPS, SIMO_ORTHOGONALITY), calls=losses.simo, input="embeddings")
 
@@ -173,39 +188,62 @@ class Objective:
             chart_dim=cfg.dim,
         )
 
-    def _similarity(self, out: models.Outputs, axis_name: str | None) -> jax.Array:
-        """[n, M] similarity of the n local rows to the gathered M global rows."""
+    def _on_embeddings(self) -> bool:
+        return registry.option("loss", self.loss).info.get("input") == "embeddings"
+
+    def key_rows(self, out: models.Outputs) -> Any:
+        """What the loss compares of each row, and so what a cross-batch memory stores: the loss vectors
+        [n, D'] (the projection head's output when there is one, else the embedding) for a loss on the
+        embeddings (SimO) and a vector similarity; an atlas's chart coordinates and memberships ``{'coords':
+        [n, charts, d], 'q': [n, charts]}`` for ``manifold`` (d_M needs both); the angles [n, D/2] of torus
+        embeddings for ``torus``."""
+        if self._on_embeddings():
+            return out.loss_vectors
+        if self.similarity == "manifold":
+            return {"coords": out.coords, "q": out.q}
+        if self.similarity == "torus":
+            return manifolds.clifford_to_angles(out.loss_vectors)
+        return out.loss_vectors
+
+    def _similarity(self, rows: Any, keys: Any) -> jax.Array:
+        """[n, M] similarity of the n local rows to the M keys (:meth:`key_rows` of both)."""
         if self.similarity == "manifold":
             return -similarity_lib.manifold_distance(
-                out.coords,
-                out.q,
-                parallel.gather(out.coords, axis_name),
-                parallel.gather(out.q, axis_name),
-                no_overlap=NO_OVERLAP,
+                rows["coords"], rows["q"], keys["coords"], keys["q"], no_overlap=NO_OVERLAP
             )
-        vectors = out.loss_vectors
-        if self.similarity == "torus":
-            vectors = manifolds.clifford_to_angles(vectors)
-        return similarity_lib.get(self.similarity)(vectors, parallel.gather(vectors, axis_name))
+        return similarity_lib.get(self.similarity)(rows, keys)
+
+    def gathered_keys(
+        self, out: models.Outputs, labels: jax.Array, axis_name: str | None
+    ) -> tuple[Any, jax.Array]:
+        """(:meth:`key_rows`, labels) of the rows of every device in device order: the global batch's keys,
+        and what a step enqueues into its memory."""
+        gather = lambda x: parallel.gather(x, axis_name)  # noqa: E731
+        return jax.tree.map(gather, self.key_rows(out)), gather(labels)
 
     def __call__(
-        self, out: models.Outputs, labels: jax.Array, key: jax.Array, axis_name: str | None
+        self,
+        out: models.Outputs,
+        labels: jax.Array,
+        key: jax.Array,
+        axis_name: str | None,
+        memory: memory_lib.Memory | None = None,
     ) -> tuple[jax.Array, dict[str, jax.Array]]:
         """(total, {term: unweighted value}) of one device's outputs (n rows, ``labels`` [n]) against the keys
-        of all devices; every term is the value on the global batch."""
-        n = labels.shape[0]
-        keys = {
-            "key_labels": parallel.gather(labels, axis_name),
-            "self_index": parallel.self_index(n, axis_name),
-            "axis_name": axis_name,
-        }
+        of all devices, followed by the rows of ``memory`` when given (constants; its empty slots left out);
+        every term is the value on the global batch."""
+        rows = self.key_rows(out)
+        key_rows, key_labels = self.gathered_keys(out, labels, axis_name)
+        keys = {"self_index": parallel.self_index(labels.shape[0], axis_name), "axis_name": axis_name}
+        if memory is not None:
+            key_rows, key_labels, keys["key_valid"] = memory_lib.keys(memory, key_rows, key_labels)
+        keys["key_labels"] = key_labels
         loss = registry.option("loss", self.loss)
-        if loss.info.get("input") == "embeddings":
-            vectors = out.loss_vectors
-            inputs = {"key_embeddings": parallel.gather(vectors, axis_name)}
-            main = loss.calls(vectors, labels, **inputs, **dict(self.loss_kwargs), **keys)
+        if self._on_embeddings():
+            inputs = {"key_embeddings": key_rows}
+            main = loss.calls(rows, labels, **inputs, **dict(self.loss_kwargs), **keys)
         else:
-            main = loss.calls(self._similarity(out, axis_name), labels, **dict(self.loss_kwargs), **keys)
+            main = loss.calls(self._similarity(rows, key_rows), labels, **dict(self.loss_kwargs), **keys)
         terms = {self.loss: main}
         total = main
         ctx = Context(key, axis_name, self.views, self.chart_dim)

@@ -42,11 +42,9 @@ class Range:
 
     def __str__(self) -> str:
         if self.integer:
-            return (
-                "a positive integer"
-                if (self.low, self.closed) in ((0, False), (1, True))
-                else f">= {self.low}"
-            )
+            if (self.low, self.closed) in ((0, False), (1, True)):
+                return "a positive integer"
+            return "a non-negative integer" if (self.low, self.closed) == (0, True) else f">= {self.low}"
         if self.high is not None:
             return f"in {'[' if self.closed else '('}{self.low:g}, {self.high:g})"
         if self.low == 0:
@@ -57,6 +55,7 @@ class Range:
 POSITIVE = Range()
 NON_NEGATIVE = Range(closed=True)
 POSITIVE_INT = Range(integer=True)
+NON_NEGATIVE_INT = Range(closed=True, integer=True)
 UNIT_INTERVAL = Range(high=1.0)  # the open interval (0, 1)
 
 

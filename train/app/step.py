@@ -30,6 +30,7 @@ from jax import lax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from geojax import memory as memory_lib
 from geojax import models, parallel
 from train.app import data, registry
 from train.app.config import Config
@@ -65,7 +66,20 @@ def init_state(
     }
     if cfg.ema is not None:
         state["ema"] = jax.tree.map(jnp.copy, params)
+    if cfg.memory:
+        state["memory"] = memory_lib.init(cfg.memory, _key_rows_like(cfg, image_shape))
     return graphdef, state
+
+
+def _key_rows_like(cfg: Config, image_shape: tuple[int, int, int]) -> Any:
+    """Shapes and dtypes of the key rows (:meth:`Objective.key_rows`) of one image's views: what a step's
+    cross-batch memory stores per row."""
+    objective = Objective.from_config(cfg)
+
+    def rows(x):
+        return objective.key_rows(build_model(cfg, image_shape, axis_name=None)(x))
+
+    return jax.eval_shape(rows, jax.ShapeDtypeStruct((1, *image_shape), jnp.float32))
 
 
 def init_replicas(cfg: Config, image_shape: tuple[int, int, int]) -> tuple[nnx.GraphDef, State]:
@@ -111,23 +125,34 @@ class Views:
 
 def make_loss(
     cfg: Config, graphdef: nnx.GraphDef, axis_name: str | None = parallel.AXIS
-) -> Callable[[Any, Any, dict[str, jax.Array], jax.Array], tuple[jax.Array, tuple[dict, Any]]]:
-    """``loss(params, rest, batch, key) -> (total, (terms, rest))``: the training objective of one device's
-    batch (see :func:`make_step` for ``batch``), its views drawn and augmented with ``key``'s first half and
-    the objective's own randomness (an atlas's prior sample) from its second; ``rest`` comes back updated
-    (batch statistics). Differentiate it with respect to ``params``."""
+) -> Callable[..., tuple[jax.Array, tuple[dict, Any, Any]]]:
+    """``loss(params, rest, batch, key, memory=None) -> (total, (terms, rest, enqueue))``: the training
+    objective of one device's batch (see :func:`make_step` for ``batch``), its views drawn and augmented with
+    ``key``'s first half and the objective's own randomness (an atlas's prior sample) from its second;
+    ``rest`` comes back updated (batch statistics). With a cross-batch ``memory`` (geojax.memory) its rows
+    are further keys, constants, and ``enqueue`` is (key rows, labels) of the global batch, every device's
+    views gathered in device order (else None). Differentiate it with respect to ``params``."""
     objective_fn = Objective.from_config(cfg)
     views = Views(cfg.views, cfg.augment, compute_dtype(cfg))
 
-    def loss(params, rest, batch, key):
+    def loss(params, rest, batch, key, memory=None):
         k_aug, k_prior = jax.random.split(key)
         x = views(k_aug, batch["x"], batch["pos"])
         labels = jnp.tile(batch["y"], views.n)
         model = nnx.merge(graphdef, params, rest, copy=True)
-        total, terms = objective_fn(model(x), labels, k_prior, axis_name)
-        return total, (terms, nnx.state(model, nnx.Not(nnx.Param)))
+        out = model(x)
+        total, terms = objective_fn(out, labels, k_prior, axis_name, memory)
+        enqueue = None if memory is None else objective_fn.gathered_keys(out, labels, axis_name)
+        return total, (terms, nnx.state(model, nnx.Not(nnx.Param)), enqueue)
 
     return loss
+
+
+def enqueue(memory: memory_lib.Memory, rows: Any, labels: jax.Array, on: jax.Array) -> memory_lib.Memory:
+    """``memory`` with the global batch's key rows enqueued (geojax.memory.update) where ``on`` (the step is
+    past ``memory_warmup``), else unchanged."""
+    updated = memory_lib.update(memory, rows, labels)
+    return jax.tree.map(lambda new, old: jnp.where(on, new, old), updated, memory)
 
 
 def make_step(
@@ -141,7 +166,9 @@ def make_step(
     """Per-device step ``(state, batch) -> (state, metrics)``; batch = {'x': [n, H, W, C] (float32 in [0, 1]
     or uint8 codes, see :func:`data.to_unit`), 'y': [n], 'pos': [n] global positions}. Gradients of
     :func:`make_loss` are pmean-ed over ``axis_name`` (geojax.parallel's convention). ``ema``: the per-step
-    decay of the weights' EMA (:func:`ema_decay`), required when ``cfg.ema`` is set."""
+    decay of the weights' EMA (:func:`ema_decay`), required when ``cfg.ema`` is set. A state with a
+    cross-batch ``memory`` (``cfg.memory`` > 0) reads it as further keys and, from step ``cfg.memory_warmup``
+    on, enqueues the global batch after the loss: every device holds the same memory."""
     if (cfg.ema is None) != (ema is None):
         raise ValueError(f"ema must be the per-step decay when cfg.ema is set (cfg.ema={cfg.ema}), got {ema}")
     loss = make_loss(cfg, graphdef, axis_name)
@@ -149,8 +176,9 @@ def make_step(
     def step(state, batch):
         # a replica of a several-seeds run carries its own seed (init_replicas); a single run uses cfg.seed
         key = jax.random.fold_in(jax.random.key(state.get("seed", cfg.seed)), state["step"])
-        (total, (terms, rest)), grads = jax.value_and_grad(loss, has_aux=True)(
-            state["params"], state["rest"], batch, key
+        memory = state.get("memory")
+        (total, (terms, rest, rows)), grads = jax.value_and_grad(loss, has_aux=True)(
+            state["params"], state["rest"], batch, key, memory
         )
         grads = parallel.pmean(grads, axis_name)
         updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
@@ -162,6 +190,8 @@ def make_step(
         }
         if ema is not None:
             new["ema"] = ema_update(state["ema"], new["params"], ema, new["step"])
+        if memory is not None:
+            new["memory"] = enqueue(memory, *rows, state["step"] >= cfg.memory_warmup)
         if "seed" in state:
             new["seed"] = state["seed"]
         metrics = {"loss": total, **terms, "grad_norm": optax.tree.norm(grads)}
