@@ -196,6 +196,8 @@ def test_code_hash_follows_the_code_files(tmp_path):
     (tmp_path / "train" / "b.py").write_text("import os\ny = 2\n")  # g moved to another file: same code
     (tmp_path / "train" / "g.py").write_text("def g(a):\n    return a\n")
     assert version.code_hash(tmp_path) == before
+    (tmp_path / "train" / "g.py").write_text("def g(a):\n    return a\n\n\ng.__doc__ = 'From elsewhere.'\n")
+    assert version.code_hash(tmp_path) == before  # documentation by reference
     (tmp_path / "geojax" / "a.py").write_text("x = 2\n")
     assert version.code_hash(tmp_path) != before
     assert set(report.code_version()) == {"code_hash", "commit", "dirty"}

@@ -26,7 +26,8 @@ def code_statements(source: str) -> list[str]:
     """What a module computes, one text per top-level statement less its imports: the syntax tree less
     docstrings and type annotations, written field by field with empty fields left out (so the same on Python
     3.11 and 3.12, whose trees differ only by fields that are empty here). Comments, blank lines, formatting,
-    docstrings, annotations and which module imports what change nothing a run computes, and nothing here.
+    docstrings (also those a module assigns to ``f.__doc__``), annotations and which module imports what
+    change nothing a run computes, and nothing here.
 
     >>> documented = "x: int = 1  # one\\n\\n\\ndef f(a: float) -> float:\\n    'Doc.'\\n    return a + x"
     >>> plain = "import os\\nx: float = 1\\ndef f(a):\\n    return a + x"
@@ -50,7 +51,15 @@ def code_statements(source: str) -> list[str]:
             node.returns = None
         elif isinstance(node, ast.arg):
             node.annotation = None
-    return [_fields(stmt) for stmt in tree.body if not isinstance(stmt, (ast.Import, ast.ImportFrom))]
+    return [_fields(stmt) for stmt in tree.body if not _imports_or_documents(stmt)]
+
+
+def _imports_or_documents(stmt: ast.stmt) -> bool:
+    """An import, or a module-level assignment of a definition's ``__doc__`` (documentation by reference)."""
+    if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+        return True
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else []
+    return bool(targets) and all(isinstance(t, ast.Attribute) and t.attr == "__doc__" for t in targets)
 
 
 def _fields(node: Any) -> str:
