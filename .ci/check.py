@@ -72,7 +72,7 @@ def run_docs() -> list[str]:
         log = Path(tmp) / "warnings.txt"
         command = ["-m", "sphinx", "-b", "html", "-q", "-E", "--keep-going", "-w", str(log), "docs", str(out)]
         done = subprocess.run([sys.executable, *command], cwd=ROOT, capture_output=True, text=True)
-        warnings = log.read_text(encoding="utf-8").splitlines()
+        warnings = log.read_text(encoding="utf-8").splitlines() if log.exists() else []
     if done.returncode and not warnings:
         raise SystemExit(f"{done.stdout}{done.stderr}sphinx-build failed (exit status {done.returncode})")
     pages = [page.read_text(encoding="utf-8") for page in out.glob("_api/*.html")]

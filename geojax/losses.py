@@ -1083,7 +1083,7 @@ def simo(
     o = jnp.square(dots) if orthogonality else jnp.ones_like(dots)
     upper = jnp.arange(d.shape[1])[None, :] > self_cols[:, None]
     if key_valid is not None:
-        upper = upper & key_valid[None, :]
+        upper = upper & jnp.asarray(key_valid)[None, :]
     same = labels[:, None] == key_labels[None, :]
     sums = [jnp.sum(jnp.where(upper & mask, v, 0.0)) for mask in (same, ~same) for v in (d, o)]
     sums[0] = sums[0] + nan_where_nonfinite(d) + nan_where_nonfinite(dots)

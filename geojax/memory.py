@@ -76,11 +76,10 @@ def _check_batch(memory: Memory, rows: Any, labels: ArrayLike) -> int:
     _checks.check_rank(labels, "labels", 1)
     _checks.check_length(labels, "labels", n, "rows")
     _checks.check_integer(labels, "labels")
-    if jax.tree.structure(rows) != jax.tree.structure(memory.rows):
-        raise ValueError(
-            f"rows must have the memory's structure {jax.tree.structure(memory.rows)}, got "
-            f"{jax.tree.structure(rows)}"
-        )
+    got_structure: object = jax.tree.structure(rows)
+    slot_structure: object = jax.tree.structure(memory.rows)
+    if got_structure != slot_structure:
+        raise ValueError(f"rows must have the memory's structure {slot_structure}, got {got_structure}")
     for got, slot in zip(jax.tree.leaves(rows), jax.tree.leaves(memory.rows), strict=True):
         if jnp.shape(got)[1:] != slot.shape[1:]:
             raise ValueError(
