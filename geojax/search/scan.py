@@ -184,22 +184,30 @@ def _pq_kernel(tables: jax.Array, rows: jax.Array, shared: bool) -> jax.Array:
     return total
 
 
+@jax.jit
 def _pq_tables(codebooks: jax.Array, queries: jax.Array) -> jax.Array:
     """Squared distances of each query sub-vector to every centroid (Jégou et al. 2011 eq. 13's tables).
 
-    Summed as Σ_t (q_t − c_t)² in coordinate order, so a query's table has the same bits in any batch of
-    queries (a dot product's rounding changes with the batch's shape, which would let an inverted-file
-    search, the flat scan and a recomputation rank near-equal rows differently).
+    Summed as Σ_t (q_t − c_t)² in coordinate order, one coordinate per trip of a loop, so a query's table has
+    the same bits in any batch of queries and in any search that uses it (a dot product's rounding changes
+    with the batch's shape, which would let an inverted-file search, the flat scan and a recomputation rank
+    near-equal rows differently). The loop also makes the tables an array written once per query block:
+    unrolled, XLA fused the sum into the scan's table reads and recomputed 3·D/m operations for every entry
+    read (1,000 × 1M PQ(8×8) codes: 4.6× slower), in a rounding of its own.
 
     codebooks: [m, K, D/m], queries: [b, D] → [m, K, b] float32.
     """
     m, _, ds = codebooks.shape
     qs = queries.astype(_F32).reshape(queries.shape[0], m, ds).transpose(1, 2, 0)  # [m, D/m, b]
-    total = None
-    for t in range(ds):
-        diff = qs[:, t][:, None, :] - codebooks[:, :, t, None].astype(_F32)  # [m, K, b]
-        total = diff * diff if total is None else total + diff * diff
-    return total
+    centroids = codebooks.astype(_F32)
+
+    def term(t):
+        q_t = lax.dynamic_index_in_dim(qs, t, axis=1, keepdims=False)[:, None, :]  # [m, 1, b]
+        diff = q_t - lax.dynamic_index_in_dim(centroids, t, axis=2, keepdims=True)  # [m, K, b]
+        return diff * diff
+
+    zeros = jnp.zeros((m, codebooks.shape[1], queries.shape[0]), _F32)
+    return lax.fori_loop(0, ds, lambda t, total: total + term(t), zeros)
 
 
 # --------------------------------------------------------------------------------------------------------
