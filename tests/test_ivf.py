@@ -4,13 +4,24 @@ torus, adds in steps and growth without retraining, write/read, and every bad in
 
 import json
 
+import jax
 import numpy as np
 import pytest
 from test_benchmarks import _run_script
 from test_index import mesh
 from test_search_kernels import hamming_numpy, pq_numpy
 
-from geojax.search import BinaryCodec, IndexFlat, IndexIVF, PQCodec, TorusCodec, ivf, read_index, write_index
+from geojax.search import (
+    BinaryCodec,
+    IndexFlat,
+    IndexIVF,
+    PQCodec,
+    TorusCodec,
+    ivf,
+    merge,
+    read_index,
+    write_index,
+)
 
 pytestmark = pytest.mark.multidevice
 
@@ -331,3 +342,24 @@ def test_heavy_ties_go_to_the_lowest_ids(case):
         order = np.lexsort((cand, dist[row, rows]))[:60]
         want = np.pad(cand[order], (0, 60 - len(order)), constant_values=-1)
         np.testing.assert_array_equal(i[row], want)
+
+
+def test_indexes_rank_as_their_devices_not_the_default_backend(monkeypatch):
+    # Indexes on CPU devices in a process whose default backend is a GPU: their (distance, id) merges take
+    # the CPU's two-top_k path (merge._largest), chosen from the mesh, and give the same results.
+    codec, x = codecs_and_data(np.random.default_rng(3))["torus8"]
+    q = x[[0, 3, 200]]
+    flat = IndexFlat(codec, mesh=mesh())
+    flat.add(x)
+    want = [np.asarray(a) for a in flat.search(q, 40)]
+    calls = []
+    largest = merge._largest
+    monkeypatch.setattr(merge, "_largest", lambda v, k: calls.append(k) or largest(v, k))
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    for idx in (built(codec, x, 5), IndexFlat(codec, mesh=mesh())):  # new indexes: traced under the patch
+        if idx.ntotal == 0:
+            idx.add(x)
+        calls.clear()
+        for got, ref in zip(idx.search(q, 40), want, strict=True):
+            np.testing.assert_array_equal(np.asarray(got), ref)
+        assert calls, type(idx).__name__
