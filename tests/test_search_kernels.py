@@ -170,10 +170,10 @@ def test_pq_tables_do_not_depend_on_the_batch():
     np.testing.assert_allclose(whole, direct, rtol=1e-5, atol=1e-5)
 
 
-def check_pq_scans_rank_by_their_own_tables():
+def check_pq_scan_ranks_by_its_own_tables():
     """The flat scan's PQ distances are the sums, in sub-space order, of the tables ``_pq_tables`` gives on
-    its own, to the bit, and so are those of the inverted-file search at full probe, which prepares its
-    tables elsewhere (once per query, for its whole batch)."""
+    its own, to the bit: the tables the inverted-file search prepares (once per query, for its whole batch,
+    outside its loops) and ranks by."""
     rng = np.random.default_rng(12)
     m, ks, ds, n, k = 8, 256, 8, 3000, 10
     codebooks = rng.normal(size=(m, ks, ds)).astype(np.float32)
@@ -183,25 +183,19 @@ def check_pq_scans_rank_by_their_own_tables():
     ref = tables[0][codes[:, 0]].T
     for j in range(1, m):
         ref = ref + tables[j][codes[:, j]].T  # float32, in sub-space order, as the kernels add
-    ref_d, ref_i = naive_topk(ref, k)
-    pq = quantize.PQ(codebooks=codebooks, objective=np.zeros((m, 0)))
     assert scan.plan(n, k, 4096, 32, scan.SELECT, m)[2] == scan._GROUP  # the grouped path, fused kernels
-    check(search.pq_topk(queries, pq, codes, k), ref_d, ref_i)
-    codec = search.PQCodec(m * ds, m=m)
-    codec.pq = pq
-    index = search.IndexIVF(codec, 4, nprobe=4, iters=2)
-    index.train(np.asarray(quantize.pq_decode(pq, codes)))
-    index.add_codes(codes)
-    check(index.search(queries, k), ref_d, ref_i)
+    pq = quantize.PQ(codebooks=codebooks, objective=np.zeros((m, 0)))
+    check(search.pq_topk(queries, pq, codes, k), *naive_topk(ref, k))
 
 
-def test_pq_scans_rank_by_the_tables_they_prepare():
+def test_pq_scan_ranks_by_the_tables_it_prepares():
     # In a process compiled as a user's is (XLA's default CPU passes, which contract a·a + b into one fused
     # multiply-add; the suite's cheaper passes do not, and would hide a difference). A scan that let XLA fuse
     # the tables' arithmetic into its table reads rounded about a fifth of these distances differently from
-    # the tables the inverted-file search prepares (and ran 4.6× slower at 1M rows).
+    # the tables the inverted-file search prepares (and ran 4.6× slower at 1M rows). That the IVF search at
+    # full probe equals the flat scan is tested in tests/test_ivf.py.
     env = {name: value for name, value in os.environ.items() if name != "XLA_FLAGS"}
-    code = "import test_search_kernels as t; t.check_pq_scans_rank_by_their_own_tables()"
+    code = "import test_search_kernels as t; t.check_pq_scan_ranks_by_its_own_tables()"
     proc = subprocess.run(
         [sys.executable, "-c", code], cwd=Path(__file__).parent, env=env, capture_output=True, text=True
     )
