@@ -31,8 +31,9 @@ def split(rows: int, parts: int) -> list[int]:
 
 
 def platform(mesh: jax.sharding.Mesh) -> str:
-    """The platform of a mesh's devices ("cpu", "gpu", "tpu"): what an index's searches are compiled for,
-    whatever JAX's default backend is.
+    """The platform of a mesh's devices ("cpu", "gpu", "tpu").
+
+    What an index's searches are compiled for, whatever JAX's default backend is.
 
     Args:
         mesh: a mesh of devices of one platform.
