@@ -1,4 +1,4 @@
-"""The PyTorch twin of the train step (benchmarks/train_step.py) computes what geojax's step computes, so the
+"""The PyTorch twin of the train step (benchmarks.train_step) computes what geojax's step computes, so the
 benchmark times the same work: from the same weights and batch (fp32, CPU) the same loss, the same gradients
 and the same updated weights, with the clipping active. Three recipes: Stowell 2026's CIFAR one (ResNet-18
 with batch norm, SupCon × τ/τ_base + KoLeo, SGD, element-wise clipping) at a small width, and the digits one
@@ -7,23 +7,17 @@ with batch norm, SupCon × τ/τ_base + KoLeo, SGD, element-wise clipping) at a 
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import sys
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from benchmarks import train_step as bench
 from train.app import config, optim, step
 
 torch = pytest.importorskip("torch")
 
-ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("train_step_bench", ROOT / "benchmarks" / "train_step.py")
-bench = sys.modules[_spec.name] = importlib.util.module_from_spec(_spec)  # dataclasses look it up
-_spec.loader.exec_module(bench)
 
 RECIPES = {
     "resnet18": (
