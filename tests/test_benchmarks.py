@@ -291,7 +291,11 @@ def test_ivf_learned_quick(tmp_path):
     # the torus's two indexes are timed together, nprobe by nprobe
     assert [r["nprobe"] for r in ours] == [1, 1, 2, 2, 4, 4, 1, 2, 4, 1, 2, 4]
     assert all(r["recall_same_codes"] == 1.0 for r in ours if r["nprobe"] == 4)  # full probe = exact
+    for index in {r["index"] for r in ours}:  # recall against the same codes rises with nprobe
+        recalls = [r["recall_same_codes"] for r in ours if r["index"] == index]
+        assert recalls == sorted(recalls)
     assert all(("recall_torus" in r) == (r["case"] == cases[0]) for r in sweep)
+    assert all(b["bytes_per_row"] > 0 for b in figures["builds"])
     assert len(table) == len(sweep) and all(r["qps"] > 0 for r in sweep)
     theirs = [r for r in sweep if r["library"] == "faiss"]
     if _installed("faiss"):  # the Clifford features at 4 bits, 8 bits and float; the binary IVF; IVFPQ
@@ -300,6 +304,27 @@ def test_ivf_learned_quick(tmp_path):
         assert len(figures["equal_recall"]) == 2 * 2 * 3 + 2  # torus: 2 × 3 pairs × 2 distances
     else:
         assert theirs == [] and figures["same_codes"] == figures["equal_recall"] == []
+
+
+def test_ivf_synthetic_data_and_cases():
+    # The default run's data (its indexing is test_ivf_learned_quick's): clustered angles wrapped to [0, 1),
+    # unit sphere vectors, and per data set geojax's indexes beside faiss's (none without faiss).
+    faiss = ivf.load_faiss()
+    data, cases = ivf.synthetic_data(faiss, np.random.default_rng(0), 500, 20, 16)
+    (x, q), (s, sq) = data["torus"], data["sphere"]
+    assert x.shape == (500, 16) and q.shape == (20, 16) and x.min() >= 0 and x.max() < 1
+    np.testing.assert_allclose(np.linalg.norm(np.concatenate([s, sq]), axis=1), 1, rtol=1e-5)
+    assert [(c.label, c.space) for c in cases] == [
+        ("torus, 16 angles", "torus"),
+        ("sign bits (2 B)", "sphere"),
+        ("PQ 8×8 (8 B)", "sphere"),
+    ]
+    peers = [[(label, nbytes) for label, lib, nbytes, _ in c.indexes if lib == "faiss"] for c in cases]
+    if faiss is None:
+        assert peers == [[], [], []]
+    else:
+        assert [nbytes for _, nbytes in peers[0]] == [16, 32, 128]  # SQ4 = the 8-bit angles' bytes
+    np.testing.assert_allclose(ivf.clifford(np.array([[0.25, 0.5]])), [[0, 1, -1, 0]], atol=1e-7)
 
 
 @pytest.mark.slow

@@ -2,12 +2,9 @@
 a numpy scan of the probed lists, sharded over 4 fake devices = one device, the circular k-means on the
 torus, adds in steps and growth without retraining, write/read, and every bad input refused unchanged."""
 
-import json
-
 import jax
 import numpy as np
 import pytest
-from test_benchmarks import _run_script
 from test_index import mesh
 from test_search_kernels import hamming_numpy, pq_numpy
 
@@ -254,34 +251,6 @@ def test_bad_inputs_refused_and_nothing_changed():
     assert index.ntotal == 100 and index.nprobe == 2
     for a, b in zip(before, index.search(x[:2], 5), strict=True):
         np.testing.assert_array_equal(a, np.asarray(b))
-
-
-@pytest.mark.slow
-def test_benchmark_quick(tmp_path):
-    """python -m benchmarks.ivf at a tiny size: geojax's recall against the same codes is 1 at nprobe = nlist
-    (the flat index's result), recall rises with nprobe, and the result file holds the sweep."""
-    _run_script(
-        "ivf",
-        "--quick",
-        "--rows",
-        "3000",
-        "--queries",
-        "20",
-        "--nlist",
-        "4",  # nprobe 1, 2, 4: three search programs per codec to compile
-        "--repeat",
-        "1",
-        "--out",
-        str(tmp_path),
-    )
-    figures = json.loads((tmp_path / "ivf.json").read_text())["figures"]
-    ours = [r for r in figures["sweep"] if r["library"] == "geojax"]
-    cases = ["torus, 64 angles", "sign bits (8 B)", "PQ 8×8 (8 B)"]
-    assert list(dict.fromkeys(r["case"] for r in ours)) == cases
-    for index in {r["index"] for r in ours}:
-        recalls = [r["recall_same_codes"] for r in ours if r["index"] == index]
-        assert recalls[-1] == 1.0 and recalls == sorted(recalls)
-    assert all(b["bytes_per_row"] > 0 for b in figures["builds"])
 
 
 def test_the_block_chosen_from_the_lists_gives_the_results_of_any_fixed_block():
