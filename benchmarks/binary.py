@@ -1,6 +1,6 @@
 """TT encoding (Hong, Meng & Yuan 2018, §3, eq. 4) vs a dense projection: packed sign bits of R x for a batch.
 
-    python benchmarks/binary.py [--quick] [--rounds 15] [--batch 1000] [--rank 4] [--block B]
+    python -m benchmarks.binary [--quick] [--rounds 15] [--batch 1000] [--rank 4] [--block B]
 
 Full size: 4096-d → 4096 bits (6 cores of 4×4) and 4096-d → 1024 bits (output
 modes 2×4×4×4×4×2, the paper's Table 1 shape), TT-rank 4 (the rank of the paper's Table 2), batch
@@ -22,8 +22,6 @@ the rounds with the machine to ``benchmarks/results/binary.json``; ``--quick`` w
 from __future__ import annotations
 
 import argparse
-import statistics
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -31,9 +29,9 @@ import numpy as np
 
 from geojax import binary, tt
 from geojax.quantize import pack_bits
-from train.helpers.results import add_out_argument, destination, machine_info, write_result
+from train.helpers.results import add_out_argument, destination, invocation, machine_info, write_result
 from train.helpers.tables import markdown_table
-from train.helpers.timing import measure
+from train.helpers.timing import Call, interleaved
 
 
 @jax.jit
@@ -64,19 +62,6 @@ def fused_encode(m: tt.TTMatrix, x: jax.Array) -> jax.Array:
     return pack_bits(tt.matvec_fused(m, x) >= 0)
 
 
-def interleaved(variants: dict, *, rounds: int) -> dict[str, tuple[float, float]]:
-    """Median (wall, CPU) seconds per call of each ``name: (fn, args)``, one call of each per round."""
-    for fn, args in variants.values():
-        measure(fn, *args, repeats=1, warmup=2)
-    samples = {name: ([], []) for name in variants}
-    for _ in range(rounds):
-        for name, (fn, args) in variants.items():
-            timing = measure(fn, *args, repeats=1, warmup=0)
-            samples[name][0].append(timing.seconds[0])
-            samples[name][1].append(timing.cpu_seconds[0])
-    return {name: (statistics.median(w), statistics.median(c)) for name, (w, c) in samples.items()}
-
-
 def run_case(out_modes, in_modes, *, rank: int, batch: int, rounds: int, block: int | None) -> list[dict]:
     key_m, key_x = jax.random.split(jax.random.key(0))
     m = tt.init(key_m, out_modes, in_modes, rank)
@@ -103,11 +88,11 @@ def run_case(out_modes, in_modes, *, rank: int, batch: int, rounds: int, block: 
         merged_params,
     )
     reference = np.unpackbits(np.asarray(dense_encode(r, x)), axis=1)
-    times = interleaved({name: v[:2] for name, v in variants.items()}, rounds=rounds)
+    times = interleaved({name: Call(*v[:2]) for name, v in variants.items()}, rounds=rounds, warmup=2)
     rows = []
     for name, (fn, args, params) in variants.items():
         bits = np.unpackbits(np.asarray(fn(*args)), axis=1)
-        wall, cpu = times[name]
+        wall, cpu = times[name].median, times[name].cpu_median
         rows.append(
             {
                 "variant": name,
@@ -187,7 +172,7 @@ def main(argv=None) -> None:
         print(markdown_table(header, cells, align="lrrrrrr"))
     if folder is not None:
         figures = {"rounds": rounds, "cases": results}
-        command = sys.argv if argv is None else [sys.argv[0], *argv]
+        command = invocation("benchmarks.binary", argv)
         print(f"wrote {write_result('binary', figures, argv=command, machine=machine, folder=folder)}")
 
 

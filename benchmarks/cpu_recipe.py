@@ -1,7 +1,7 @@
 """geojax's CPU recipe for 28×28 images: P@1 and training time of SupCon on the sphere at D = 16 on two cores.
 
-    python benchmarks/cpu_recipe.py --data idx:DIR [--seeds 0 1 2] [--preset NAME] [KEY=VALUE ...]
-    python benchmarks/cpu_recipe.py --quick     # bundled digits, 30 steps: a smoke run, writes nothing
+    python -m benchmarks.cpu_recipe --data idx:DIR [--seeds 0 1 2] [--preset NAME] [KEY=VALUE ...]
+    python -m benchmarks.cpu_recipe --quick     # bundled digits, 30 steps: a smoke run, writes nothing
 
 Each seed is one ``python -m train preset=supcon_sphere_cpu dataset=DATA seed=S`` in a fresh process
 (the app's own command line; extra ``KEY=VALUE`` arguments are passed on), evaluated as the app evaluates
@@ -24,10 +24,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from train.helpers.results import add_out_argument, destination, machine_info, write_result  # noqa: E402
-from train.helpers.tables import markdown_table  # noqa: E402
+from train.helpers.results import add_out_argument, destination, invocation, machine_info, write_result
+from train.helpers.tables import markdown_table
 
 TARGET_P1, TARGET_S = 0.90, 600.0
 
@@ -103,7 +101,8 @@ def main() -> None:
     out = destination(args.out, quick=args.quick)
     if out is not None:
         figures = {"preset": args.preset, "data": args.data, "extra": extra, "rows": rows, "summary": summary}
-        print(write_result("cpu_recipe", figures, argv=sys.argv, machine=machine, folder=out))
+        command = invocation("benchmarks.cpu_recipe")
+        print(write_result("cpu_recipe", figures, argv=command, machine=machine, folder=out))
 
 
 if __name__ == "__main__":

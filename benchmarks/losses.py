@@ -1,8 +1,9 @@
 """Forward + backward time of geojax losses vs pytorch-metric-learning, and memory of the blocked form.
 
-    python benchmarks/losses.py            # N = 1024 and 4096, D = 128; blocked memory at N = 16384
-    python benchmarks/losses.py --quick    # small sizes, seconds
-    python benchmarks/losses.py --full     # also run PML where it needs GBs (NTXent, triplets at N=4096)
+    python -m benchmarks.losses            # N = 1024 and 4096, D = 128; blocked memory at N = 16384
+    python -m benchmarks.losses --quick    # small sizes, seconds
+    python -m benchmarks.losses --full     # also run PML where it needs GBs (NTXent, triplets at N=4096)
+    python -m benchmarks.losses --check    # rerun losses.json's command; exit 1 if a ratio fell below 0.7×
 
 A full run writes its figures (the two tables, sizes and repeats, the machine) to
 ``benchmarks/results/losses.json``; ``--quick`` writes only where ``--out FOLDER`` says.
@@ -10,29 +11,27 @@ A full run writes its figures (the two tables, sizes and repeats, the machine) t
 Both sides compute the same loss on the same inputs: cosine similarity, SupCon (τ = 0.1, 8 samples per
 class), InfoNCE / NT-Xent (τ = 0.1, two views per image: SimCLR labels) and the triplet margin loss (m = 0.2,
 all triplets, mean over non-zero terms). The values are checked against each other before timing. Times
-are medians over several repeats after a warm-up; geojax is jitted (jax picks the device), torch runs on
-CPU with as many threads as there are cores.
+are medians of --repeats rounds that time geojax and PML in turn (after a warm-up call each), so that load
+from other processes falls on both alike; geojax is jitted (jax picks the device), torch runs on CPU with as
+many threads as there are cores.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import sys
 from functools import partial
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from geojax import losses  # noqa: E402
-from geojax.similarity import cosine  # noqa: E402
-from train.helpers.results import add_out_argument, destination, machine_info, write_result  # noqa: E402
-from train.helpers.tables import markdown_table  # noqa: E402
-from train.helpers.timing import measure  # noqa: E402
+from geojax import losses
+from geojax.similarity import cosine
+from train.helpers import results
+from train.helpers.results import add_out_argument, destination, invocation, machine_info, write_result
+from train.helpers.tables import markdown_table
+from train.helpers.timing import Call, interleaved
 
 D = 128
 PER_CLASS = 8
@@ -119,8 +118,9 @@ def pml_step(name: str, x: np.ndarray, labels: np.ndarray):
 
 
 def time_losses(sizes, args) -> list[dict]:
-    """One row per (N, loss): geojax's and PML's fwd+bwd :class:`Timing` (None when PML did not run) and a
-    note (the values' agreement, or why PML did not run; ``pml_need_gb`` its estimated memory then)."""
+    """One row per (N, loss): geojax's and PML's fwd+bwd :class:`Timing` (None when PML did not run), timed
+    in alternating rounds after one warm-up call each, and a note (the values' agreement, or why PML did not
+    run; ``pml_need_gb`` its estimated memory then)."""
     rows = []
     for n in sizes:
         rng = np.random.default_rng(n)
@@ -129,31 +129,36 @@ def time_losses(sizes, args) -> list[dict]:
         for name in GEOJAX:
             labels = labels_for(name, n)
             step = geojax_step(name, labels)
-            value = float(step(xj)[0])
-            geo = measure(step, xj, repeats=args.repeats, budget_s=20.0)
-            row = {"loss": name, "N": n, "geojax": geo, "pml": None, "pml_need_gb": None}
+            value = float(step(xj)[0])  # also the warm-up
+            row = {"loss": name, "N": n, "pml": None, "pml_need_gb": None}
             rows.append(row)
-            if not args.peer:
-                row["note"] = "PML not installed"
-                continue
+            peer = pml_value = None
             need = pml_bytes(name, labels)
             heavy = name != "supcon" and n >= 4096
-            if need > 0.7 * available_bytes():
+            if not args.peer:
+                row["note"] = "PML not installed"
+            elif need > 0.7 * available_bytes():
                 row.update(pml_need_gb=need / 1e9, note=f"PML skipped: needs ~{need / 1e9:.0f} GB")
-                continue
-            if heavy and not args.full:
+            elif heavy and not args.full:
                 row.update(pml_need_gb=need / 1e9, note=f"PML skipped (~{need / 1e9:.1f} GB, slow): --full")
-                continue
-            try:
-                peer = pml_step(name, x, labels)
-                pml_value = peer()  # also the warm-up
-                pml = measure(peer, repeats=args.repeats, warmup=0, budget_s=30.0)
-            except (RuntimeError, MemoryError) as err:  # torch reports OOM as RuntimeError
-                row["note"] = f"PML failed: {str(err).splitlines()[0][:60]}"
-                continue
-            rel = abs(value - pml_value) / max(abs(pml_value), 1e-12)
-            row.update(pml=pml, note=f"geojax {value:.6f} vs PML {pml_value:.6f} (rel {rel:.1e})")
-            print(f"  checked {name} N={n}: {row['note']}", flush=True)
+            else:
+                try:
+                    peer = pml_step(name, x, labels)
+                    pml_value = peer()  # also the warm-up
+                except (RuntimeError, MemoryError) as err:  # torch reports OOM as RuntimeError
+                    row["note"] = f"PML failed: {str(err).splitlines()[0][:60]}"
+                    peer = None
+            calls = {"geojax": Call(step, (xj,))}
+            if peer is not None:
+                calls["pml"] = Call(peer)
+            times = interleaved(calls, rounds=args.repeats, warmup=0)
+            row["geojax"] = times["geojax"]
+            if peer is not None:
+                rel = abs(value - pml_value) / max(abs(pml_value), 1e-12)
+                row.update(
+                    pml=times["pml"], note=f"geojax {value:.6f} vs PML {pml_value:.6f} (rel {rel:.1e})"
+                )
+                print(f"  checked {name} N={n}: {row['note']}", flush=True)
     return rows
 
 
@@ -194,7 +199,12 @@ def timing_figures(rows: list[dict]) -> list[dict]:
     return figures
 
 
-def main() -> None:
+def ratios(figures: dict) -> dict[str, float | None]:
+    """Each timing row's PML / geojax time ratio (None where PML did not run), by loss and N."""
+    return {f"{r['loss']} N={r['N']}": r["pml_over_geojax"] for r in figures["timing"]}
+
+
+def main(argv: list[str] | None = None) -> None:
     machine = machine_info()
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -202,9 +212,18 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes (seconds)")
     parser.add_argument("--full", action="store_true", help="run PML even where it needs many GB / minutes")
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="rerun the command losses.json records and exit 1 naming each row whose PML/geojax ratio fell "
+        "below 0.7× the stored one; writes nothing (--out: where the stored file is)",
+    )
     add_out_argument(parser)
-    args = parser.parse_args()
-    folder = destination(args.out, quick=args.quick)
+    args = parser.parse_args(argv)
+    stored = None
+    if args.check:
+        args, stored = results.check_args(parser, "losses", args.out)
+    folder = None if stored is not None else destination(args.out, quick=args.quick)
 
     print(f"jax {jax.__version__} on {jax.devices()[0].device_kind} ({jax.default_backend()})")
     try:
@@ -224,7 +243,7 @@ def main() -> None:
         args.repeats = min(args.repeats, 3)
 
     timing = timing_figures(time_losses(sizes, args))
-    print(f"\nfwd+bwd, D={D}, median of up to {args.repeats} runs after warm-up (ms; CPU ms: all threads)")
+    print(f"\nfwd+bwd, D={D}, medians of {args.repeats} alternating rounds (ms; CPU ms: all threads)")
     cells = [
         [r["loss"], r["N"], f"{r['geojax_ms']:.2f}", f"{r['geojax_cpu_ms']:.2f}"]
         + [r[k] and f"{r[k]:.1f}" for k in ("pml_ms", "pml_cpu_ms")]
@@ -245,6 +264,8 @@ def main() -> None:
     print(markdown_table(["fwd+bwd", "temporary MiB"], cells, align="lr"))
     matrix_mib = mem_n * mem_n * 4 / 2**20
     print(f"(one [N, N] fp32 matrix = {matrix_mib:,.0f} MiB)")
+    if stored is not None:
+        results.exit_on_check("losses", ratios(stored["figures"]), ratios({"timing": timing}))
     if folder is not None:
         figures = {
             "D": D,
@@ -253,7 +274,8 @@ def main() -> None:
             "timing": timing,
             "memory": {"N": mem_n, "block": block, "forms": memory, "nn_matrix_mib": matrix_mib},
         }
-        print(f"wrote {write_result('losses', figures, argv=sys.argv, machine=machine, folder=folder)}")
+        command = invocation("benchmarks.losses", argv)
+        print(f"wrote {write_result('losses', figures, argv=command, machine=machine, folder=folder)}")
 
 
 if __name__ == "__main__":

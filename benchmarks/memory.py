@@ -2,8 +2,8 @@
 memory of 0, 1,024 and 8,192 rows against a large batch without one, and the step's cost beside
 pytorch-metric-learning's CrossBatchMemory, measured in one run.
 
-    python benchmarks/memory.py --data idx:data/fashion-mnist [--steps N] [--seeds 0 1 2]
-    python benchmarks/memory.py --quick     # bundled digits, a few steps and small sizes: a smoke run
+    python -m benchmarks.memory --data idx:data/fashion-mnist [--steps N] [--seeds 0 1 2]
+    python -m benchmarks.memory --quick     # bundled digits, a few steps and small sizes: a smoke run
 
 Training (P@1): every arm is ``python -m train preset=supcon_sphere_cpu dataset=DATA batch_size=B
 memory=M steps=N seed=S`` in a fresh process (the app's own command line; memory arms add
@@ -29,21 +29,17 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import tempfile
 from typing import Any
 
 import jax
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from cpu_recipe import train_once  # noqa: E402
-from train_step import Case, geojax_call, interleaved, torch_block, torch_step  # noqa: E402
-
-from train.app import config, data  # noqa: E402
-from train.helpers.results import add_out_argument, destination, machine_info, write_result  # noqa: E402
-from train.helpers.tables import markdown_table  # noqa: E402
+from benchmarks.cpu_recipe import train_once
+from benchmarks.train_step import Case, geojax_call, step_times, torch_block, torch_step
+from train.app import config, data
+from train.helpers.results import add_out_argument, destination, invocation, machine_info, write_result
+from train.helpers.tables import markdown_table
 
 ARMS = ((64, 0), (64, 1024), (64, 8192), (512, 0))  # (batch, memory rows)
 QUICK_ARMS = ((16, 0), (16, 64))
@@ -167,7 +163,7 @@ def speed(args: argparse.Namespace, arms, images: np.ndarray, labels: np.ndarray
                 name = f"PyTorch + PML ({threads} thread{'s' * (threads > 1)}), batch {small}, {kind}"
                 runners[name] = (one, 1, torch_block("cpu"))
                 meta[name] = {"side": "pml", "batch": small, "memory": size, "torch_threads": threads}
-    times = interleaved(runners, args.repeats, args.timing_steps)
+    times = step_times(runners, args.repeats, args.timing_steps)
     rows = [
         {
             **meta[name],
@@ -304,7 +300,9 @@ def main() -> None:
             "arms": results,
             "speed": timing,
         }
-        print(write_result("memory", figures, argv=sys.argv, machine=machine, folder=out))
+        print(
+            write_result("memory", figures, argv=invocation("benchmarks.memory"), machine=machine, folder=out)
+        )
 
 
 if __name__ == "__main__":

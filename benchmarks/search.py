@@ -1,11 +1,11 @@
 """Exact top-k search over compact codes: geojax.search vs faiss-cpu, timed in the same run.
 
-    python benchmarks/search.py            # 1,000 queries × 1,000,000 codes
-    python benchmarks/search.py --quick    # small sizes, seconds (writes no result unless --out)
-    python benchmarks/search.py --rows N   # fewer database rows (memory), stated in the output
-    python benchmarks/search.py --cpu-devices 2   # opt in: search.use_cpu_cores(2) before JAX starts
-    python benchmarks/search.py --torus-bits --rows 200000 --queries 200   # the b-bit torus table instead
-    python benchmarks/search.py --index-devices --cpu-devices 2   # IndexFlat: queries/s per devices
+    python -m benchmarks.search            # 1,000 queries × 1,000,000 codes
+    python -m benchmarks.search --quick    # small sizes, seconds (writes no result unless --out)
+    python -m benchmarks.search --rows N   # fewer database rows (memory), stated in the output
+    python -m benchmarks.search --cpu-devices 2   # opt in: search.use_cpu_cores(2) before JAX starts
+    python -m benchmarks.search --torus-bits --rows 200000 --queries 200   # the b-bit torus table instead
+    python -m benchmarks.search --index-devices --cpu-devices 2   # IndexFlat: queries/s per devices
 
 By default JAX runs as a user's plain process gets it: its default CPU backend (one device; XLA splits the
 search's distance loops across the CPU's threads itself), no XLA flags; faiss uses all cores (OpenMP).
@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from functools import partial
 from typing import NamedTuple
 
@@ -53,13 +52,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from geojax import quantize, search  # noqa: E402
-from train.csearch import clib  # noqa: E402
-from train.helpers.results import add_out_argument, destination, machine_info, write_result  # noqa: E402
-from train.helpers.tables import markdown_table  # noqa: E402
-from train.helpers.timing import Timing, measure  # noqa: E402
+from geojax import quantize, search
+from train.csearch import clib
+from train.helpers import results
+from train.helpers.results import add_out_argument, destination, invocation, machine_info, write_result
+from train.helpers.tables import markdown_table
+from train.helpers.timing import Call, Timing, interleaved, measure
 
 # bits set in each byte value, for the numpy Hamming reference
 _POPCOUNT = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1).sum(1).astype(np.uint8)
@@ -85,25 +83,6 @@ class Row(NamedTuple):
     note: str
     checks: dict[str, float | bool]
     work: Work
-
-
-def interleaved(fns: dict, *, repeat: int) -> dict[str, Timing]:
-    """Time each of ``fns`` (name → (function, args)) once per round, in turn, for ``repeat`` rounds after
-    one warm-up call each; returns name → Timing of all rounds."""
-    for fn, args in fns.values():
-        jax.block_until_ready(fn(*args))
-    rounds: dict[str, list[Timing]] = {name: [] for name in fns}
-    for _ in range(repeat):
-        for name, (fn, args) in fns.items():
-            rounds[name].append(measure(fn, *args, repeats=1, warmup=0))
-    return {
-        name: Timing(
-            seconds=tuple(t.seconds[0] for t in ts),
-            cpu_seconds=tuple(t.cpu_seconds[0] for t in ts),
-            result=ts[-1].result,
-        )
-        for name, ts in rounds.items()
-    }
 
 
 def load_faiss():
@@ -162,12 +141,12 @@ def hamming_row(rng, faiss, *, nq: int, n: int, k: int, tune: dict, repeat: int)
     """(1) Hamming top-k on 256-bit packed codes vs faiss IndexBinaryFlat."""
     qb = rng.integers(0, 256, (nq, 32), dtype=np.uint8)
     dbb = rng.integers(0, 256, (n, 32), dtype=np.uint8)
-    fns = {"ours": (partial(search.hamming_topk, **tune), (jax.device_put(qb), jax.device_put(dbb), k))}
+    fns = {"ours": Call(partial(search.hamming_topk, **tune), (jax.device_put(qb), jax.device_put(dbb), k))}
     if faiss is not None:
         index = faiss.IndexBinaryFlat(256)
         index.add(dbb)
-        fns["peer"] = (index.search, (qb, k))
-    times = interleaved(fns, repeat=repeat)
+        fns["peer"] = Call(index.search, (qb, k))
+    times = interleaved(fns, rounds=repeat)
     ours, peer = times["ours"], times.get("peer")
     gd, gi = (np.asarray(a) for a in ours.result)
     if peer is None:
@@ -190,15 +169,15 @@ def wrap_l1_row(rng, faiss, *, nq: int, n: int, k: int, tune: dict, repeat: int)
     """(2) uint8 wraparound L1 top-k on 64-byte codes vs faiss SQ8 L2 on the same bytes."""
     q8 = rng.integers(0, 256, (nq, 64), dtype=np.uint8)
     db8 = rng.integers(0, 256, (n, 64), dtype=np.uint8)
-    fns = {"ours": (partial(search.torus_topk, **tune), (jax.device_put(q8), jax.device_put(db8), k))}
+    fns = {"ours": Call(partial(search.torus_topk, **tune), (jax.device_put(q8), jax.device_put(db8), k))}
     if faiss is not None:
         sq = faiss.IndexScalarQuantizer(64, faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_L2)
         dbf = db8.astype(np.float32)
         sq.train(dbf[: min(n, 100_000)])
         sq.add(dbf)
         del dbf
-        fns["peer"] = (sq.search, (q8.astype(np.float32), k))
-    times = interleaved(fns, repeat=repeat)
+        fns["peer"] = Call(sq.search, (q8.astype(np.float32), k))
+    times = interleaved(fns, rounds=repeat)
     ours, peer = times["ours"], times.get("peer")
     sub = slice(0, min(nq, 20))
     ref_i = np.argsort(scan(q8[sub], db8, wrap_l1), axis=1, kind="stable")[:, :k]
@@ -233,7 +212,7 @@ def pq_row(rng, faiss, *, nq: int, n: int, k: int, tune: dict, repeat: int) -> R
     qj = jax.device_put(xq)
     topk = partial(search.pq_topk, **tune)
     if faiss is None:
-        ours = interleaved({"ours": (topk, (qj, own, own_codes, k))}, repeat=repeat)["ours"]
+        ours = interleaved({"ours": Call(topk, (qj, own, own_codes, k))}, rounds=repeat)["ours"]
         checks = {"recall_own_pq_fit": recall_at(np.asarray(ours.result[1]), truth)}
         note = f"recall@{k}: geojax with its own pq_fit codebooks and codes {checks['recall_own_pq_fit']:.4f}"
         return Row(PQ_NAME, PQ_PEER, ours, None, note, checks, pq_work(tune))
@@ -244,7 +223,8 @@ def pq_row(rng, faiss, *, nq: int, n: int, k: int, tune: dict, repeat: int) -> R
     codes = faiss.vector_to_array(ipq.codes).reshape(n, m)
     pq = quantize.PQ(codebooks=jax.device_put(cb), objective=jax.numpy.zeros((m, 0)))
     times = interleaved(
-        {"ours": (topk, (qj, pq, jax.device_put(codes), k)), "peer": (ipq.search, (xq, k))}, repeat=repeat
+        {"ours": Call(topk, (qj, pq, jax.device_put(codes), k)), "peer": Call(ipq.search, (xq, k))},
+        rounds=repeat,
     )
     ours, peer = times["ours"], times["peer"]
     fi = peer.result[1]
@@ -529,7 +509,12 @@ TORUS_BITS_HEADER = [
 ]
 
 
-def main() -> None:
+def ratios(figures: dict) -> dict[str, float | None]:
+    """Each faiss-comparison row's ratio faiss time / geojax time (None without faiss), by search."""
+    return {r["search"]: r["ratio"] for r in figures["searches"]}
+
+
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument(
         "--quick", action="store_true", help="small sizes (seconds; writes no result unless --out)"
@@ -560,11 +545,27 @@ def main() -> None:
         action="store_true",
         help="geojax.search.IndexFlat queries/s against the device count",
     )
+    ap.add_argument(
+        "--check",
+        action="store_true",
+        help="rerun the command search.json records (or search_cpu_devices_N.json) and exit 1 naming each "
+        "row whose faiss/geojax ratio fell below 0.7× the stored one; writes nothing (--out: where the "
+        "stored file is)",
+    )
     add_out_argument(ap)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    if args.check and (args.torus_bits or args.index_devices):
+        ap.error("--check reruns the stored faiss comparison: not with --torus-bits or --index-devices")
     if args.cpu_devices is not None:
         search.use_cpu_cores(args.cpu_devices)
     machine = machine_info()  # after the device count is set, before any work
+    stored = None
+    if args.check:
+        platform = jax.devices()[0].platform
+        name = result_name(
+            torus_bits=False, index_devices=False, cpu_devices=args.cpu_devices, platform=platform
+        )
+        args, stored = results.check_args(ap, name, args.out)
 
     faiss = load_faiss()
     full_rows = 1_000_000
@@ -639,15 +640,19 @@ def main() -> None:
         )
         print()
         print(markdown_table(SEARCH_HEADER, search_cells(figures["searches"]), align="llrrrrrrrrl"))
+    name = result_name(
+        torus_bits=args.torus_bits,
+        index_devices=args.index_devices,
+        cpu_devices=args.cpu_devices,
+        platform=dev.platform,
+    )
+    if stored is not None:
+        results.exit_on_check(name, ratios(stored["figures"]), ratios(figures))
+        return
     folder = destination(args.out, quick=args.quick)
     if folder is not None:
-        name = result_name(
-            torus_bits=args.torus_bits,
-            index_devices=args.index_devices,
-            cpu_devices=args.cpu_devices,
-            platform=dev.platform,
-        )
-        print(f"wrote {write_result(name, figures, argv=sys.argv, machine=machine, folder=folder)}")
+        command = invocation("benchmarks.search", argv)
+        print(f"wrote {write_result(name, figures, argv=command, machine=machine, folder=folder)}")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Several seeds in one program (``seeds=S``, replicas stacked and vmapped in one jitted step) against S
 sequential single-seed runs of the same recipe: training throughput and peak memory.
 
-    python benchmarks/seeds.py [--quick] [--seeds 1 3 8] [--steps 60] [--encoder mlp|cnn]
+    python -m benchmarks.seeds [--quick] [--seeds 1 3 8] [--steps 60] [--encoder mlp|cnn]
 
 Recipe: the app's default (``supcon_torus_n`` on the bundled digits, MLP of width 512, batch 256, two views;
 ``--encoder cnn``: the small CNN of width 32 on the same images), device feed, one step per dispatch,
@@ -24,8 +24,9 @@ import subprocess
 import sys
 import tempfile
 
-from train.helpers.results import add_out_argument, destination, machine_info, write_result
+from train.helpers.results import add_out_argument, destination, invocation, machine_info, write_result
 from train.helpers.tables import markdown_table
+from train.helpers.version import ROOT
 
 
 def child(seeds: int, steps: int, encoder: str, width: int, batch: int) -> dict[str, float]:
@@ -55,7 +56,8 @@ def child(seeds: int, steps: int, encoder: str, width: int, batch: int) -> dict[
 def measure(seeds: int, args: argparse.Namespace) -> dict[str, float]:
     cmd = [
         sys.executable,
-        __file__,
+        "-m",
+        "benchmarks.seeds",
         "--child",
         str(seeds),
         "--steps",
@@ -64,7 +66,7 @@ def measure(seeds: int, args: argparse.Namespace) -> dict[str, float]:
         args.encoder,
     ]
     cmd += ["--width", str(args.width), "--batch", str(args.batch)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=os.environ)
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=os.environ, cwd=ROOT)
     if proc.returncode:
         raise RuntimeError(proc.stderr[-3000:])
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -131,7 +133,8 @@ def main() -> None:
             "rows": [dict(zip(keys, row, strict=True)) for row in rows],
         }
         name = "seeds" if args.encoder == "mlp" else f"seeds_{args.encoder}"
-        print(f"wrote {write_result(name, figures, argv=sys.argv, machine=machine, folder=folder)}")
+        command = invocation("benchmarks.seeds")
+        print(f"wrote {write_result(name, figures, argv=command, machine=machine, folder=folder)}")
 
 
 if __name__ == "__main__":

@@ -21,13 +21,8 @@ import collections
 import os
 import re
 import statistics
-import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 _INSTRUCTION = re.compile(r"^\s+(?:ROOT\s+)?%([\w.\-]+) = .*? ([\w\-]+)\((.*)$")
 _COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%([\w.\-]+) .*\{\s*$")
@@ -97,7 +92,7 @@ def split_events(events: list[dict], kinds: dict[str, str], steps: int) -> dict[
 def geojax_split(hlo: str, call: Callable[[], Any], calls: int, per_call: int) -> dict[str, float]:
     """Trace ``calls`` calls of ``per_call`` steps each (after two untraced ones) and split their kernels'
     time (ms per step) by :func:`classify_hlo`."""
-    import train_step
+    from benchmarks import train_step
 
     events = train_step.trace_events(call, calls, None, warmup=2)
     return split_events(events, classify_hlo(hlo), calls * per_call)
@@ -132,6 +127,7 @@ def main() -> None:
     from train.helpers.results import (  # no backend yet
         add_out_argument,
         destination,
+        invocation,
         machine_info,
         write_result,
     )
@@ -154,8 +150,8 @@ def main() -> None:
     flags = "--xla_cpu_multi_thread_eigen=false --xla_cpu_enable_xprof_traceme=true"
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flags}".strip()
     import jax
-    import train_step
 
+    from benchmarks import train_step
     from train.helpers.tables import markdown_table
 
     try:
@@ -196,7 +192,8 @@ def main() -> None:
         models.append(model)
     if folder is not None:
         figures = {"steps": steps, "steps_per_call": k, "cores": 1, "models": models}
-        print(f"wrote {write_result('step_profile', figures, argv=sys.argv, machine=machine, folder=folder)}")
+        command = invocation("benchmarks.step_profile")
+        print(f"wrote {write_result('step_profile', figures, argv=command, machine=machine, folder=folder)}")
 
 
 if __name__ == "__main__":

@@ -63,8 +63,6 @@ import math
 import os
 import re
 import shutil
-import statistics
-import sys
 import tempfile
 from collections.abc import Callable
 from typing import Any
@@ -75,9 +73,9 @@ import numpy as np
 
 from geojax import losses, parallel
 from train.app import config, data, optim, step
-from train.helpers.results import add_out_argument, destination, machine_info, write_result
+from train.helpers.results import add_out_argument, destination, invocation, machine_info, write_result
 from train.helpers.tables import markdown_table
-from train.helpers.timing import measure
+from train.helpers.timing import Call, interleaved, measure
 
 # Dense bf16 peaks (FLOP/s) from NVIDIA's data sheets (half the sparsity figure), for MFU, by the device's
 # model name, the first entry found in it (the PCIe and NVL H100s and the H200 NVL run lower clocks and
@@ -514,19 +512,15 @@ def torch_step(
     return TorchStep(model, opt, images, cfg.batch_size, batch_loss, update)
 
 
-def interleaved(runners: dict[str, tuple[Callable[[], Any], int, Callable]], rounds: int, steps: int) -> dict:
-    """Seconds per step (wall, CPU) of each runner, median over ``rounds`` rounds that visit every runner in
-    turn; ``runners``: name → (call, steps per call, block)."""
-    samples: dict[str, list[tuple[float, float]]] = {name: [] for name in runners}
-    for r in range(rounds):
-        for name, (call, per_call, block) in runners.items():
-            number = max(1, steps // per_call)
-            t = measure(call, repeats=1, warmup=2 if r == 0 else 0, number=number, block=block)
-            samples[name].append((t.median / per_call, t.cpu_median / per_call))
-    return {
-        name: (statistics.median(s for s, _ in got), statistics.median(c for _, c in got))
-        for name, got in samples.items()
-    }
+def step_times(runners: dict[str, tuple[Callable[[], Any], int, Callable]], rounds: int, steps: int) -> dict:
+    """Seconds per step (wall, CPU) of each runner, medians of ``rounds`` :func:`interleaved` rounds of about
+    ``steps`` steps each (after two warm-up calls); ``runners``: name → (call, steps per call, block)."""
+    times = interleaved(
+        {name: Call(call, (), max(1, steps // k), block) for name, (call, k, block) in runners.items()},
+        rounds=rounds,
+        warmup=2,
+    )
+    return {name: (times[name].median / k, times[name].cpu_median / k) for name, (_, k, _) in runners.items()}
 
 
 def torch_block(device: str) -> Callable[[Any], Any]:
@@ -564,7 +558,7 @@ def compare(
                 failed[f"PyTorch {mode}"] = f"failed: {type(err).__name__}: {str(err).splitlines()[0][:120]}"
                 continue
             runners[f"PyTorch {mode}"] = (one, 1, torch_block(device))
-        times = interleaved(runners, args.repeats, args.steps)
+        times = step_times(runners, args.repeats, args.steps)
         flops = flops_of() if peak else None
         ours = min(
             (times[geojax_name(k, args.cpu_devices)][0], geojax_name(k, args.cpu_devices))
@@ -777,7 +771,7 @@ def replica_rates(case: Case, counts: list[int], k: int, args: argparse.Namespac
     runners = {
         r: (geojax_call(case, k, args.cpu_devices, replicas=r)[0], k, jax.block_until_ready) for r in counts
     }
-    times = interleaved(runners, args.repeats, args.steps)
+    times = step_times(runners, args.repeats, args.steps)
     one = times[1][0] if 1 in times else None
     rows, figures = [], []
     for r, (wall, cpu) in times.items():
@@ -950,7 +944,13 @@ def main() -> None:
 
     def save() -> None:  # after each part, so that a run stopped part-way keeps what it measured
         if folder is not None:
-            path = write_result(result_name(args), figures, argv=sys.argv, machine=machine, folder=folder)
+            path = write_result(
+                result_name(args),
+                figures,
+                argv=invocation("benchmarks.train_step"),
+                machine=machine,
+                folder=folder,
+            )
             print(f"wrote {path}")
 
     figures["cases"], best = compare(cases, args, device=device, peak=peak)

@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 from subprocess_env import child_env
 
-from train.helpers.results import RESULTS_DIR, destination, write_result
+from benchmarks import ivf, step_profile, train_step
+from train.helpers.results import RESULTS_DIR, check_ratios, destination, write_result
 from train.helpers.timing import Timing, measure
 
 
@@ -122,9 +123,10 @@ def _installed(module: str) -> bool:
 
 
 def _script(name: str, *args: str) -> subprocess.CompletedProcess:
+    """``python -m benchmarks.NAME ARGS`` from the checkout's root, as a user runs it."""
     env = child_env()  # the suite's compile flags; the script's own device set-up
     return subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / name), *args],
+        [sys.executable, "-m", f"benchmarks.{name}", *args],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -152,12 +154,13 @@ def _tables(stdout: str) -> list[list[dict[str, str]]]:
     return tables
 
 
-def _figures(folder: Path, name: str, argv: tuple[str, ...]) -> dict:
+def _figures(folder: Path, name: str, argv: tuple[str, ...], module: str | None = None) -> dict:
     """The figures a benchmark run wrote to ``folder/name.json`` (the only file there), after checking its
-    command line and machine record."""
+    command line (``python -m benchmarks.MODULE ARGV``, MODULE the file's stem unless given) and machine
+    record."""
     assert sorted(p.name for p in folder.iterdir()) == [f"{name}.json"]
     record = json.loads((folder / f"{name}.json").read_text())
-    assert record["command"].split()[1:] == list(argv)
+    assert record["command"].split() == ["python", "-m", f"benchmarks.{module or name}", *argv]
     assert record["machine"]["cores"] == os.cpu_count() and len(record["machine"]["load_before"]) == 3
     return record["figures"]
 
@@ -180,7 +183,7 @@ def test_write_result_keeps_figures_strict_json(tmp_path):
 
 def test_losses_quick(tmp_path):
     argv = ("--quick", "--repeats", "1", "--out", str(tmp_path))
-    out = _run_script("losses.py", *argv)
+    out = _run_script("losses", *argv)
     timing, memory = _tables(out)
     figures = _figures(tmp_path, "losses", argv)
     assert [(r["loss"], str(r["N"]), f"{r['geojax_ms']:.2f}", r["note"]) for r in figures["timing"]] == [
@@ -207,7 +210,7 @@ def test_losses_quick(tmp_path):
 @pytest.mark.slow
 def test_binary_quick(tmp_path):
     argv = ("--quick", "--repeats", "2", "--out", str(tmp_path))
-    tables = _tables(_run_script("binary.py", *argv))
+    tables = _tables(_run_script("binary", *argv))
     cases = _figures(tmp_path, "binary", argv)["cases"]
     assert [(c["d"], c["bits"]) for c in cases] == [(256, 256), (256, 64)]  # the two shapes of the quick run
     for rows, case in zip(tables, cases, strict=True):
@@ -222,7 +225,7 @@ def test_binary_quick(tmp_path):
 @pytest.mark.slow
 def test_search_quick(tmp_path):
     argv = ("--quick", "--rows", "5000", "--queries", "50", "--repeat", "1", "--out", str(tmp_path))
-    out = _run_script("search.py", *argv)
+    out = _run_script("search", *argv)
     (rows,) = _tables(out)
     figures = _figures(tmp_path, "search", argv)
     assert (figures["queries"], figures["rows"], figures["k"]) == (50, 5000, 10)
@@ -276,18 +279,52 @@ def test_ivf_learned_quick(tmp_path):
     sphere = _fake_run(tmp_path / "sphere", "sphere", 16, 1200, 20, 1)
     out_dir = tmp_path / "out"
     argv = ("--learned", torus, sphere, "--nlist", "4", "--repeat", "1", "--out", str(out_dir))
-    out = _run_script("ivf.py", *argv)
-    figures = _figures(out_dir, "ivf_learned", argv)
+    out = _run_script("ivf", *argv)
+    figures = _figures(out_dir, "ivf_learned", argv, module="ivf")
     assert [s["geometry"] for s in figures["learned"]] == ["torus_n", "sphere"]
     assert (figures["rows"], figures["queries"], figures["nlist"]) == (1200, 20, 4)
     sweep, table = figures["sweep"], _tables(out)[0]
-    codes = ["torus 8-bit L1 (8 B)", "torus 8-bit L2 (8 B)", "sign bits (2 B)", "PQ 4×8 (4 B)"]  # 8 angles
-    assert list(dict.fromkeys(r["codes"] for r in sweep)) == codes
+    cases = ["torus, 8 angles", "sign bits (2 B)", "PQ 4×8 (4 B)"]  # torusN of 16: 8 angles
+    assert list(dict.fromkeys(r["case"] for r in sweep)) == cases
     ours = [r for r in sweep if r["library"] == "geojax"]
-    assert [r["nprobe"] for r in ours] == [1, 2, 4] * 4
+    assert [r["code_bytes"] for r in ours if r["nprobe"] == 1] == [8, 8, 2, 4]
+    # the torus's two indexes are timed together, nprobe by nprobe
+    assert [r["nprobe"] for r in ours] == [1, 1, 2, 2, 4, 4, 1, 2, 4, 1, 2, 4]
     assert all(r["recall_same_codes"] == 1.0 for r in ours if r["nprobe"] == 4)  # full probe = exact
+    for index in {r["index"] for r in ours}:  # recall against the same codes rises with nprobe
+        recalls = [r["recall_same_codes"] for r in ours if r["index"] == index]
+        assert recalls == sorted(recalls)
+    assert all(("recall_torus" in r) == (r["case"] == cases[0]) for r in sweep)
+    assert all(b["bytes_per_row"] > 0 for b in figures["builds"])
     assert len(table) == len(sweep) and all(r["qps"] > 0 for r in sweep)
-    assert len([r for r in sweep if r["library"] == "faiss"]) == (12 if _installed("faiss") else 0)
+    theirs = [r for r in sweep if r["library"] == "faiss"]
+    if _installed("faiss"):  # the Clifford features at 4 bits, 8 bits and float; the binary IVF; IVFPQ
+        assert [r["code_bytes"] for r in theirs if r["nprobe"] == 1] == [8, 16, 64, 2, 4]
+        assert all(r["recall_same_codes"] == 1.0 for r in theirs if r["nprobe"] == 4)
+        assert len(figures["equal_recall"]) == 2 * 2 * 3 + 2  # torus: 2 × 3 pairs × 2 distances
+    else:
+        assert theirs == [] and figures["same_codes"] == figures["equal_recall"] == []
+
+
+def test_ivf_synthetic_data_and_cases():
+    # The default run's data (its indexing is test_ivf_learned_quick's): clustered angles wrapped to [0, 1),
+    # unit sphere vectors, and per data set geojax's indexes beside faiss's (none without faiss).
+    faiss = ivf.load_faiss()
+    data, cases = ivf.synthetic_data(faiss, np.random.default_rng(0), 500, 20, 16)
+    (x, q), (s, sq) = data["torus"], data["sphere"]
+    assert x.shape == (500, 16) and q.shape == (20, 16) and x.min() >= 0 and x.max() < 1
+    np.testing.assert_allclose(np.linalg.norm(np.concatenate([s, sq]), axis=1), 1, rtol=1e-5)
+    assert [(c.label, c.space) for c in cases] == [
+        ("torus, 16 angles", "torus"),
+        ("sign bits (2 B)", "sphere"),
+        ("PQ 8×8 (8 B)", "sphere"),
+    ]
+    peers = [[(label, nbytes) for label, lib, nbytes, _ in c.indexes if lib == "faiss"] for c in cases]
+    if faiss is None:
+        assert peers == [[], [], []]
+    else:
+        assert [nbytes for _, nbytes in peers[0]] == [16, 32, 128]  # SQ4 = the 8-bit angles' bytes
+    np.testing.assert_allclose(ivf.clifford(np.array([[0.25, 0.5]])), [[0, 1, -1, 0]], atol=1e-7)
 
 
 @pytest.mark.slow
@@ -300,8 +337,8 @@ def test_ivf_learned_quick(tmp_path):
 )
 def test_search_quick_variants_write_their_own_file(tmp_path, flags, name, key, columns):
     argv = ("--quick", *flags, "--rows", "3000", "--queries", "20", "--repeat", "1", "--out", str(tmp_path))
-    (rows,) = _tables(_run_script("search.py", *argv))
-    stored = _figures(tmp_path, name, argv)[key]
+    (rows,) = _tables(_run_script("search", *argv))
+    stored = _figures(tmp_path, name, argv, module="search")[key]
     assert len(stored) == len(rows) == (6 if key == "index_devices" else 4)
     fields = {
         "queries/s": "queries_per_s",
@@ -325,7 +362,7 @@ def test_search_quick_variants_write_their_own_file(tmp_path, flags, name, key, 
 def test_train_step_quick(tmp_path):
     args = ("--quick", "--steps", "4", "--repeats", "1", "--steps-per-call", "1,2", "--replicas", "1,2")
     args += ("--out", str(tmp_path))
-    out = _run_script("train_step.py", *args)
+    out = _run_script("train_step", *args)
     *tables, seeds_mlp, seeds_cnn = _tables(out)
     figures = _figures(tmp_path, "train_step", args)
     for table, case in zip(tables, figures["cases"], strict=True):
@@ -371,8 +408,8 @@ def test_train_step_quick_data_parallel_over_cpu_devices(tmp_path):
     # --cpu-devices 2: the host split into two one-thread XLA devices, the step data-parallel over them.
     args = ("--quick", "--models", "mlp", "--steps", "4", "--repeats", "1", "--steps-per-call", "2")
     args += ("--cpu-devices", "2", "--out", str(tmp_path))
-    (table,) = _tables(_run_script("train_step.py", *args))
-    (case,) = _figures(tmp_path, "train_step_cpu_devices_2", args)["cases"]
+    (table,) = _tables(_run_script("train_step", *args))
+    (case,) = _figures(tmp_path, "train_step_cpu_devices_2", args, module="train_step")["cases"]
     assert case["rows"][0]["step"] == table[0]["step"]
     ours = table[0]
     assert ours["step"] == "geojax (device feed, 2 steps/call, 2 CPU devices)"
@@ -382,21 +419,13 @@ def test_train_step_quick_data_parallel_over_cpu_devices(tmp_path):
 
 def test_train_step_refuses_a_batch_the_cpu_devices_do_not_divide():
     args = ("--quick", "--models", "mlp", "--steps", "2", "--repeats", "1", "--cpu-devices", "3")
-    proc = _script("train_step.py", *args)
+    proc = _script("train_step", *args)
     assert proc.returncode != 0
     assert "mlp: batch_size 64 must be divisible by the 3 devices" in proc.stderr
 
 
-def _train_step():
-    spec = importlib.util.spec_from_file_location("train_step", ROOT / "benchmarks" / "train_step.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("train_step", module)  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_train_step_busy_time_is_the_union_of_intervals():
-    ts = _train_step()
+    ts = train_step
     assert ts.busy_time([]) == 0
     assert ts.busy_time([(0, 2), (1, 3), (5, 6), (5.5, 5.7), (2.5, 2.6)]) == pytest.approx(4.0)
     rng = np.random.default_rng(0)
@@ -409,7 +438,7 @@ def test_train_step_busy_time_is_the_union_of_intervals():
 
 
 def test_train_step_kernel_split_reads_the_device_streams_of_a_trace():
-    ts = _train_step()
+    ts = train_step
     meta = [
         {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "/host:CPU"}},
         {"ph": "M", "name": "process_name", "pid": 2, "args": {"name": "/device:GPU:0"}},
@@ -463,18 +492,11 @@ def test_train_step_kernel_split_reads_the_device_streams_of_a_trace():
     ],
 )
 def test_train_step_kernel_kind(name, kind):
-    assert _train_step().kernel_kind(name) == kind
-
-
-def _step_profile():
-    spec = importlib.util.spec_from_file_location("step_profile", ROOT / "benchmarks" / "step_profile.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    assert train_step.kernel_kind(name) == kind
 
 
 def test_step_profile_classes_compiled_hlo_by_what_its_kernels_hold():
-    sp = _step_profile()
+    sp = step_profile
 
     def fn(x, w, k):
         y = jnp.tanh(x @ w) + 1.0  # a product, maybe fused with its epilogue
@@ -516,7 +538,7 @@ def test_step_profile_classes_compiled_hlo_by_what_its_kernels_hold():
 @pytest.mark.slow
 def test_step_profile_quick(tmp_path):
     argv = ("--quick", "--models", "mlp", "--steps", "4", "--steps-per-call", "2", "--out", str(tmp_path))
-    out = _run_script("step_profile.py", *argv)
+    out = _run_script("step_profile", *argv)
     (table,) = _tables(out)
     (model,) = _figures(tmp_path, "step_profile", argv)["models"]
     stored = [(r["step"], f"{r['sum_ms']:.2f}") for r in model["rows"]]
@@ -532,7 +554,7 @@ def test_step_profile_quick(tmp_path):
 
 @pytest.mark.slow
 def test_seeds_quick(tmp_path):
-    out = _run_script("seeds.py", "--quick", "--out", str(tmp_path))
+    out = _run_script("seeds", "--quick", "--out", str(tmp_path))
     (rows,) = _tables(out)
     stored = _figures(tmp_path, "seeds", ("--quick", "--out", str(tmp_path)))["rows"]
     assert [(str(r["S"]), f"{r['ratio']:.3f}") for r in stored] == [(r["S"], r["ratio"]) for r in rows]
@@ -544,7 +566,7 @@ def test_seeds_quick(tmp_path):
 @pytest.mark.slow
 def test_memory_quick(tmp_path):
     argv = ("--quick", "--out", str(tmp_path))
-    out = _run_script("memory.py", *argv)
+    out = _run_script("memory", *argv)
     speed, p1 = _tables(out)  # the step timings come first (minutes), then the trainings (hours)
     figures = _figures(tmp_path, "memory", argv)
     assert [(a["batch"], a["memory"]) for a in figures["arms"]] == [(16, 0), (16, 64)]
@@ -561,3 +583,69 @@ def test_memory_quick(tmp_path):
         assert timing["pml_memory_over_none"] == pytest.approx(ms["pml", 64] / ms["pml", 0])
     else:
         assert timing["pml_memory_over_none"] is None and len(speed) == 2
+
+
+# ----------------------------------------------------------------------------------------------------------
+# --check: a stored comparison rerun, its ratios held against the file's
+
+
+def test_check_ratios_names_the_rows_that_fell_or_went_unmeasured(capsys):
+    stored = {"held": 2.0, "fell": 1.0, "no peer then": None, "unmeasured": 3.0}
+    now = {"held": 1.41, "fell": 0.69, "no peer then": 5.0, "unmeasured": None, "new": 1.0}
+    assert check_ratios(stored, now) == ["fell", "unmeasured"]
+    out = capsys.readouterr().out
+    assert "held: stored 2.00×, now 1.41× (0.70× the stored) ok" in out
+    assert "fell: stored 1.00×, now 0.69× (0.69× the stored) FELL" in out
+    assert "new: now 1.00× (not in the stored file)" in out
+
+
+def test_ivf_summaries_compare_each_pair_at_its_own_settings():
+    def row(index, library, nprobe, same, flt, qps):
+        return {
+            "case": "c",
+            "index": index,
+            "library": library,
+            "code_bytes": 8,
+            "nprobe": nprobe,
+            "recall_same_codes": same,
+            "recall_float": flt,
+            "qps": qps,
+        }
+
+    rows = [
+        row("ours", "geojax", 1, 0.90, 0.50, 400.0),
+        row("theirs", "faiss", 1, 0.96, 0.70, 900.0),
+        row("ours", "geojax", 2, 0.97, 0.60, 300.0),
+        row("theirs", "faiss", 2, 1.00, 0.80, 100.0),
+    ]
+    (same,) = ivf.at_same_codes(rows)
+    assert (same["geojax"]["nprobe"], same["faiss"]["nprobe"]) == (2, 1) and same["ratio"] == 300 / 900
+    (equal,) = ivf.at_equal_recall(rows)  # the highest float recall both reach: ours' best, 0.60
+    assert equal["level"] == 0.60 and (equal["geojax"]["nprobe"], equal["faiss"]["nprobe"]) == (2, 1)
+    assert equal["ratio"] == pytest.approx(300 / 900)
+    assert [(b["index"], b["nprobe"], b["recall_float"]) for b in ivf.at_bytes(rows)] == [
+        ("ours", 2, 0.60),
+        ("theirs", 2, 0.80),
+    ]
+    assert ivf.ratios({"sweep": rows}) == {"c: ours / theirs": pytest.approx((400 / 900 * 300 / 100) ** 0.5)}
+
+
+def test_search_check_reruns_the_stored_command_and_fails_on_a_fallen_ratio(tmp_path):
+    # A stored file whose Hamming ratio any run beats and whose wrap-L1 ratio none does: --check reruns its
+    # command, exits 1 naming only the wrap-L1 row (both without faiss: nothing to compare), writes nothing.
+    command = "python -m benchmarks.search --quick --searches hamming,wrap-l1 --rows 2000 --queries 20"
+    command += " --repeat 1"
+    searches = [
+        {"search": "Hamming 256-bit top-k", "ratio": 1e-6},
+        {"search": "uint8 wrap-L1 64-byte top-k", "ratio": 1e6},
+    ]
+    machine = {"code_version": {"commit": "0" * 40}}
+    record = {"command": command, "machine": machine, "figures": {"searches": searches}}
+    (tmp_path / "search.json").write_text(json.dumps(record))
+    proc = _script("search", "--check", "--out", str(tmp_path))
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert f"rerunning {command!r}" in proc.stdout
+    fell = proc.stderr.strip().splitlines()[-1]
+    assert "uint8 wrap-L1 64-byte top-k" in fell
+    assert ("Hamming" in fell) is not _installed("faiss")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["search.json"]

@@ -2,15 +2,23 @@
 a numpy scan of the probed lists, sharded over 4 fake devices = one device, the circular k-means on the
 torus, adds in steps and growth without retraining, write/read, and every bad input refused unchanged."""
 
-import json
-
+import jax
 import numpy as np
 import pytest
-from test_benchmarks import _run_script
 from test_index import mesh
 from test_search_kernels import hamming_numpy, pq_numpy
 
-from geojax.search import BinaryCodec, IndexFlat, IndexIVF, PQCodec, TorusCodec, ivf, read_index, write_index
+from geojax.search import (
+    BinaryCodec,
+    IndexFlat,
+    IndexIVF,
+    PQCodec,
+    TorusCodec,
+    ivf,
+    merge,
+    read_index,
+    write_index,
+)
 
 pytestmark = pytest.mark.multidevice
 
@@ -245,33 +253,6 @@ def test_bad_inputs_refused_and_nothing_changed():
         np.testing.assert_array_equal(a, np.asarray(b))
 
 
-@pytest.mark.slow
-def test_benchmark_quick(tmp_path):
-    """benchmarks/ivf.py at a tiny size: geojax's recall against the same codes is 1 at nprobe = nlist (the
-    flat index's result), recall rises with nprobe, and the result file holds the sweep."""
-    _run_script(
-        "ivf.py",
-        "--quick",
-        "--rows",
-        "3000",
-        "--queries",
-        "20",
-        "--nlist",
-        "4",  # nprobe 1, 2, 4: three search programs per codec to compile
-        "--repeat",
-        "1",
-        "--out",
-        str(tmp_path),
-    )
-    figures = json.loads((tmp_path / "ivf.json").read_text())["figures"]
-    ours = [r for r in figures["sweep"] if r["library"] == "geojax"]
-    assert {r["codes"] for r in ours} == {"torus 8-bit (64 B)", "sign bits (8 B)", "PQ 8×8 (8 B)"}
-    for codes in {r["codes"] for r in ours}:
-        recalls = [r["recall_same_codes"] for r in ours if r["codes"] == codes]
-        assert recalls[-1] == 1.0 and recalls == sorted(recalls)
-    assert all(b["geojax_bytes_per_row"] > 0 for b in figures["builds"])
-
-
 def test_the_block_chosen_from_the_lists_gives_the_results_of_any_fixed_block():
     codec, x = codecs_and_data(np.random.default_rng(0))["torus8"]
     auto = built(codec, x, 9, block=None, nprobe=3)
@@ -331,3 +312,24 @@ def test_heavy_ties_go_to_the_lowest_ids(case):
         order = np.lexsort((cand, dist[row, rows]))[:60]
         want = np.pad(cand[order], (0, 60 - len(order)), constant_values=-1)
         np.testing.assert_array_equal(i[row], want)
+
+
+def test_indexes_rank_as_their_devices_not_the_default_backend(monkeypatch):
+    # Indexes on CPU devices in a process whose default backend is a GPU: their (distance, id) merges take
+    # the CPU's two-top_k path (merge._largest), chosen from the mesh, and give the same results.
+    codec, x = codecs_and_data(np.random.default_rng(3))["torus8"]
+    q = x[[0, 3, 200]]
+    flat = IndexFlat(codec, mesh=mesh())
+    flat.add(x)
+    want = [np.asarray(a) for a in flat.search(q, 40)]
+    calls = []
+    largest = merge._largest
+    monkeypatch.setattr(merge, "_largest", lambda v, k: calls.append(k) or largest(v, k))
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    for idx in (built(codec, x, 5), IndexFlat(codec, mesh=mesh())):  # new indexes: traced under the patch
+        if idx.ntotal == 0:
+            idx.add(x)
+        calls.clear()
+        for got, ref in zip(idx.search(q, 40), want, strict=True):
+            np.testing.assert_array_equal(np.asarray(got), ref)
+        assert calls, type(idx).__name__

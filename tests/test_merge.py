@@ -3,6 +3,7 @@ ties at the k-th distance and below it, shared empty slots, negative zeros and i
 range of keys (which a float comparison of their bits would misorder), each path (two top_k calls, the
 counting order, the sort of long answers, short rows)."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -63,3 +64,33 @@ def test_shared_empty_slots_fill_the_end():
     np.testing.assert_array_equal(np.asarray(ii[0]), [1, 9, 4, NO_ID, NO_ID, NO_ID])
     np.testing.assert_array_equal(np.asarray(dd[0, :3]), [2, 2, 5])
     assert len(set(np.asarray(merge.select_topk(d, ids, 8)[0]).tolist())) == 8
+
+
+@pytest.mark.parametrize("platform", ["cpu", "gpu"])
+def test_top_k_of_int32_keys_is_the_integer_order(platform):
+    # On a CPU the keys pass through float32 bit patterns (NaN patterns included); elsewhere as they are.
+    # Either way: the k largest by integer value, ties to the lower position, the values given back exactly.
+    rng = np.random.default_rng(5)
+    keys = rng.integers(-(2**31), 2**31 - 1, (5, 300), dtype=np.int64).astype(np.int32)
+    keys[:, 100:140] = keys[:, :40]  # ties
+    keys[0, :3] = [np.iinfo(np.int32).min, np.iinfo(np.int32).max, -1]
+    v, j = merge.top_k(jnp.asarray(keys), 60, platform=platform)
+    want = np.argsort(-keys.astype(np.int64), axis=1, kind="stable")[:, :60]
+    np.testing.assert_array_equal(np.asarray(j), want)
+    np.testing.assert_array_equal(np.asarray(v), np.take_along_axis(keys, want, axis=1))
+
+
+def test_the_path_follows_the_platform_given_not_the_default_backend(monkeypatch):
+    # A CPU index in a process whose default backend is a GPU ranks with top_k: the platform passed wins.
+    calls = []
+    largest = merge._largest
+    monkeypatch.setattr(merge, "_largest", lambda v, k: calls.append(k) or largest(v, k))
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    d, ids = draw(np.random.default_rng(2), "few-ints", 4, 150)
+    want = lexsort_positions(d, ids, 10)
+    got = merge.select_topk(jnp.asarray(d), jnp.asarray(ids), 10)  # None: the (patched) default, a sort
+    np.testing.assert_array_equal(np.asarray(got), want)
+    assert calls == []
+    got = merge.select_topk(jnp.asarray(d), jnp.asarray(ids), 10, platform="cpu")
+    np.testing.assert_array_equal(np.asarray(got), want)
+    assert calls

@@ -1,6 +1,7 @@
 """geojax.search kernels equal a naive numpy scan (distances and indices, ties to the lower index)."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -214,3 +215,26 @@ def test_use_cpu_cores_before_and_after_start():
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"} | {"JAX_PLATFORMS": "cpu"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert out.stdout.split() == ["3", "3", "late"]
+
+
+def test_wide_squared_l2_codes_rank_int32_keys_through_float32_top_k():
+    # 1,100 8-bit coordinates by squared L2: distances up to 1,100 · 128² > 2^24, past float32's exact
+    # integers, so the scan ranks int32 keys, passed to lax.top_k as float32 bit patterns on a CPU (no int32
+    # top_k, which sorts) and still exact, ties to the lower index: by groups of rows (k = 7) and by single
+    # rows over several sub-chunks (k = 40, chunk 64).
+    width = 1100
+    assert scan._torus_bound(width, 8, 2) > 1 << 24
+    rng = np.random.default_rng(7)
+    q, db = with_ties(rng, 3, 1200, width)
+    db[5] = q[1] ^ 0x80  # every coordinate half a turn away: the largest distance, 1,100 · 128²
+    dist = torus_numpy(q, db, 2)
+    for k, chunk in ((7, 16384), (40, 64), (1200, 512)):
+        ref_d, ref_i = naive_topk(dist, k)
+        d, i = search.torus_topk(q, db, k, p=2, chunk=chunk)
+        np.testing.assert_array_equal(np.asarray(d), ref_d)
+        np.testing.assert_array_equal(np.asarray(i), ref_i)
+    assert int(d[1, -1]) == width * 128**2
+    for k, chunk in ((7, 16384), (40, 64)):
+        lowered = jax.jit(lambda a, b, k=k, c=chunk: search.torus_topk(a, b, k, p=2, chunk=c)).lower(q, db)
+        ops = [line for line in lowered.as_text().splitlines() if "top_k" in line]
+        assert ops and not any(re.search(r"top_k\(.*\) : \(?tensor<[^>]*xi32>", line) for line in ops)

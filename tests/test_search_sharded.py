@@ -10,9 +10,7 @@ import sys
 import time
 
 import numpy as np
-import pytest
 from subprocess_env import child_env
-from test_benchmarks import _run_script, _tables
 from test_multiprocess import _free_port
 from test_search_kernels import naive_topk, torus_numpy
 
@@ -126,25 +124,3 @@ def test_two_processes_ivf_equal_one(tmp_path):
         np.testing.assert_array_equal(got[f"{stage}_d"], d)
         np.testing.assert_array_equal(got[f"{stage}_i"], i)
     assert not np.isin(got["after_i"], gone).any()
-
-
-@pytest.mark.slow
-def test_index_devices_benchmark_quick():
-    out = _run_script(
-        "search.py",
-        "--quick",
-        "--index-devices",
-        "--cpu-devices",
-        "2",
-        "--rows",
-        "3000",
-        "--queries",
-        "20",
-        "--repeat",
-        "1",
-    )
-    (rows,) = _tables(out)
-    assert [(r["codes"], r["devices"]) for r in rows] == [
-        (c, d) for c in ("hamming", "torus", "pq") for d in "12"
-    ]
-    assert all(r["= 1 device"] == "True" and float(r["seconds"]) > 0 for r in rows)

@@ -1,4 +1,4 @@
-"""The PyTorch twin of the train step (benchmarks/train_step.py) computes what geojax's step computes, so the
+"""The PyTorch twin of the train step (benchmarks.train_step) computes what geojax's step computes, so the
 benchmark times the same work: from the same weights and batch (fp32, CPU) the same loss, the same gradients
 and the same updated weights, with the clipping active. Four recipes: Stowell 2026's CIFAR one (ResNet-18
 with batch norm, SupCon × τ/τ_base + KoLeo, SGD, element-wise clipping) at a small width, and the digits one
@@ -8,23 +8,17 @@ batch norm on the sphere)."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import sys
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from benchmarks import train_step as bench
 from train.app import config, optim, step
 
 torch = pytest.importorskip("torch")
 
-ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("train_step_bench", ROOT / "benchmarks" / "train_step.py")
-bench = sys.modules[_spec.name] = importlib.util.module_from_spec(_spec)  # dataclasses look it up
-_spec.loader.exec_module(bench)
 
 RECIPES = {
     "resnet18": (
@@ -34,7 +28,7 @@ RECIPES = {
     "mlp": (dict(preset="supcon_torus_n", width=32, warmup=0), (6, 6, 3)),  # lr at step 0: the rate
     # the small CNN on one channel (tap_conv), 12 → 6 → 3 before the dense layer: the flattening order counts
     "cnn": (dict(preset="supcon_torus_n", encoder="cnn", width=4, warmup=0), (12, 12, 1)),
-    # the CPU recipe for 28×28 images (benchmarks/memory.py): the small CNN with batch norm, sphere D = 16
+    # the CPU recipe for 28×28 images (benchmarks.memory): the small CNN with batch norm, sphere D = 16
     "cnn_bn_sphere": (
         dict(preset="supcon_sphere_cpu", width=4, warmup=0, epochs=None, steps=10),
         (12, 12, 1),

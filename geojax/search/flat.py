@@ -449,6 +449,7 @@ class _Functions:
 
     def __init__(self, mesh, db_axis: str, query_axis: str | None, spec: scan.Scan) -> None:
         self.mesh, self.db_axis, self.query_axis, self.spec = mesh, db_axis, query_axis, spec
+        self.platform = placement.platform(mesh)
         db = P(db_axis)
         self._db = NamedSharding(mesh, db)
         shard = functools.partial(jax.shard_map, mesh=mesh, check_vma=False)
@@ -488,7 +489,13 @@ class _Functions:
     def search(self, queries, rows, cols, ids, sizes, aux, *, k: int, group: int, capacity: int):
         db, qs = P(self.db_axis), P(self.query_axis)
         local = functools.partial(
-            _shard_topk, spec=self.spec, axis=self.db_axis, k=k, group=group, capacity=capacity
+            _shard_topk,
+            spec=self.spec,
+            axis=self.db_axis,
+            k=k,
+            group=group,
+            capacity=capacity,
+            platform=self.platform,
         )
         return jax.shard_map(
             local,
@@ -513,10 +520,22 @@ def _grow_rows(codes, ids, *, extra: int):
 
 
 def _shard_topk(
-    queries, rows, cols, ids, size, aux, *, spec: scan.Scan, axis: str, k: int, group: int, capacity: int
+    queries,
+    rows,
+    cols,
+    ids,
+    size,
+    aux,
+    *,
+    spec: scan.Scan,
+    axis: str,
+    k: int,
+    group: int,
+    capacity: int,
+    platform: str,
 ):
     """One device: the top-k of its queries over its shard's ``size[0]`` rows, then the exact top-k over all
-    shards of ``axis`` by (distance, id) → (distances [q, k], ids [q, k])."""
+    shards of ``axis`` by (distance, id) → (distances [q, k], ids [q, k]); ``platform``: the mesh's."""
     v, i = scan.blocked(
         spec.operand(queries),
         rows,
@@ -529,10 +548,11 @@ def _shard_topk(
         group=group,
         query_block=spec.query_block,
         exact=spec.exact,
+        platform=platform,
     )
     lowest = jnp.finfo(jnp.float32).max if spec.exact else jnp.iinfo(jnp.int32).max
     gid = jnp.where(v > -lowest, ids[jnp.minimum(i, capacity - 1)], NO_ID)
     keys = lax.all_gather(-v, axis, axis=1, tiled=True)  # [q, shards·k] distances, shard order
     gid = lax.all_gather(gid, axis, axis=1, tiled=True)
-    d, g = merge_topk(keys, gid, k)
+    d, g = merge_topk(keys, gid, k, platform=platform)
     return (d.astype(jnp.int32) if spec.integer else d), g

@@ -523,6 +523,7 @@ class IndexIVF:
                 per_query=per_query,
                 chunk=chunk,
                 group=group,
+                platform=placement.platform(self.mesh),
             )
             mapped = jax.shard_map(
                 local,
@@ -763,9 +764,10 @@ def _shard_search(
     per_query: int,
     chunk: int,
     group: int,
+    platform: str,
 ):
     """One device: the top-k of every query over its blocks of the probed lists, then over all devices of
-    ``axis`` by (distance, id).
+    ``axis`` by (distance, id), ranked as suits ``platform`` (the mesh's; :func:`merge.select_topk`).
 
     The work is the (query, block) pairs that exist on this device, at most ``pairs`` of them, scanned
     ``chunk`` pairs at a time, whatever the number of blocks each query needs (no query padded to the
@@ -819,7 +821,7 @@ def _shard_search(
 
     # The k best groups of each query, their rows recomputed.
     kg = min(k, per_query * groups)
-    best = select_topk(table_keys, table_ids, kg, ordered=False)  # [Q, kg] group slots
+    best = select_topk(table_keys, table_ids, kg, ordered=False, platform=platform)  # [Q, kg] group slots
     block_of = jnp.take_along_axis(query_blocks, best // groups, axis=1)  # −1: no block there
     block_of = jnp.repeat(block_of, group, axis=1)  # [Q, kg·group]
     at = ((best % groups)[:, :, None] * group + jnp.arange(group)).reshape(nq, kg * group)
@@ -829,13 +831,16 @@ def _shard_search(
     d = jnp.where(there, dist, big)
     i = jnp.where(there, ids[number, at], NO_ID)
     keep = min(k, kg * group)
-    d, i = merge_topk(d, i, keep)
+    d, i = merge_topk(d, i, keep, platform=platform)
     if keep < k:  # fewer candidates than k on this device
         d = jnp.pad(d, ((0, 0), (0, k - keep)), constant_values=big)
         i = jnp.pad(i, ((0, 0), (0, k - keep)), constant_values=NO_ID)
     if lax.axis_size(axis) > 1:
         d, i = merge_topk(
-            lax.all_gather(d, axis, axis=1, tiled=True), lax.all_gather(i, axis, axis=1, tiled=True), k
+            lax.all_gather(d, axis, axis=1, tiled=True),
+            lax.all_gather(i, axis, axis=1, tiled=True),
+            k,
+            platform=platform,
         )
     found = i < NO_ID
     return jnp.where(found, d, big), jnp.where(found, i, -1)

@@ -9,7 +9,9 @@ float32 speed; distances become such keys by :func:`order_bits`. The first ``top
 distances (ties by position); the k-th of them, t, splits the answer into the rows closer than t (all among
 those k) and the lowest ids of the rows at exactly t, which the second ``top_k`` finds by id (run only when
 some row has more candidates at t than the first kept); the k are then put in (distance, id) order by
-counting. Other backends, and rows of at most 32 candidates, sort.
+counting. Rows of at most 32 candidates sort, and so does every row on other platforms. The platform is that
+of the devices the candidates lie on, which the index passes (``platform``), not JAX's default backend: an
+index placed on CPU devices in a GPU process ranks by ``top_k``.
 """
 
 from __future__ import annotations
@@ -53,9 +55,48 @@ def _as_topk_key(v: jax.Array) -> jax.Array:
     return lax.bitcast_convert_type(jnp.where(v < 0, v ^ _INT_MAX, v), jnp.float32)
 
 
+def _from_topk_key(f: jax.Array) -> jax.Array:
+    """The int32 ``v`` of :func:`_as_topk_key`'s ``f`` (the mirroring is its own inverse)."""
+    bits = lax.bitcast_convert_type(f, jnp.int32)
+    return jnp.where(bits < 0, bits ^ _INT_MAX, bits)
+
+
+def _on_cpu(platform: str | None) -> bool:
+    """Whether the devices of ``platform`` (None: JAX's default backend) are CPUs."""
+    return (platform or jax.default_backend()) == "cpu"
+
+
+def top_k(keys: jax.Array, k: int, *, platform: str | None = None) -> tuple[jax.Array, jax.Array]:
+    """The k largest float32 or int32 keys of each row and their positions, ties to the lower position.
+
+    ``lax.top_k``, except that on a CPU int32 keys are ranked as float32 bit patterns (:func:`_as_topk_key`)
+    and mapped back: the same order, where ``lax.top_k`` on int32 sorts the whole row (15–100× slower on
+    XLA:CPU). Other platforms rank int32 keys as they are.
+
+    Args:
+        keys: [..., n] float32 or int32 keys.
+        k: the keys kept per row, 1 ≤ k ≤ n.
+        platform: the platform of the devices ``keys`` lie on ("cpu", "gpu", …); None: JAX's default backend.
+
+    Returns:
+        (values [..., k] in the dtype of ``keys``, descending; positions [..., k] int32).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from geojax.search import merge
+        >>> v, j = merge.top_k(jnp.array([[-2**31, 7, 2**31 - 1, 7]], jnp.int32), 3, platform="cpu")
+        >>> print(v, j)
+        [[2147483647          7          7]] [[2 1 3]]
+    """
+    if keys.dtype == jnp.int32 and _on_cpu(platform):
+        v, j = lax.top_k(_as_topk_key(keys), k)
+        return _from_topk_key(v), j
+    return lax.top_k(keys, k)
+
+
 def _largest(v: jax.Array, k: int) -> jax.Array:
-    """Positions [q, k] of the k largest int32 ``v`` of each row, ties to the lower position."""
-    return lax.top_k(_as_topk_key(v), k)[1]
+    """Positions [q, k] of the k largest int32 ``v`` of each row, ties to the lower position (CPU)."""
+    return top_k(v, k, platform="cpu")[1]
 
 
 def _in_order(keys: jax.Array, ids: jax.Array, pos: jax.Array) -> jax.Array:
@@ -71,8 +112,12 @@ def _in_order(keys: jax.Array, ids: jax.Array, pos: jax.Array) -> jax.Array:
     return jnp.sum(jnp.where(slot, pos[:, :, None], 0), axis=1)
 
 
-def select_topk(distances: jax.Array, ids: jax.Array, k: int, *, ordered: bool = True) -> jax.Array:
+def select_topk(
+    distances: jax.Array, ids: jax.Array, k: int, *, ordered: bool = True, platform: str | None = None
+) -> jax.Array:
     """Positions of the k smallest (distance, id) pairs of each row.
+
+    Two ``lax.top_k`` calls on a CPU (module docstring), a sort of each row elsewhere.
 
     Args:
         distances: [q, n] int32 or floating distances in any order.
@@ -80,6 +125,7 @@ def select_topk(distances: jax.Array, ids: jax.Array, k: int, *, ordered: bool =
             largest distance).
         k: the pairs kept per row, 1 ≤ k ≤ n.
         ordered: put the positions in (distance, id) order; otherwise only the set is exact.
+        platform: the platform of the devices the rows lie on ("cpu", "gpu", …); None: JAX's default backend.
 
     Returns:
         [q, k] int32 positions into each row.
@@ -92,7 +138,7 @@ def select_topk(distances: jax.Array, ids: jax.Array, k: int, *, ordered: bool =
     """
     keys = order_bits(distances)
     ids = ids.astype(jnp.int32)
-    if jax.default_backend() != "cpu" or keys.shape[1] <= _SHORT:
+    if not _on_cpu(platform) or keys.shape[1] <= _SHORT:
         pos = jnp.broadcast_to(jnp.arange(keys.shape[1], dtype=jnp.int32), keys.shape)
         return lax.sort((keys, ids, pos), dimension=1, num_keys=2)[2][:, :k]
     first = _largest(~keys, k)  # the k smallest keys, ties by position
@@ -114,15 +160,18 @@ def select_topk(distances: jax.Array, ids: jax.Array, k: int, *, ordered: bool =
     return _in_order(jnp.take_along_axis(keys, pos, axis=1), jnp.take_along_axis(ids, pos, axis=1), pos)
 
 
-def merge_topk(distances: jax.Array, ids: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
+def merge_topk(
+    distances: jax.Array, ids: jax.Array, k: int, *, platform: str | None = None
+) -> tuple[jax.Array, jax.Array]:
     """The k smallest (distance, id) pairs of each row, ascending by distance then id.
 
-    Ties go to the lower id whatever order the candidates came in.
+    Ties go to the lower id whatever order the candidates came in (:func:`select_topk`).
 
     Args:
         distances: [q, n] distances in any order; empty slots hold the dtype's largest value.
         ids: [q, n] int32 ids.
         k: the pairs kept per row, k ≤ n.
+        platform: the platform of the devices the rows lie on ("cpu", "gpu", …); None: JAX's default backend.
 
     Returns:
         (distances [q, k], ids [q, k]).
@@ -134,5 +183,5 @@ def merge_topk(distances: jax.Array, ids: jax.Array, k: int) -> tuple[jax.Array,
         >>> print(d, i)
         [[1 1 2]] [[4 9 7]]
     """
-    pos = select_topk(distances, ids, k)
+    pos = select_topk(distances, ids, k, platform=platform)
     return jnp.take_along_axis(distances, pos, axis=1), jnp.take_along_axis(ids, pos, axis=1)

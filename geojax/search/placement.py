@@ -30,6 +30,27 @@ def split(rows: int, parts: int) -> list[int]:
     return [rows // parts + (i < rows % parts) for i in range(parts)]
 
 
+def platform(mesh: jax.sharding.Mesh) -> str:
+    """The platform of a mesh's devices ("cpu", "gpu", "tpu").
+
+    What an index's searches are compiled for, whatever JAX's default backend is.
+
+    Args:
+        mesh: a mesh of devices of one platform.
+
+    Returns:
+        The platform name.
+
+    Example:
+        >>> import jax
+        >>> import numpy as np
+        >>> from geojax.search import placement
+        >>> placement.platform(jax.sharding.Mesh(np.array(jax.devices("cpu")[:1]), ("db",)))
+        'cpu'
+    """
+    return mesh.devices.flat[0].platform
+
+
 def process_counts(values: list[int]) -> np.ndarray:
     """Every process's ``values``, one row per process, in process order.
 

@@ -15,9 +15,10 @@ recomputed. The k nearest rows always lie in those groups (any group outside the
 minima, each a distinct row), and the k best groups in those supergroups, by the same argument. Candidates
 are kept in database order and merged with the running result placed first, so ``lax.top_k``'s
 lower-index-first rule carries the tie order across blocks. Integer distances are ranked as float32 keys
-(exact below 2^24; ``lax.top_k`` on int32 is far slower on CPU), falling back to int32 keys when the bound
-is larger. A selection's first top-k ranks one key per 16·32 rows; with single rows (k too large for
-groups) it ranks every row's key.
+(exact below 2^24); above that bound as int32 keys, which on a CPU ``lax.top_k`` gets as float32 bit
+patterns that it orders as the integers (:func:`geojax.search.merge.top_k`; ``lax.top_k`` on int32 sorts
+the row, 15–100× slower on XLA:CPU). A selection's first top-k ranks one key per 16·32 rows; with single
+rows (k too large for groups) it ranks every row's key.
 
 Bad values: ``pq_topk`` rejects concrete queries or codebooks holding NaN or ±inf and codes outside
 [0, 2^nbits) (``ValueError`` naming the argument), since a NaN distance would otherwise be ranked like a
@@ -41,6 +42,7 @@ from jax.typing import ArrayLike
 
 from geojax import _checks, quantize
 from geojax.quantize import PQ
+from geojax.search import merge
 
 _F32 = jnp.float32
 _GROUP = 32
@@ -184,22 +186,30 @@ def _pq_kernel(tables: jax.Array, rows: jax.Array, shared: bool) -> jax.Array:
     return total
 
 
+@jax.jit
 def _pq_tables(codebooks: jax.Array, queries: jax.Array) -> jax.Array:
     """Squared distances of each query sub-vector to every centroid (Jégou et al. 2011 eq. 13's tables).
 
-    Summed as Σ_t (q_t − c_t)² in coordinate order, so a query's table has the same bits in any batch of
-    queries (a dot product's rounding changes with the batch's shape, which would let an inverted-file
-    search, the flat scan and a recomputation rank near-equal rows differently).
+    Summed as Σ_t (q_t − c_t)² in coordinate order, one coordinate per trip of a loop, so a query's table has
+    the same bits in any batch of queries and in any search that uses it (a dot product's rounding changes
+    with the batch's shape, which would let an inverted-file search, the flat scan and a recomputation rank
+    near-equal rows differently). The loop also makes the tables an array written once per query block:
+    unrolled, XLA fused the sum into the scan's table reads and recomputed 3·D/m operations for every entry
+    read (1,000 × 1M PQ(8×8) codes: 4.6× slower), in a rounding of its own.
 
     codebooks: [m, K, D/m], queries: [b, D] → [m, K, b] float32.
     """
     m, _, ds = codebooks.shape
     qs = queries.astype(_F32).reshape(queries.shape[0], m, ds).transpose(1, 2, 0)  # [m, D/m, b]
-    total = None
-    for t in range(ds):
-        diff = qs[:, t][:, None, :] - codebooks[:, :, t, None].astype(_F32)  # [m, K, b]
-        total = diff * diff if total is None else total + diff * diff
-    return total
+    centroids = codebooks.astype(_F32)
+
+    def term(t):
+        q_t = lax.dynamic_index_in_dim(qs, t, axis=1, keepdims=False)[:, None, :]  # [m, 1, b]
+        diff = q_t - lax.dynamic_index_in_dim(centroids, t, axis=2, keepdims=True)  # [m, K, b]
+        return diff * diff
+
+    zeros = jnp.zeros((m, codebooks.shape[1], queries.shape[0]), _F32)
+    return lax.fori_loop(0, ds, lambda t, total: total + term(t), zeros)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -224,14 +234,34 @@ def _group_minima(kernel, qdata, cols, start, n, group):
     return jnp.min(jnp.where(index[None] < n, dist, jnp.iinfo(dist.dtype).max), axis=-1)
 
 
-def _best(keys, index, k):
+class _Ranking(NamedTuple):
+    """How a scan ranks its rows: keys of ``dtype`` (float32, or int32 for integer distances above 2^24),
+    ``big`` the largest key magnitude (empty slots), ``platform`` the platform of the devices it runs on."""
+
+    dtype: object
+    big: object
+    platform: str | None
+
+    def top_k(self, keys: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
+        """:func:`geojax.search.merge.top_k` on this platform (int32 keys at float32 speed on a CPU)."""
+        return merge.top_k(keys, k, platform=self.platform)
+
+
+def _ranking(exact: bool, platform: str | None) -> _Ranking:
+    """float32 keys when integer distances stay below 2^24 (float32 holds them exactly), else int32."""
+    if exact:
+        return _Ranking(_F32, jnp.finfo(_F32).max, platform)
+    return _Ranking(jnp.int32, jnp.iinfo(jnp.int32).max, platform)
+
+
+def _best(keys, index, k, ranking: _Ranking):
     """The k largest ``keys`` per row and their ``index`` entries (same shape); positions in database order
     make equal keys keep the lower index first."""
-    v, j = lax.top_k(keys, k)
+    v, j = ranking.top_k(keys, k)
     return v, jnp.take_along_axis(index, j, axis=1)
 
 
-def _select(kernel, qdata, rows, minima, start, n, k, group, key_dtype, big):
+def _select(kernel, qdata, rows, minima, start, n, k, group, ranking: _Ranking):
     """Top-k (keys = −distance, global indices) of one query block against one selection block.
 
     rows: the block's rows [s·c, W] (row-major, for gathering candidates); minima: [s, b, c/group], the
@@ -241,27 +271,27 @@ def _select(kernel, qdata, rows, minima, start, n, k, group, key_dtype, big):
     group minima are ranked; then the k·group rows of the k best groups are recomputed and ranked.
     """
     s, b, groups = minima.shape
-    keys = -minima.astype(key_dtype)
+    keys = -minima.astype(ranking.dtype)
     if group == 1:  # the k best of each sub-chunk, then of those, in database order
-        v, best = lax.top_k(keys, k)  # [s, b, k]
+        v, best = ranking.top_k(keys, k)  # [s, b, k]
         best = best + (jnp.arange(s, dtype=jnp.int32) * groups)[:, None, None]
-        v, best = _best(*(jnp.transpose(x, (1, 0, 2)).reshape(b, s * k) for x in (v, best)), k)
+        v, best = _best(*(jnp.transpose(x, (1, 0, 2)).reshape(b, s * k) for x in (v, best)), k, ranking)
         return v, start + best
     supers = jnp.max(keys.reshape(s, b, groups // _SUPER, _SUPER), axis=-1)  # [s, b, groups/_SUPER]
     supers = jnp.transpose(supers, (1, 0, 2)).reshape(b, s * groups // _SUPER)
-    _, top = lax.top_k(supers, k)
+    _, top = ranking.top_k(supers, k)
     top = jnp.sort(top, axis=-1)  # database order, for the tie rule
     cand = (top[:, :, None] * _SUPER + jnp.arange(_SUPER)).reshape(b, k * _SUPER)  # block-local groups
     cand_keys = keys[cand // groups, jnp.arange(b)[:, None], cand % groups]
-    _, best = _best(cand_keys, cand, k)
+    _, best = _best(cand_keys, cand, k, ranking)
     best = jnp.sort(best, axis=-1)
     cand = (best[:, :, None] * group + jnp.arange(group)).reshape(b, k * group)
     dist = kernel(qdata, rows[cand], False)
-    v, i = _best(jnp.where(start + cand < n, -dist.astype(key_dtype), -big), cand, k)
+    v, i = _best(jnp.where(start + cand < n, -dist.astype(ranking.dtype), -ranking.big), cand, k, ranking)
     return v, start + i
 
 
-def _scan_topk(kernel, qdata, b, rows, cols, n, k, *, group, key_dtype, big):
+def _scan_topk(kernel, qdata, b, rows, cols, n, k, *, group, ranking: _Ranking):
     """Top-k over the whole database for one block of b queries: per selection block, the group minima of its
     sub-chunks, then one selection, merged with the running result in database order."""
     blocks, s, _, groups, _ = cols.shape
@@ -273,15 +303,15 @@ def _scan_topk(kernel, qdata, b, rows, cols, n, k, *, group, key_dtype, big):
         minima = jax.vmap(lambda a, t: _group_minima(kernel, qdata, a, t, n, group))(
             block_cols, start + jnp.arange(s, dtype=jnp.int32) * c
         )
-        v, i = _select(kernel, qdata, block_rows, minima, start, n, k, group, key_dtype, big)
+        v, i = _select(kernel, qdata, block_rows, minima, start, n, k, group, ranking)
         if blocks == 1:
             return (v, i), None
         merged_v = jnp.concatenate([carry[0], v], axis=1)  # earlier blocks first: lower indices win ties
         merged_i = jnp.concatenate([carry[1], i], axis=1)
-        mv, mj = lax.top_k(merged_v, k)
+        mv, mj = ranking.top_k(merged_v, k)
         return (mv, jnp.take_along_axis(merged_i, mj, axis=1)), None
 
-    init = (jnp.full((b, k), -big, key_dtype), jnp.zeros((b, k), jnp.int32))
+    init = (jnp.full((b, k), -ranking.big, ranking.dtype), jnp.zeros((b, k), jnp.int32))
     starts = jnp.arange(blocks, dtype=jnp.int32) * (s * c)
     (v, i), _ = lax.scan(step, init, (rows, cols, starts))
     return v, i
@@ -350,7 +380,7 @@ def layout(db: jax.Array, plan: tuple[int, int, int, int]) -> tuple[jax.Array, j
     return padded.reshape(blocks, s * c, width), cols
 
 
-def blocked(queries, rows, cols, aux, *, kernel, prepare, n, k, group, query_block, exact):
+def blocked(queries, rows, cols, aux, *, kernel, prepare, n, k, group, query_block, exact, platform=None):
     """Keys and indices [q, k] of queries [q, ...] in blocks of ``query_block`` (``lax.map``).
 
     The exact top-k of each query block over the laid-out database (module docstring): keys are negated
@@ -367,21 +397,22 @@ def blocked(queries, rows, cols, aux, *, kernel, prepare, n, k, group, query_blo
         k: neighbours per query.
         group: the group size of the plan.
         query_block: queries per block.
-        exact: whether integer keys fit float32 (else int32 keys).
+        exact: whether integer keys fit float32 (else int32 keys, ranked as float32 bit patterns on a CPU).
+        platform: the platform of the devices the search runs on ("cpu", "gpu", …); None: JAX's default
+            backend.
 
     Returns:
         (keys [q, k], indices [q, k] int32).
     """
     q = queries.shape[0]
     qb = min(query_block, q)
-    key_dtype = _F32 if exact else jnp.int32
-    big = jnp.finfo(_F32).max if exact else jnp.iinfo(jnp.int32).max
+    ranking = _ranking(exact, platform)
     n_blocks = -(-q // qb)
     padded = jnp.pad(queries, ((0, n_blocks * qb - q),) + ((0, 0),) * (queries.ndim - 1))
 
     def block(qx):
         qdata = prepare(aux, qx)
-        return _scan_topk(kernel, qdata, qb, rows, cols, n, k, group=group, key_dtype=key_dtype, big=big)
+        return _scan_topk(kernel, qdata, qb, rows, cols, n, k, group=group, ranking=ranking)
 
     v, i = lax.map(block, padded.reshape(n_blocks, qb, *queries.shape[1:]))
     return v.reshape(n_blocks * qb, k)[:q], i.reshape(n_blocks * qb, k)[:q]
@@ -409,6 +440,7 @@ def _search_layout(
         group=group,
         query_block=query_block,
         exact=exact,
+        platform=devices[0].platform,
     )
     q = queries.shape[0]
     if len(devices) > 1:
@@ -459,7 +491,7 @@ def use_cpu_cores(n: int | None = None) -> int:
     """Give JAX's CPU backend one device per core, so the searches split their queries across devices.
 
     Not needed for speed on JAX's default single CPU device: XLA already splits a search's scan loop across
-    the CPU's threads (on 2 cores, ``benchmarks/search.py --cpu-devices 2`` measured no gain over the
+    the CPU's threads (on 2 cores, ``python -m benchmarks.search --cpu-devices 2`` measured no gain over the
     default). The device count can only be set before JAX runs its first operation: call this right after
     ``import jax`` (a ``RuntimeError`` says so otherwise). It changes the process's device list, which other
     code (e.g. data-parallel training over "all devices") also sees.

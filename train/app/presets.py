@@ -179,7 +179,7 @@ BOUHSINE_2024 = {
 # features) with batch norm, one view per image (SupCon's positives are the batch's other images of the class,
 # Khosla et al. 2020 §3.2, so a second view only doubles the cost), ±2 px crops with flips (mirror-symmetric
 # classes: Fashion-MNIST, not digits), 12 epochs of AdamW 1e-3 with a cosine schedule. On two CPU cores it
-# trains Fashion-MNIST in under 10 minutes (benchmarks/cpu_recipe.py).
+# trains Fashion-MNIST in under 10 minutes (python -m benchmarks.cpu_recipe).
 CPU_SMALL_IMAGES = {"encoder": "cnn", "norm": "batch", "views": 1, "augment": "crop_flip", "epochs": 12}
 
 PRESETS: dict[str, dict[str, Any]] = {

@@ -18,8 +18,12 @@ import argparse
 import datetime
 import importlib.metadata
 import json
+import math
 import os
 import platform
+import shlex
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +31,7 @@ from train.helpers.files import json_safe, write_text
 from train.helpers.version import ROOT, code_version
 
 RESULTS_DIR = ROOT / "benchmarks" / "results"
+CHECK_FLOOR = 0.7  # --check fails when a ratio falls below this fraction of the stored one
 PACKAGES = ("jax", "jaxlib", "flax", "optax", "numpy", "torch", "faiss-cpu", "pytorch-metric-learning")
 
 
@@ -122,3 +127,73 @@ def read_result(name: str, *, folder: Path | None = None) -> dict[str, Any]:
     """The record :func:`write_result` wrote under ``name``."""
     path = (folder or RESULTS_DIR) / f"{name}.json"
     return json.loads(path.read_text(encoding="utf-8"))
+
+
+def invocation(module: str, args: Sequence[str] | None = None) -> list[str]:
+    """A benchmark's command line as a user types it, ``python -m MODULE ARGS``, for :func:`write_result`'s
+    ``argv``; ``args``: the arguments (default: this process's)."""
+    return ["python", "-m", module, *(sys.argv[1:] if args is None else args)]
+
+
+def recorded_args(record: dict[str, Any]) -> list[str]:
+    """The arguments of the command a results file records (after ``python -m MODULE``, or after the
+    script's path in files written before the benchmarks ran as modules)."""
+    words = shlex.split(record["command"])
+    return words[3:] if words[:2] == ["python", "-m"] else words[1:]
+
+
+def check_args(
+    parser: argparse.ArgumentParser, name: str, folder: Path | None
+) -> tuple[argparse.Namespace, dict[str, Any]]:
+    """For ``--check``: the stored record ``name``.json (in ``folder``, default the results folder) and the
+    arguments of its recorded command, parsed by the benchmark's ``parser``, with ``check`` set, so that the
+    rerun measures what the file holds."""
+    stored = read_result(name, folder=folder)
+    args = parser.parse_args(recorded_args(stored))
+    args.check = True
+    print(f"--check: rerunning {stored['command']!r} (stored at commit {_commit(stored)})")
+    return args, stored
+
+
+def _commit(record: dict[str, Any]) -> str:
+    version = record.get("machine", {}).get("code_version") or {}
+    return str(version.get("commit", "unknown"))[:10]
+
+
+def check_ratios(stored: dict[str, float | None], now: dict[str, float | None]) -> list[str]:
+    """Print each row's ratio (geojax's speed over its peer's) as stored and as measured now, and return the
+    rows that fell below :data:`CHECK_FLOOR` × the stored ratio or could not be measured again.
+
+    Rows whose stored ratio is None (no peer then) are left out; a row the stored file lacks is printed
+    without a verdict.
+    """
+    failed = []
+    for row in dict.fromkeys([*stored, *now]):
+        before, after = stored.get(row), now.get(row)
+        if before is None:
+            print(f"  {row}: now {_ratio(after)} (not in the stored file)")
+            continue
+        if after is None or not math.isfinite(after) or after < CHECK_FLOOR * before:
+            failed.append(row)
+            verdict = "FELL" if after is not None else "NOT MEASURED"
+        else:
+            verdict = "ok"
+        change = "" if after is None else f" ({after / before:.2f}× the stored)"
+        print(f"  {row}: stored {_ratio(before)}, now {_ratio(after)}{change} {verdict}")
+    return failed
+
+
+def _ratio(value: float | None) -> str:
+    return "–" if value is None else f"{value:.2f}×"
+
+
+def exit_on_check(name: str, stored: dict[str, float | None], now: dict[str, float | None]) -> None:
+    """End a ``--check`` run: print the rows (:func:`check_ratios`) and exit 1 naming those that fell against
+    ``name``.json, else say that every ratio held."""
+    failed = check_ratios(stored, now)
+    if failed:
+        raise SystemExit(
+            f"--check against {name}.json: {len(failed)} ratio(s) below {CHECK_FLOOR}× the stored: "
+            + "; ".join(failed)
+        )
+    print(f"--check against {name}.json: every ratio at or above {CHECK_FLOOR}× the stored one")

@@ -2,6 +2,8 @@
 
     >>> timing = measure(jitted_fn, x, repeats=20, warmup=2)
     >>> timing.median, timing.best, timing.cpu_best  # seconds per call
+    >>> times = interleaved({"ours": Call(fn, (x,)), "peer": Call(peer_fn, (x,))}, rounds=5)
+    >>> times["peer"].median / times["ours"].median  # a ratio measured under the same load
 
 Each sample times ``number`` back-to-back calls and then waits for the last result (``jax.block_until_ready``
 by default, so JAX's asynchronous dispatch does not hide the work), and records both wall-clock seconds and
@@ -13,9 +15,9 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 
@@ -88,3 +90,38 @@ def measure(
         if budget_s is not None and sum(walls) * number > budget_s:
             break
     return Timing(seconds=tuple(walls), cpu_seconds=tuple(cpus), result=result)
+
+
+class Call(NamedTuple):
+    """One contender of :func:`interleaved`: ``fn(*args)``, ``number`` calls per sample, ``block`` to wait
+    for its output (as :func:`measure` takes them)."""
+
+    fn: Callable[..., Any]
+    args: tuple = ()
+    number: int = 1
+    block: Callable[[Any], Any] = jax.block_until_ready
+
+
+def interleaved(calls: Mapping[str, Call], *, rounds: int, warmup: int = 1) -> dict[str, Timing]:
+    """Time several contenders in alternating rounds: ``warmup`` untimed calls of each, then ``rounds``
+    rounds that take one :func:`measure` sample of each in turn, so that load from other processes falls on
+    all of them alike and their ratios hold on a shared machine.
+
+    Returns name → :class:`Timing` of its ``rounds`` samples (seconds per call) and its last output.
+    """
+    for call in calls.values():
+        for _ in range(warmup):
+            call.block(call.fn(*call.args))
+    samples: dict[str, list[Timing]] = {name: [] for name in calls}
+    for _ in range(rounds):
+        for name, call in calls.items():
+            timing = measure(call.fn, *call.args, repeats=1, warmup=0, number=call.number, block=call.block)
+            samples[name].append(timing)
+    return {
+        name: Timing(
+            seconds=tuple(t.seconds[0] for t in got),
+            cpu_seconds=tuple(t.cpu_seconds[0] for t in got),
+            result=got[-1].result,
+        )
+        for name, got in samples.items()
+    }

@@ -15,8 +15,9 @@ and judge) and three runs alone, one after the other:
 
 - MSimCLR (ResNet-18, 128 images × 2 views of 28×28×1, fp32, 624 steps): 75.9 s with its programs compiled
   (first step 16.7 s, evaluation 31.4 s), 40.3 s with them read from the cache (11.2 s, 9.7 s): the cache
-  pays 36 % of a run. Training took 23.7 ms a step, 3.25 times the 7.3 ms that ``benchmarks/train_step.py
-  --gpu`` measured for the same step without the app's loop (benchmarks/results/train_step_gpu.json).
+  pays 36 % of a run. Training took 23.7 ms a step, 3.25 times the 7.3 ms that ``python -m
+  benchmarks.train_step --gpu`` measured for the same step without the app's loop
+  (benchmarks/results/train_step_gpu.json).
 - MTriplet (ResNet-18, 32 images, fp32, 7,500 steps): 3.85 ms a step, the launch-bound floor of a small batch.
 
 Other recipes' steps are scaled from the benchmark's two measured steps by the images a step sees (ResNet-18
@@ -33,7 +34,7 @@ from collections.abc import Callable, Sequence
 
 from train.app import config
 
-# µs per view-image of 32×32 pixels on one H100 in benchmarks/train_step.py's step, per precision.
+# µs per view-image of 32×32 pixels on one H100 in benchmarks.train_step's step, per precision.
 VIEW_IMAGE_US = {"bf16": 12.5e3 / (512 * 2), "fp32": 7.3e3 / (128 * 2) / (28 * 28 / (32 * 32))}
 NETWORK_COST = {"resnet18": 1.0, "resnet50": 2.4}  # relative to a ResNet-18 (multiply-adds per image)
 APP_FACTOR = 23.7 / 7.3  # the app's training step over the benchmark's (MSimCLR, measured)
