@@ -55,9 +55,8 @@ def test_gpu_scale_trains_each_papers_share_of_its_recipes_epochs():
     assert os.path.dirname(configs[0].workdir) == os.path.join("o", "runs", "digits", "gpu", "001")
     steps_only = config.make(preset="supcon")
     assert common.run_steps(steps_only, 60_000, None, 0.5) == steps_only.steps
-    ctx = common.Context(
-        scale=common.SCALES["gpu"], data="digits", dataset=None, runs_dir="", out="", paper="004"
-    )
+    unsized = dataclasses.replace(common.SCALES["gpu"], fractions={"001": 1 / 75})
+    ctx = common.Context(scale=unsized, data="digits", dataset=None, runs_dir="", out="", paper="004")
     with pytest.raises(ValueError, match="no share of epochs for paper '004'"):
         _ = ctx.fraction
 

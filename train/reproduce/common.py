@@ -206,8 +206,11 @@ SCALES: dict[str, Scale] = {
         images=None,
         # Each paper's share of its epochs, chosen so that its whole sweep (every run, three seeds, the
         # evaluation) fits one 9-minute command on one H100 (train.reproduce.plan's estimate, printed by
-        # --print): Korman 2021 1/75 (MSimCLR 100 → 1.33 epochs, MTriplet 300 → 4).
-        fractions={"001": 1 / 75},
+        # --print, with --jobs 4 as benchmarks/gpu_sweep.sh runs it): Korman 2021 1/75 (MSimCLR 100 → 1.33
+        # epochs, MTriplet 300 → 4; 441 s expected, 474 s measured on an H200); Stowell 2026 1/25 (100 → 4
+        # epochs; its torusC runs are fixed at unstable_steps: 471 s); Feeney & Hughes 2024 1/100 (394 s);
+        # Bouhsine et al. 2024 1/10 (363 s).
+        fractions={"001": 1 / 75, "000": 1 / 25, "003": 1 / 100, "004": 1 / 10},
         probe_epochs=None,
         steps_per_call=10,
         replicas=False,
