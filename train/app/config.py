@@ -646,7 +646,7 @@ def validate(cfg: Config) -> None:
 
     Checked: each value's type and range, ``0 ≤ lr_min ≤ lr``, the data set's name, an even ``dim`` for
     torus_n, the similarity against the geometry and projection (an atlas without a projection head ranks
-    by −d_M, Korman et al. 2021 eq. 7), ``views ≥ 2`` for instance labels, a batch size divisible by
+    by −d_M, Korman 2021 eq. 7), ``views ≥ 2`` for instance labels, a batch size divisible by
     ``m_per_class``, the feed and parallel mode of a several-seeds run, the multi-process keys, and no probe
     or early stopping with ``classes=disjoint``.
 

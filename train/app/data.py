@@ -138,7 +138,7 @@ def hold_out(ds: Dataset, fraction: float) -> tuple[Dataset, Dataset]:
 def disjoint_classes(ds: Dataset) -> Dataset:
     """The metric-learning split of classes seen in training and classes retrieved among.
 
-    Korman et al. 2021 §3.2.1 (the practice of CUB-200 and Stanford Cars): training images of the first half
+    Korman 2021 §3.2.1 (the practice of CUB-200 and Stanford Cars): training images of the first half
     of the classes (labels < C // 2 of C) to train on, test images of the other half to retrieve among, each
     against the rest; no class of the retrieval set is seen in training.
 
@@ -441,7 +441,7 @@ def random_rows(
 def m_per_class_rows(
     k_classes: jax.Array, k_rows: jax.Array, tables: dict[str, jax.Array], batch: int, m_per_class: int
 ) -> jax.Array:
-    """batch/m random classes × m images each (Korman et al. 2021's MTriplet: 8 × 4).
+    """batch/m random classes × m images each (Korman 2021's MTriplet: 8 × 4).
 
     The classes are distinct (unless there are fewer than batch/m), and so are the m images of each (by
     Floyd's algorithm, Bentley & Floyd 1987), unless a class holds fewer than m.
@@ -797,7 +797,7 @@ def simclr(key: jax.Array, x: jax.Array) -> jax.Array:
 
 
 def crop_jitter_gray(key: jax.Array, x: jax.Array) -> jax.Array:
-    """Korman et al. 2021 appendix A.1's views: colour jitter, grayscale and a random resized crop, no flip.
+    """Korman 2021 appendix A.1's views: colour jitter, grayscale and a random resized crop, no flip.
 
     Colour jitter strength 0.5 (p 0.8), grayscale (p 0.2); the crop's area, 0.08 to 1, is that of SimCLR
     (Chen et al. 2020, appendix A), the augmentation A.1 says it uses.
