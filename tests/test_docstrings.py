@@ -333,15 +333,16 @@ def test_app_examples_run():
     """The ``>>>`` examples of the app's docstrings (module docstrings included) run and pass."""
     finder = doctest.DocTestFinder(exclude_empty=True)
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
-    attempted, failed, names, report = 0, 0, [], []
-    for name in APP_MODULES:
-        for test in finder.find(importlib.import_module(name)):
-            if test.examples and test.name.startswith(name):
-                result = runner.run(test, out=report.append)
-                if result.failed:
-                    names.append(test.name)
-                attempted += result.attempted
-                failed += result.failed
-    assert failed == 0, f"{failed} doctest examples failed in {names}:\n" + "".join(report)
+    found = [
+        test
+        for name in APP_MODULES
+        for test in finder.find(importlib.import_module(name))
+        if test.examples and test.name.startswith(name)
+    ]
+    report: list[str] = []
+    results = {test.name: runner.run(test, out=report.append) for test in found}
+    failing = [name for name, result in results.items() if result.failed]
+    assert not failing, f"doctest examples failed in {failing}:\n" + "".join(report)
     # 18 examples when this was written (the app's are optional); a floor, so that the test cannot run none.
+    attempted = sum(result.attempted for result in results.values())
     assert attempted >= 15, f"only {attempted} doctest examples of the app ran"

@@ -465,6 +465,8 @@ def train(cfg: Config, *, stop_at: int | None = None) -> TrainResult:
         UsageError: a bad data set, more devices than available, a batch size not divisible by the devices,
             ``knn_k`` larger than the training set, a run directory holding another run, or an unusable
             ``init_from``.
+        CheckpointError: the run directory holds checkpoints but none can be restored (damaged, or written
+            by a model of another shape).
         FloatingPointError: a logged training metric (the loss among them) is NaN or infinite.
         Interrupted: SIGINT or SIGTERM arrived; a checkpoint of the current step was saved first.
     """

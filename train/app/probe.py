@@ -134,15 +134,15 @@ def piecewise_linear(
         test_code: test codes [M, d].
         test_chart: each test row's chart [M].
         test_y: test labels [M].
-        charts: the number of charts (classifiers).
-        num_classes: the number of classes C.
-        epochs: passes over the training set, ≥ 1.
-        batch: mini-batch size (at most N is used).
-        lr: Adam's learning rate, > 0.
-        seed: seed of the mini-batches' shuffling.
+        charts: how many charts, and so classifiers, there are.
+        num_classes: C, the classes each classifier tells apart.
+        epochs: training epochs of the classifiers (≥ 1), as for :func:`linear_probe`.
+        batch: rows per Adam step (capped at N).
+        lr: the learning rate of Adam (> 0).
+        seed: shuffles the rows into mini-batches.
 
     Returns:
-        The fraction of test rows classified correctly, in [0, 1].
+        The test accuracy, a float in [0, 1].
     """
     predict = _fit(
         train_code,
