@@ -244,3 +244,105 @@ def test_examples_run():
                 failed += result.failed
     assert failed == 0, f"{failed} doctest examples failed in {names}:\n" + "".join(report)
     assert attempted >= MIN_EXAMPLES, f"only {attempted} doctest examples ran"
+
+
+# --- The training application: train/app and train/helpers (the app documented as the library is) ----------
+# The same checks as above, over the public modules of the two packages: the style of docs/conventions.md
+# holds for them too. Public means a name without a leading underscore in a module whose dotted name has no
+# part with one, so ``__main__`` modules (scripts, run by ``python -m``, not imported) are left out, like
+# ``_private`` ones. One more check holds here: a function that raises a named exception itself (a
+# ``raise Name(...)`` statement in its own body, nested definitions left out) names it under ``Raises:``.
+
+
+def _app_module_names() -> list[str]:
+    import train.app
+    import train.helpers
+
+    names = []
+    for package in (train.app, train.helpers):
+        names.append(package.__name__)
+        names += [
+            info.name for info in pkgutil.walk_packages(package.__path__, prefix=package.__name__ + ".")
+        ]
+    return sorted(name for name in names if _public_module(name))
+
+
+APP_MODULES = tuple(_app_module_names())
+APP_DEFS = [
+    (name, qual, node)
+    for name in APP_MODULES
+    for qual, node in _public_defs(ast.parse(inspect.getsource(importlib.import_module(name))))
+]
+APP_FUNCTIONS = [row for row in APP_DEFS if not isinstance(row[2], ast.ClassDef)]
+APP_CONSTRUCTED = [row for row in APP_DEFS if isinstance(row[2], ast.ClassDef) and _init(row[2]) is not None]
+
+
+def test_every_app_module_is_walked():
+    assert {"train.app.config", "train.app.loop", "train.app.step", "train.helpers.version"} <= set(
+        APP_MODULES
+    )
+    assert not any(name.endswith("__main__") for name in APP_MODULES)
+    assert len(APP_DEFS) >= 150
+
+
+@pytest.mark.parametrize(("module", "name", "node"), APP_DEFS, ids=_ids(APP_DEFS))
+def test_app_literal_docstring(module, name, node):
+    test_literal_docstring(module, name, node)
+
+
+@pytest.mark.parametrize(("module", "name", "node"), APP_FUNCTIONS, ids=_ids(APP_FUNCTIONS))
+def test_app_args_and_returns(module, name, node):
+    test_args_and_returns(module, name, node)
+
+
+@pytest.mark.parametrize(("module", "name", "node"), APP_CONSTRUCTED, ids=_ids(APP_CONSTRUCTED))
+def test_app_constructor_args(module, name, node):
+    test_constructor_args(module, name, node)
+
+
+def _raised(node: ast.FunctionDef) -> set[str]:
+    """The exception classes ``node`` raises by name in its own body (``raise E(...)`` or ``raise E``)."""
+    found: set[str] = set()
+    stack: list[ast.AST] = list(node.body)
+    while stack:
+        sub = stack.pop()
+        if isinstance(sub, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
+            continue  # a nested definition raises when it is called, not when ``node`` is
+        if isinstance(sub, ast.Raise) and sub.exc is not None:
+            exc = sub.exc.func if isinstance(sub.exc, ast.Call) else sub.exc
+            name = exc.attr if isinstance(exc, ast.Attribute) else getattr(exc, "id", "")
+            if name[:1].isupper():  # a class, not ``raise err`` (re-raising what was caught)
+                found.add(name)
+        stack.extend(ast.iter_child_nodes(sub))
+    return found
+
+
+@pytest.mark.parametrize(("module", "name", "node"), APP_FUNCTIONS, ids=_ids(APP_FUNCTIONS))
+def test_app_raises(module, name, node):
+    """A function that raises a named exception in its own body names each such class under ``Raises:``."""
+    raised = _raised(node)
+    if not raised:
+        return
+    section = _section(_literal_docstring(node) or "", "Raises:")
+    assert section is not None, f"{module}.{name} raises {sorted(raised)} but has no Raises: section"
+    named = set(_documented_names(section))
+    assert raised <= named, f"{module}.{name}: Raises: does not name {sorted(raised - named)}"
+
+
+def test_app_examples_run():
+    """The ``>>>`` examples of the app's docstrings (module docstrings included) run and pass."""
+    finder = doctest.DocTestFinder(exclude_empty=True)
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    found = [
+        test
+        for name in APP_MODULES
+        for test in finder.find(importlib.import_module(name))
+        if test.examples and test.name.startswith(name)
+    ]
+    report: list[str] = []
+    results = {test.name: runner.run(test, out=report.append) for test in found}
+    failing = [name for name, result in results.items() if result.failed]
+    assert not failing, f"doctest examples failed in {failing}:\n" + "".join(report)
+    # 18 examples when this was written (the app's are optional); a floor, so that the test cannot run none.
+    attempted = sum(result.attempted for result in results.values())
+    assert attempted >= 15, f"only {attempted} doctest examples of the app ran"

@@ -25,7 +25,14 @@ class CheckpointError(ValueError):
 
 
 class Checkpointer:
-    """Checkpoints of a pytree under ``directory``, keeping the ``keep`` most recent."""
+    """Checkpoints of a pytree under ``directory``, keeping the ``keep`` most recent.
+
+    Args:
+        directory: the folder the checkpoints are written to (one sub-folder per step), created when missing;
+            a relative path is taken from the current directory.
+        keep: how many of the most recent checkpoints to keep (≥ 1); older ones are deleted as new ones
+            are saved.
+    """
 
     def __init__(self, directory: str, *, keep: int = 2):
         self.directory = os.path.abspath(directory)
@@ -33,21 +40,45 @@ class Checkpointer:
         self._manager = ocp.CheckpointManager(self.directory, options=options)
 
     def steps(self) -> list[int]:
-        """Steps of the complete checkpoints, oldest first."""
+        """Steps of the complete checkpoints, oldest first.
+
+        Returns:
+            The training steps (ints) that have a complete checkpoint under ``directory``, ascending; empty
+            when there is none.
+        """
         return sorted(self._manager.all_steps())
 
     def save(self, step: int, state: Any) -> None:
-        """Save ``state`` as the checkpoint of ``step`` (blocking until it is complete on disk); one already
-        there for ``step`` (a damaged one that restore skipped) is replaced."""
+        """Save ``state`` as the checkpoint of ``step`` (blocking until it is complete on disk).
+
+        One already there for ``step`` (a damaged one that :meth:`restore` skipped) is replaced.
+
+        Args:
+            step: the training step the checkpoint belongs to (≥ 0), its name on disk.
+            state: the pytree to save (arrays and scalars: the train state's parameters, batch statistics,
+                optimiser state and step).
+        """
         if step in self._manager.all_steps():
             self._manager.delete(step)
         self._manager.save(step, args=ocp.args.StandardSave(state), force=True)
         self._manager.wait_until_finished()
 
     def restore(self, like: Any) -> Any | None:
-        """The newest readable checkpoint, restored into the structure, shapes and shardings of ``like``;
-        None when there is none. Unreadable ones are skipped with a warning; raises CheckpointError when
-        checkpoints exist but none can be restored (damaged, or written by a model of another shape)."""
+        """The newest readable checkpoint, restored into the structure, shapes and shardings of ``like``.
+
+        Unreadable checkpoints are skipped with a warning, falling back to the next older one.
+
+        Args:
+            like: a pytree of the structure, shapes, dtypes and shardings to restore into (the freshly
+                initialised train state); its values are not read.
+
+        Returns:
+            The restored pytree, of ``like``'s structure, or None when the directory holds no checkpoint.
+
+        Raises:
+            CheckpointError: checkpoints exist but none can be restored (damaged, or written by a model of
+                another shape than ``like``).
+        """
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
         problems = []
         for step in reversed(self.steps()):
@@ -76,6 +107,7 @@ class Checkpointer:
         )
 
     def close(self) -> None:
+        """Release the checkpoint manager (its threads and open files); the checkpoints stay on disk."""
         self._manager.close()
 
 

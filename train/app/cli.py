@@ -25,7 +25,24 @@ from train.helpers import plots
 
 
 def run(cfg: config.Config, *, stop_at: int | None = None) -> dict | None:
-    """Train ``cfg`` and write its outputs; returns the report (None when stopped early by ``stop_at``)."""
+    """Train ``cfg``, evaluate it and write its run directory (config, metrics, curve, embeddings, report).
+
+    Rerunning a config whose ``workdir`` holds a finished run evaluates it again without training.
+
+    Args:
+        cfg: the run's configuration (:func:`train.app.config.from_args` or :func:`train.app.config.make`).
+        stop_at: stop training after this step (a checkpoint is written there) and return None, for tests
+            of resumption; None trains to ``cfg.steps``.
+
+    Returns:
+        The report (what report.json holds: precision@1, kNN accuracy, circular variance, the raw-pixel
+        baseline, timing, dataset, preset, geometry, loss, device and workdir; with ``seeds`` > 1 the mean
+        over seeds, ``<key>_std`` and ``per_seed``), or None when stopped early by ``stop_at``.
+
+    Raises:
+        UsageError: a bad key, value or combination, a missing data set, or a ``workdir`` holding another
+            run (raised by the training loop before any work is done).
+    """
     t0 = time.time()
     workdir, cfg, graphdef, state, ds, timing = loop.train(cfg, stop_at=stop_at)
     if int(np.max(state["step"])) < cfg.steps:
@@ -71,7 +88,16 @@ def run(cfg: config.Config, *, stop_at: int | None = None) -> dict | None:
 
 
 def summary(rep: dict) -> str:
-    """A few human-readable lines of a report."""
+    """A few human-readable lines of a report: the headline metrics beside the raw-pixel 1-NN, then timing.
+
+    Args:
+        rep: a report as :func:`run` returns it (or as report.json holds it).
+
+    Returns:
+        Two to four lines joined by newlines: the preset, data set, geometry and loss with precision@1,
+        kNN accuracy and circular variance; the linear-probe accuracies when measured; the timing and the
+        report's path.
+    """
     base = rep["baseline_raw_1nn"]["precision_at_1"]
     cv = rep["circular_variance"]
     lines = [
@@ -92,7 +118,17 @@ def summary(rep: dict) -> str:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m train ARGS``: parse ``key=value`` arguments, run, print a summary; the exit status."""
+    """``python -m train ARGS``: parse ``key=value`` arguments, run, print a summary.
+
+    ``-h``, ``--help`` or ``help`` prints the configuration's help text instead.
+
+    Args:
+        argv: the command-line arguments after the program name, each ``key=value`` (or a help flag).
+
+    Returns:
+        The exit status: 0 on success, 2 on a usage error (one line on stderr), 128 + the signal number
+        when SIGINT / SIGTERM stopped training (saved, resumable), 130 on Ctrl-C before the first step.
+    """
     if any(a in ("-h", "--help", "help") for a in argv):
         print(config.help_text())
         return 0

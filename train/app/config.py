@@ -392,7 +392,15 @@ def _optional(kind: Any) -> bool:
 
 
 def choices(name: str) -> tuple[Any, ...]:
-    """The allowed values of a config key ('' tuple: any value of its type)."""
+    """The allowed values of a config key.
+
+    Args:
+        name: a config key (a field of ``Config``), e.g. ``"loss"``, ``"preset"``, ``"precision"``.
+
+    Returns:
+        The values the key may take (the presets' names, the registered choices or its ``Literal`` values);
+        the empty tuple when any value of its type is allowed.
+    """
     if name == "preset":
         return tuple(PRESETS)
     if name == "parallel":
@@ -420,7 +428,21 @@ def _parse(name: str, text: str) -> Any:
 
 
 def from_args(args: list[str]) -> Config:
-    """Build a config from ``key=value`` strings: preset values first, then the explicit overrides."""
+    """Build a config from ``key=value`` strings: preset values first, then the explicit overrides.
+
+    A key may carry leading dashes and dashes for underscores (``--batch-size=128``); ``none`` / ``null``
+    give None to an optional key, and ``1/true/yes/on`` / ``0/false/no/off`` a boolean.
+
+    Args:
+        args: the command-line arguments, each ``key=value``.
+
+    Returns:
+        The validated ``Config`` (as :func:`make` builds it from the parsed overrides).
+
+    Raises:
+        UsageError: an argument without ``=``, an unknown key, a value that does not parse as the key's
+            type, or any error :func:`make` raises.
+    """
     overrides = {}
     for arg in args:
         name, sep, value = arg.partition("=")
@@ -439,27 +461,65 @@ def _check_known(names: Any) -> None:
 
 
 def preset_values(name: str) -> dict[str, Any]:
-    """The values of preset ``name`` (with ``preset`` itself)."""
+    """The values of preset ``name`` (with ``preset`` itself).
+
+    Args:
+        name: a preset's name, a key of ``PRESETS`` (e.g. ``"supcon_torus_n"``).
+
+    Returns:
+        A new dict of the keys the preset sets, with their values, and ``preset: name``.
+
+    Raises:
+        UsageError: ``name`` is not a preset.
+    """
     if name not in PRESETS:
         raise UsageError(f"unknown preset {name!r}; presets: {', '.join(PRESETS)}")
     return {**PRESETS[name], "preset": name}
 
 
 def applies(name: str, cfg: Config) -> bool:
-    """Whether the run ``cfg`` uses key ``name`` (every key without a :class:`When` is used)."""
+    """Whether the run ``cfg`` uses key ``name`` (every key without a :class:`When` is used).
+
+    Args:
+        name: a config key.
+        cfg: the run's configuration.
+
+    Returns:
+        True when ``name`` belongs to no choice, or to a choice that ``cfg`` makes (``margin`` with
+        ``loss=triplet``); False otherwise.
+    """
     return name not in WHEN or WHEN[name].holds(cfg)
 
 
 def preset_unused(name: str) -> list[str]:
-    """The keys preset ``name`` sets that its own choices do not use (a bug in the preset: empty for every
-    shipped preset, which the tests check)."""
+    """The keys preset ``name`` sets that its own choices do not use.
+
+    Such a key is a bug in the preset: the list is empty for every shipped preset, which the tests check.
+
+    Args:
+        name: a preset's name, a key of ``PRESETS``.
+
+    Returns:
+        The unused keys, in the preset's order; empty when the preset is consistent.
+
+    Raises:
+        UsageError: ``name`` is not a preset.
+    """
     values = preset_values(name)
     cfg = Config(**values)
     return [k for k in values if not applies(k, cfg)]
 
 
 def unused_message(name: str, cfg: Config) -> str:
-    """``margin applies to loss=triplet, not loss='supcon'``."""
+    """The line refusing a key the run does not use: ``margin applies to loss=triplet, not loss='supcon'``.
+
+    Args:
+        name: a config key that belongs to a choice (a key of ``WHEN``).
+        cfg: the run's configuration, whose choice does not use ``name``.
+
+    Returns:
+        One line naming the key, the choice values that use it and the run's own value of that choice.
+    """
     when = WHEN[name]
     return f"{name} applies to {when}, not {when.choice}={getattr(cfg, when.choice)!r}"
 
@@ -488,8 +548,19 @@ def _length(preset: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]
 def make(**overrides: Any) -> Config:
     """Config of ``preset`` (default supcon_torus_n) with ``overrides`` (the user's keys) applied, validated.
 
-    A user key the run does not use raises :class:`UsageError`; a preset key the user's choices make unused
-    returns to its default with one log line; the user's ``steps`` or ``epochs`` replaces the preset's other.
+    A preset key the user's choices make unused returns to its default with one log line; the user's
+    ``steps`` or ``epochs`` replaces the preset's other.
+
+    Args:
+        **overrides: config keys with their values (Python values of each key's type, not strings);
+            ``preset`` picks the recipe they override.
+
+    Returns:
+        The validated ``Config``.
+
+    Raises:
+        UsageError: an unknown key or preset, a value of the wrong type or outside its range, a user key
+            the run does not use, both ``steps`` and ``epochs``, or a combination :func:`validate` refuses.
     """
     _check_known(overrides)
     preset = _length(preset_values(overrides.get("preset", DEFAULTS["preset"])), overrides)
@@ -518,8 +589,18 @@ def make(**overrides: Any) -> Config:
 
 
 def from_saved(values: dict[str, Any]) -> Config:
-    """The config of a run directory's config.json (every key, as :func:`dataclasses.asdict` wrote it):
-    unknown keys refused, unused ones back to their defaults, the rest validated."""
+    """The config of a run directory's config.json: unknown keys refused, unused ones back to their defaults.
+
+    Args:
+        values: every key of a saved config with its value, as :func:`dataclasses.asdict` wrote it.
+
+    Returns:
+        The validated ``Config``, the keys its choices do not use set back to their defaults.
+
+    Raises:
+        UsageError: an unknown key (a config.json of another version), a value of the wrong type or a
+            combination :func:`validate` refuses.
+    """
     _check_known(values)
     cfg = Config(**values)
     _check_types(cfg)
@@ -529,7 +610,14 @@ def from_saved(values: dict[str, Any]) -> Config:
 
 
 def used(values: dict[str, Any]) -> dict[str, Any]:
-    """The keys of a saved config (a dict of every key) that its run uses, with their values."""
+    """The keys of a saved config that its run uses, with their values.
+
+    Args:
+        values: a saved config, a dict of every key (keys that are not config keys are ignored).
+
+    Returns:
+        The items of ``values`` whose key is a config key that the run uses (:func:`applies`).
+    """
     cfg = Config(**{k: v for k, v in values.items() if k in FIELDS})
     return {k: v for k, v in values.items() if k in FIELDS and applies(k, cfg)}
 
@@ -554,7 +642,20 @@ def _check_types(cfg: Config) -> None:
 
 
 def validate(cfg: Config) -> None:
-    """Raise :class:`UsageError` naming the key for a bad value or a combination that has no meaning."""
+    """Raise :class:`UsageError` naming the key for a bad value or a combination that has no meaning.
+
+    Checked: each value's type and range, ``0 ≤ lr_min ≤ lr``, the data set's name, an even ``dim`` for
+    torus_n, the similarity against the geometry and projection (an atlas without a projection head ranks
+    by −d_M, Korman 2021 eq. 7), ``views ≥ 2`` for instance labels, a batch size divisible by
+    ``m_per_class``, the feed and parallel mode of a several-seeds run, the multi-process keys, and no probe
+    or early stopping with ``classes=disjoint``.
+
+    Args:
+        cfg: the configuration to check.
+
+    Raises:
+        UsageError: the first bad value or combination found, in one line naming the key(s).
+    """
     _check_types(cfg)
     for k in KEYS.values():
         if k.range is not None and not k.range.ok(getattr(cfg, k.name)):
@@ -623,8 +724,13 @@ def _key_lines(name: str, indent: str) -> list[str]:
 
 
 def help_text() -> str:
-    """Text for ``python -m train --help``: usage, presets, then the keys by group, each key that belongs to
-    a choice listed under that choice."""
+    """Text for ``python -m train --help``: usage, presets, then the keys by group.
+
+    Each key that belongs to a choice is listed under that choice (``when loss=triplet:``).
+
+    Returns:
+        The help text, lines joined by newlines: each key with its default, help line and allowed values.
+    """
     lines = ["usage: python -m train [preset=NAME] [key=value ...]", "", "presets:"]
     for name, values in PRESETS.items():
         lines.append(f"  {name:24s} {', '.join(f'{k}={v}' for k, v in values.items()) or '(the defaults)'}")
@@ -654,8 +760,14 @@ def _choices_keys(names: list[str]) -> list[tuple[When, list[str]]]:
 
 
 def choice_table() -> str:
-    """README's "choice | its keys" table, from the registrations: one row per choice that owns keys (the
-    values that use them) with all its keys, in ``--help``'s order; ``|`` escaped for Markdown."""
+    """README's "choice | its keys" table, from the registrations.
+
+    One row per choice that owns keys (the values that use them) with all its keys, in ``--help``'s order;
+    ``|`` escaped for Markdown.
+
+    Returns:
+        The Markdown table, a header and one row per choice, lines joined by newlines.
+    """
     rows = ["| choice | its keys |", "|---|---|"]
     names = [n for group in GROUPS for n, k in KEYS.items() if k.group == group]
     for when, owned in _choices_keys(names):

@@ -52,7 +52,15 @@ UNIT = np.float32(1 / 255)  # uint8 code k → k·UNIT in [0, 1] (a product: hos
 
 @dataclasses.dataclass(frozen=True)
 class Dataset:
-    """Train and test images [N, H, W, C] float32 in [0, 1] with int32 labels [N]."""
+    """Train and test images [N, H, W, C] float32 in [0, 1] with int32 labels [N].
+
+    Attributes:
+        name: the data set's name as the report gives it (``digits``, ``npz:PATH``, ...).
+        train_x: training images [N, H, W, C], float32 in [0, 1] (or their uint8 codes, :func:`compact`).
+        train_y: training labels [N], int32, 0 … C − 1; the retrieval references.
+        test_x: test images [M, H, W, C], the retrieval queries.
+        test_y: test labels [M], int32.
+    """
 
     name: str
     train_x: np.ndarray
@@ -62,10 +70,12 @@ class Dataset:
 
     @property
     def num_classes(self) -> int:
+        """The number of classes C: one more than the largest label of either split."""
         return int(max(self.train_y.max(), self.test_y.max())) + 1
 
     @property
     def image_shape(self) -> tuple[int, int, int]:
+        """The shape (H, W, C) of one image."""
         return tuple(self.train_x.shape[1:])
 
 
@@ -101,10 +111,22 @@ def _split(images: np.ndarray, labels: np.ndarray, name: str, test_fraction: flo
 
 
 def hold_out(ds: Dataset, fraction: float) -> tuple[Dataset, Dataset]:
-    """Carve a validation split from ``ds``'s training set: (``ds`` with the rest as its training set,
-    the validation set as a Dataset whose queries (``test_*``) are the held-out images and whose references
-    (``train_*``) are the rest). Stratified and fixed (SPLIT_SEED, as the digits / npz test split), whatever
-    the training seed: every seed of a configuration validates on the same images."""
+    """Carve a validation split from ``ds``'s training set.
+
+    Stratified (when every class has two images) and fixed (SPLIT_SEED, as the digits / npz test split),
+    whatever the training seed: every seed of a configuration validates on the same images.
+
+    Args:
+        ds: the data set whose training images are split; its test images are left alone.
+        fraction: the held-out share of the training images, in (0, 1).
+
+    Returns:
+        (``ds`` with the rest as its training set, the validation set: a Dataset whose queries (``test_*``)
+        are the held-out images and whose references (``train_*``) are the rest).
+
+    Raises:
+        ValueError: ``fraction`` is not in (0, 1), or leaves one side of the split empty.
+    """
     if not 0 < fraction < 1:
         raise ValueError(f"fraction must be in (0, 1), got {fraction}")
     val = _split(ds.train_x, ds.train_y, f"{ds.name} (validation)", fraction)
@@ -114,14 +136,28 @@ def hold_out(ds: Dataset, fraction: float) -> tuple[Dataset, Dataset]:
 
 
 def disjoint_classes(ds: Dataset) -> Dataset:
-    """The metric-learning split of Korman 2021 §3.2.1 (the practice of CUB-200 and Stanford Cars): training
-    images of the first half of the classes (labels < C // 2 of C) to train on, test images of the other half
-    to retrieve among, each against the rest; no class of the retrieval set is seen in training.
+    """The metric-learning split of classes seen in training and classes retrieved among.
 
-    >>> d = Dataset("t", np.zeros((6, 1, 1, 1)), np.arange(6) % 4, np.zeros((4, 1, 1, 1)), np.arange(4))
-    >>> s = disjoint_classes(d)
-    >>> s.train_y.tolist(), s.test_y.tolist(), s.name
-    ([0, 1, 0, 1], [2, 3], 't (classes 0-1 to train, 2-3 to retrieve)')
+    Korman 2021 §3.2.1 (the practice of CUB-200 and Stanford Cars): training images of the first half
+    of the classes (labels < C // 2 of C) to train on, test images of the other half to retrieve among, each
+    against the rest; no class of the retrieval set is seen in training.
+
+    Args:
+        ds: the data set to split, with C = ``ds.num_classes`` classes.
+
+    Returns:
+        A Dataset of the training images of classes < C // 2 and the test images of classes ≥ C // 2, named
+        after ``ds`` with the two class ranges.
+
+    Raises:
+        UsageError: no training image of a class < C // 2, or test images of fewer than two classes ≥ C // 2.
+
+    Example:
+        >>> x_train, x_test = np.zeros((6, 1, 1, 1)), np.zeros((4, 1, 1, 1))
+        >>> d = Dataset("t", x_train, np.arange(6) % 4, x_test, np.arange(4))
+        >>> s = disjoint_classes(d)
+        >>> s.train_y.tolist(), s.test_y.tolist(), s.name
+        ([0, 1, 0, 1], [2, 3], 't (classes 0-1 to train, 2-3 to retrieve)')
     """
     half = ds.num_classes // 2
     seen, unseen = ds.train_y < half, ds.test_y >= half
@@ -190,8 +226,17 @@ def _tfds_split(name: str, split: str, data_dir: str | None) -> tuple[np.ndarray
 
 
 def check_dataset_name(name: str) -> None:
-    """Raise UsageError unless ``name`` is one of DATASETS, ``tfds:NAME``, ``npz:PATH`` or ``idx:DIR`` (DIR an
-    existing folder; its files are checked when loaded)."""
+    """Raise UsageError unless ``name`` is one of DATASETS, ``tfds:NAME``, ``npz:PATH`` or ``idx:DIR``.
+
+    Only the name is checked (and that an ``idx:`` folder exists); the files are checked when loaded.
+
+    Args:
+        name: a ``dataset`` value: ``digits``, ``mnist``, ``fashion_mnist``, ``cifar10``, ``cifar100``,
+            ``tfds:NAME``, ``npz:PATH`` or ``idx:DIR`` (DIR an existing folder).
+
+    Raises:
+        UsageError: ``name`` is none of these, or ``idx:DIR``'s DIR is not a folder.
+    """
     source, _, rest = name.partition(":")
     if name not in DATASETS and not (source in ("npz", "tfds", "idx") and rest):
         raise UsageError(
@@ -204,7 +249,15 @@ def check_dataset_name(name: str) -> None:
 
 
 def dataset_source(name: str) -> str:
-    """The kind of a ``dataset`` value: digits, npz, idx or tfds (a tfds name or tfds:NAME)."""
+    """The kind of a ``dataset`` value: digits, npz, idx or tfds (a tfds name or tfds:NAME).
+
+    Args:
+        name: a ``dataset`` value (not checked: see :func:`check_dataset_name`).
+
+    Returns:
+        ``"digits"``, ``"npz"``, ``"idx"`` or ``"tfds"`` (every other name), the registered data source that
+        loads it.
+    """
     prefix, sep, _ = name.partition(":")
     if name == "digits" or (sep and prefix in ("npz", "idx")):
         return name if name == "digits" else prefix
@@ -219,9 +272,23 @@ def _tfds(name: str, data_dir: str | None = None) -> Dataset:
 
 
 def load(name: str, *, test_fraction: float = 0.25, data_dir: str | None = None) -> Dataset:
-    """Load a dataset by name (every process of a multi-process run loads all of it: each draws the same
-    global batches and uses its own rows of them); each source receives the keys it registered:
-    ``test_fraction`` splits digits and npz data, ``data_dir`` is tfds's."""
+    """Load a dataset by name, each source receiving the keys it registered.
+
+    Every process of a multi-process run loads all of it: each draws the same global batches and uses its
+    own rows of them.
+
+    Args:
+        name: a ``dataset`` value (see :func:`check_dataset_name`).
+        test_fraction: the held-out test share of digits and npz data, in (0, 1) (ignored by the sources
+            with their own test split).
+        data_dir: tfds's data directory (None: tfds's default); ignored by the other sources.
+
+    Returns:
+        The Dataset: images [N, H, W, C] float32 in [0, 1], int32 labels.
+
+    Raises:
+        UsageError: a bad name, or data that is missing, unprepared or malformed (one line naming the file).
+    """
     check_dataset_name(name)
     source = registry.option("dataset", dataset_source(name))
     given = {"test_fraction": test_fraction, "data_dir": data_dir}
@@ -255,8 +322,18 @@ registry.register("dataset", "tfds", keys=(DATA_DIR,), calls=_tfds, label=f"{'|'
 
 
 def compact(images: np.ndarray) -> np.ndarray:
-    """``images`` (float32 in [0, 1]) as uint8 when they are exactly k·UNIT (decoded 8-bit data: a quarter of
-    the bytes to hold on a device or send), else as they are; :func:`to_unit` gives back the same floats."""
+    """``images`` as uint8 codes when they are exactly k·UNIT (decoded 8-bit data), else as they are.
+
+    The codes take a quarter of the bytes to hold on a device or send; :func:`to_unit` gives back the same
+    floats.
+
+    Args:
+        images: images of any shape, float32 in [0, 1] (or already uint8).
+
+    Returns:
+        The uint8 codes k = round(255·x) of the same shape when k·UNIT reproduces every value exactly;
+        otherwise ``images`` itself.
+    """
     if images.dtype == np.uint8:
         return images
     codes = np.round(images * 255.0)
@@ -267,7 +344,14 @@ def compact(images: np.ndarray) -> np.ndarray:
 
 
 def to_unit(images: jax.Array) -> jax.Array:
-    """Images as float32 in [0, 1]: uint8 codes k → k·UNIT (as the loaders compute it), floats as they are."""
+    """Images as float32 in [0, 1]: uint8 codes k → k·UNIT (as the loaders compute it), floats as they are.
+
+    Args:
+        images: images of any shape, uint8 codes (:func:`compact`) or floats.
+
+    Returns:
+        The images as float32 of the same shape (floats are returned as they are).
+    """
     return images.astype(jnp.float32) * UNIT if images.dtype == jnp.uint8 else images
 
 
@@ -280,9 +364,19 @@ SAMPLER_STREAM = 0x7FFFFFFF  # fold_in tag of the sampler's keys (no step index 
 
 
 def label_tables(labels: np.ndarray) -> dict[str, np.ndarray]:
-    """What the samplers read about the training labels [N]: ``labels``; ``class_of`` [N], each row's class
-    as an index into the sorted distinct classes; ``order`` [N], the rows grouped by class (stable) and
-    ``starts`` [C + 1], so that class c's rows are ``order[starts[c]:starts[c + 1]]``."""
+    """What the samplers read about the training labels.
+
+    Args:
+        labels: the training labels [N], integers, N ≥ 1 (any values; C distinct ones).
+
+    Returns:
+        A dict of int32 arrays: ``labels`` [N]; ``class_of`` [N], each row's class as an index into the
+        sorted distinct classes; ``order`` [N], the rows grouped by class (stable) and ``starts`` [C + 1], so
+        that class c's rows are ``order[starts[c]:starts[c + 1]]``.
+
+    Raises:
+        ValueError: ``labels`` is not a non-empty one-dimensional integer array.
+    """
     labels = np.asarray(labels)
     if labels.ndim != 1 or len(labels) == 0 or not np.issubdtype(labels.dtype, np.integer):
         raise ValueError(f"labels must be integers [N] with N ≥ 1, got {labels.dtype} {labels.shape}")
@@ -330,14 +424,38 @@ def _floyd(key: jax.Array, m: int, counts: jax.Array) -> jax.Array:
 def random_rows(
     k_classes: jax.Array, k_rows: jax.Array, tables: dict[str, jax.Array], batch: int
 ) -> jax.Array:
-    """``batch`` rows drawn uniformly, without replacement."""
+    """``batch`` rows drawn uniformly, without replacement (with replacement when ``batch`` > N).
+
+    Args:
+        k_classes: a PRNG key for the classes (unused: every class is eligible).
+        k_rows: a PRNG key for the rows.
+        tables: the label tables of :func:`label_tables` (``class_of`` gives N).
+        batch: the number of rows to draw.
+
+    Returns:
+        Row indices [batch], int32, in [0, N).
+    """
     return _subset(k_rows, batch, jnp.asarray(tables["class_of"]).shape[0])
 
 
 def m_per_class_rows(
     k_classes: jax.Array, k_rows: jax.Array, tables: dict[str, jax.Array], batch: int, m_per_class: int
 ) -> jax.Array:
-    """batch/m random classes × m images each (MTriplet's 8 × 4)."""
+    """batch/m random classes × m images each (Korman 2021's MTriplet: 8 × 4).
+
+    The classes are distinct (unless there are fewer than batch/m), and so are the m images of each (by
+    Floyd's algorithm, Bentley & Floyd 1987), unless a class holds fewer than m.
+
+    Args:
+        k_classes: a PRNG key for the classes.
+        k_rows: a PRNG key for the rows within each class.
+        tables: the label tables of :func:`label_tables`.
+        batch: the number of rows, a multiple of ``m_per_class``.
+        m_per_class: images per class, m ≥ 1.
+
+    Returns:
+        Row indices [batch], int32, class by class (m consecutive rows per class).
+    """
     order, starts = jnp.asarray(tables["order"]), jnp.asarray(tables["starts"])
     chosen = _subset(k_classes, batch // m_per_class, starts.shape[0] - 1)
     first = starts[chosen]
@@ -348,7 +466,21 @@ def m_per_class_rows(
 def class_subsampled_rows(
     k_classes: jax.Array, k_rows: jax.Array, tables: dict[str, jax.Array], batch: int, class_fraction: float
 ) -> jax.Array:
-    """``batch`` rows uniform within a random subset of ``class_fraction`` of the classes (SimO's < 50 %)."""
+    """``batch`` rows uniform within a random subset of ``class_fraction`` of the classes.
+
+    SimO (Bouhsine et al. 2024) draws batches of fewer than half the classes.
+
+    Args:
+        k_classes: a PRNG key for the subset of classes.
+        k_rows: a PRNG key for the rows.
+        tables: the label tables of :func:`label_tables`.
+        batch: the number of rows to draw.
+        class_fraction: the share of the C classes in the subset, in (0, 0.5]; at least one class.
+
+    Returns:
+        Row indices [batch], int32, all of the chosen classes; without replacement unless they hold fewer
+        than ``batch`` rows.
+    """
     class_of, starts = jnp.asarray(tables["class_of"]), jnp.asarray(tables["starts"])
     n_classes = starts.shape[0] - 1
     chosen = _subset(k_classes, max(1, int(class_fraction * n_classes)), n_classes)
@@ -394,22 +526,39 @@ registry.register(
 def sample(
     key: jax.Array, tables: dict[str, jax.Array], *, kind: str, batch: int, **options: Any
 ) -> jax.Array:
-    """Row indices [batch] of one global batch (jnp; ``tables`` from :func:`label_tables`) drawn by the
-    registered sampler ``kind`` (``random``, ``m_per_class``, ``class_subsampled``) with its ``options``
-    (``m_per_class``, ``class_fraction``). Draws are without replacement unless the batch asks for more than
-    there is."""
+    """Row indices [batch] of one global batch, drawn by the registered sampler ``kind`` (jnp, jit-able).
+
+    Draws are without replacement unless the batch asks for more than there is.
+
+    Args:
+        key: the batch's PRNG key (split into one for the classes and one for the rows).
+        tables: the label tables of :func:`label_tables` (NumPy or jnp arrays).
+        kind: a registered sampler: ``random``, ``m_per_class``, ``class_subsampled`` or a user's.
+        batch: the global batch size.
+        **options: the sampler's own keys (``m_per_class``, ``class_fraction``).
+
+    Returns:
+        Row indices [batch], int32, into the training images.
+    """
     k_classes, k_rows = jax.random.split(key)
     return registry.option("sampler", kind).calls(k_classes, k_rows, tables, batch, **options)
 
 
 @dataclasses.dataclass(frozen=True)
 class Batches:
-    """The batches of a run: the global batch of step s is a function of (``seed``, s) and the label tables,
-    so a resumed run, a run on other devices and both feeds see the same batches.
+    """The batches of a run: the global batch of step s is a function of (``seed``, s) and the label tables.
 
-    :meth:`rows` gives one device's (or process's) slice ``[start, start + count)`` of the global batch: row
-    indices, labels (the global positions themselves when ``instance``: each image its own class) and global
-    positions, the key of the image's augmentations.
+    So a resumed run, a run on other devices and both feeds see the same batches. :meth:`rows` gives one
+    device's (or process's) slice ``[start, start + count)`` of the global batch: row indices, labels (the
+    global positions themselves when ``instance``: each image its own class) and global positions, the key
+    of the image's augmentations.
+
+    Attributes:
+        kind: the registered sampler (``random``, ``m_per_class``, ``class_subsampled``).
+        batch: the global batch size.
+        seed: the run's seed.
+        options: the sampler's keys, (argument, value) pairs.
+        instance: each image is its own class (``labels=instance``, SimCLR).
     """
 
     kind: str
@@ -419,16 +568,43 @@ class Batches:
     instance: bool = False
 
     def key(self, step: jax.Array | int) -> jax.Array:
+        """The sampler's PRNG key of one step.
+
+        Args:
+            step: the training step (an int or a scalar integer array).
+
+        Returns:
+            fold_in(fold_in(key(seed), SAMPLER_STREAM), step), a typed PRNG key.
+        """
         return jax.random.fold_in(jax.random.fold_in(jax.random.key(self.seed), SAMPLER_STREAM), step)
 
     def indices(self, tables: dict[str, jax.Array], step: jax.Array | int) -> jax.Array:
-        """Row indices [batch] of the global batch of ``step``."""
+        """Row indices [batch] of the global batch of ``step``.
+
+        Args:
+            tables: the label tables of :func:`label_tables`.
+            step: the training step (an int or a scalar integer array).
+
+        Returns:
+            Row indices [batch], int32, into the training images.
+        """
         return sample(self.key(step), tables, kind=self.kind, batch=self.batch, **dict(self.options))
 
     def rows(
         self, tables: dict[str, jax.Array], step: jax.Array | int, start: jax.Array | int, count: int
     ) -> dict[str, jax.Array]:
-        """{'idx', 'y', 'pos'} [count] of the global batch of ``step``, its rows start … start + count − 1."""
+        """{'idx', 'y', 'pos'} [count] of the global batch of ``step``, its rows start … start + count − 1.
+
+        Args:
+            tables: the label tables of :func:`label_tables`.
+            step: the training step (an int or a scalar integer array).
+            start: the first row of the slice (a device's or process's offset), 0 ≤ start ≤ batch − count.
+            count: the number of rows of the slice.
+
+        Returns:
+            ``idx``: row indices [count] into the training images; ``y``: their labels [count] (the global
+            positions when ``instance``); ``pos``: their global positions [count] in the batch, all int32.
+        """
         idx = lax.dynamic_slice_in_dim(self.indices(tables, step), start, count)
         pos = (start + jnp.arange(count)).astype(jnp.int32)
         labels = pos if self.instance else jnp.asarray(tables["labels"])[idx]
@@ -436,9 +612,20 @@ class Batches:
 
 
 def prefetch(items: Iterable[T], depth: int = 2) -> Iterator[T]:
-    """``items`` computed ahead by a background thread, at most ``depth`` of them waiting, so the devices do
-    not wait on the host's NumPy work. An error raised while computing an item is raised here; closing this
-    generator (or dropping it) stops the thread."""
+    """``items`` computed ahead by a background thread, so the devices do not wait on the host's NumPy work.
+
+    Closing this generator (or dropping it) stops the thread.
+
+    Args:
+        items: an iterable whose items are computed on the thread (a generator of host batches).
+        depth: the most items waiting, computed but not yet taken (≥ 1).
+
+    Returns:
+        An iterator over ``items``, in order.
+
+    Raises:
+        BaseException: whatever computing an item raised, raised here, when the consumer reaches it.
+    """
     ready: queue.Queue = queue.Queue(maxsize=depth)
     stop = threading.Event()
     done = object()
@@ -491,23 +678,52 @@ def _translate(key: jax.Array, x: jax.Array, pad: int) -> jax.Array:
 
 
 def shift(key: jax.Array, x: jax.Array) -> jax.Array:
-    """Small-image augmentation: random ±1 pixel translation (zero fill) and contrast ×U(0.8, 1.2)."""
+    """Small-image augmentation: random ±1 pixel translation (zero fill) and contrast ×U(0.8, 1.2).
+
+    Args:
+        key: a PRNG key.
+        x: one image [H, W, C], float in [0, 1].
+
+    Returns:
+        The augmented image [H, W, C], clipped to [0, 1].
+    """
     k1, k2 = jax.random.split(key)
     return jnp.clip(_translate(k1, x, 1) * jax.random.uniform(k2, (), minval=0.8, maxval=1.2), 0.0, 1.0)
 
 
 def crop_flip(key: jax.Array, x: jax.Array) -> jax.Array:
-    """Random crop of the image padded by 2 pixels (±2 px translation, zero fill) and a horizontal flip with
-    probability 0.5: the standard augmentation of small natural images (He et al. 2016's CIFAR recipe pads 4
-    pixels of 32), for data whose classes are mirror-symmetric (Fashion-MNIST, CIFAR; not digits)."""
+    """Random crop of the image padded by 2 pixels (±2 px translation, zero fill) and a flip with p 0.5.
+
+    The standard augmentation of small natural images (He et al. 2016's CIFAR recipe pads 4 pixels of 32),
+    for data whose classes are mirror-symmetric (Fashion-MNIST, CIFAR; not digits).
+
+    Args:
+        key: a PRNG key.
+        x: one image [H, W, C].
+
+    Returns:
+        The augmented image [H, W, C].
+    """
     k1, k2 = jax.random.split(key)
     x = _translate(k1, x, 2)
     return jnp.where(jax.random.bernoulli(k2, 0.5), x[:, ::-1], x)
 
 
 def random_resized_crop(key: jax.Array, x: jax.Array, *, scale=(0.2, 1.0), ratio=(3 / 4, 4 / 3)) -> jax.Array:
-    """Crop a random box of area fraction U(scale) and aspect ratio log-U(ratio), resized back bilinearly
-    (torchvision's RandomResizedCrop; the default area, 0.2 to 1, is SupContrast's CIFAR crop)."""
+    """Crop a random box of area fraction U(scale) and aspect ratio log-U(ratio), resized back bilinearly.
+
+    torchvision's RandomResizedCrop; the default area, 0.2 to 1, is SupContrast's CIFAR crop (Khosla et al.
+    2020). The box's sides are clipped to the image.
+
+    Args:
+        key: a PRNG key.
+        x: one image [H, W, C].
+        scale: (low, high) of the box's area as a fraction of the image's, 0 < low ≤ high ≤ 1.
+        ratio: (low, high) of the box's aspect ratio width / height, drawn log-uniformly, 0 < low ≤ high.
+
+    Returns:
+        The crop resized to [H, W, C] (bilinear, no antialiasing).
+    """
     h, w, _ = x.shape
     k1, k2, k3, k4 = jax.random.split(key, 4)
     area = jax.random.uniform(k1, (), minval=scale[0], maxval=scale[1]) * h * w
@@ -530,7 +746,19 @@ def _gray(x: jax.Array) -> jax.Array:
 
 
 def color_jitter(key: jax.Array, x: jax.Array, *, strength: float = 0.5) -> jax.Array:
-    """SimCLR colour jitter without hue: brightness, contrast and saturation factors U(1 ± 0.8·strength)."""
+    """SimCLR colour jitter without hue: brightness, contrast and saturation factors U(1 ± 0.8·strength).
+
+    Chen et al. 2020 (SimCLR), appendix A; saturation mixes with the luma grey (ITU-R 601 weights) of an RGB
+    image and does nothing to a grey one.
+
+    Args:
+        key: a PRNG key.
+        x: one image [H, W, C], float in [0, 1].
+        strength: the jitter strength s ≥ 0 (SimCLR's 0.5: factors in [0.6, 1.4]).
+
+    Returns:
+        The jittered image [H, W, C], clipped to [0, 1].
+    """
     k1, k2, k3 = jax.random.split(key, 3)
     lo, hi = 1 - 0.8 * strength, 1 + 0.8 * strength
     x = x * jax.random.uniform(k1, (), minval=lo, maxval=hi)
@@ -553,21 +781,47 @@ def _crop_flip_jitter_gray(key: jax.Array, x: jax.Array, *, crop_scale: tuple[fl
 
 
 def simclr(key: jax.Array, x: jax.Array) -> jax.Array:
-    """SupContrast's CIFAR views (its ``main_supcon.py``; the SimCLR set of Chen et al. 2020): random resized
-    crop of area 0.2 to 1, horizontal flip (p 0.5), colour jitter strength 0.5 (p 0.8; brightness, contrast
-    and saturation 0.4, no hue) and grayscale (p 0.2)."""
+    """SupContrast's CIFAR views (Khosla et al. 2020; the SimCLR set of Chen et al. 2020).
+
+    Random resized crop of area 0.2 to 1, horizontal flip (p 0.5), colour jitter strength 0.5 (p 0.8;
+    brightness, contrast and saturation 0.4, no hue) and grayscale (p 0.2).
+
+    Args:
+        key: a PRNG key.
+        x: one image [H, W, C], float in [0, 1].
+
+    Returns:
+        The augmented view [H, W, C].
+    """
     return _crop_flip_jitter_gray(key, x, crop_scale=(0.2, 1.0), flip=True)
 
 
 def crop_jitter_gray(key: jax.Array, x: jax.Array) -> jax.Array:
-    """Korman 2021 appendix A.1's list: colour jitter strength 0.5 (p 0.8), grayscale (p 0.2) and a random
-    resized crop, no flip. The crop's area, 0.08 to 1, is that of SimCLR (Chen et al. 2020, appendix A), the
-    augmentation A.1 says it uses."""
+    """Korman 2021 appendix A.1's views: colour jitter, grayscale and a random resized crop, no flip.
+
+    Colour jitter strength 0.5 (p 0.8), grayscale (p 0.2); the crop's area, 0.08 to 1, is that of SimCLR
+    (Chen et al. 2020, appendix A), the augmentation A.1 says it uses.
+
+    Args:
+        key: a PRNG key.
+        x: one image [H, W, C], float in [0, 1].
+
+    Returns:
+        The augmented view [H, W, C].
+    """
     return _crop_flip_jitter_gray(key, x, crop_scale=(0.08, 1.0), flip=False)
 
 
 def identity(key: jax.Array, x: jax.Array) -> jax.Array:
-    """No augmentation."""
+    """No augmentation (``augment=none``).
+
+    Args:
+        key: a PRNG key (unused).
+        x: one image [H, W, C].
+
+    Returns:
+        ``x`` itself.
+    """
     del key
     return x
 
@@ -585,9 +839,18 @@ assert tuple(AUGMENTATIONS) == get_args(Augmentation)
 def views(key: jax.Array, images: jax.Array, positions: jax.Array, *, n_views: int, kind: str) -> jax.Array:
     """``n_views`` augmented views of ``images`` [n, H, W, C] → [n_views·n, H, W, C] (view-major).
 
-    ``positions`` [n] are the images' global positions in the batch; example i, view v uses the key
-    fold_in(fold_in(key, positions[i]), v), so the views do not depend on how the batch is split.
-    With ``n_views == 1`` and ``kind`` not 'none' the single view is augmented too.
+    Example i, view v uses the key fold_in(fold_in(key, positions[i]), v), so the views do not depend on how
+    the batch is split. With ``n_views == 1`` and ``kind`` not 'none' the single view is augmented too.
+
+    Args:
+        key: the step's augmentation PRNG key.
+        images: the images [n, H, W, C], float in [0, 1].
+        positions: the images' global positions in the batch [n], integers.
+        n_views: views per image, ≥ 1.
+        kind: the augmentation: ``shift``, ``crop_flip``, ``simclr``, ``crop_jitter_gray`` or ``none``.
+
+    Returns:
+        The views [n_views·n, H, W, C]: all images' first view, then all their second, ...
     """
     fn = AUGMENTATIONS[kind]
 
@@ -624,10 +887,22 @@ def _file_bytes(path: str) -> bytes:
 
 
 def read_idx(path: str, *, ndim: int | None = None, dtype: type | None = None) -> np.ndarray:
-    """An IDX file (LeCun et al.'s MNIST format; gzipped when the name ends in .gz) as an array of its
-    shape: magic 0 0 TYPE NDIM, NDIM big-endian uint32 sizes, then the data, big-endian. ``ndim`` and
-    ``dtype``, when given, are what the file must hold; a file that breaks the format or them raises a
-    ValueError naming it."""
+    """An IDX file (LeCun et al. 1998's MNIST format; gzipped when the name ends in .gz) as an array.
+
+    The format: magic 0 0 TYPE NDIM, NDIM big-endian uint32 sizes, then the data, big-endian.
+
+    Args:
+        path: the file, plain or gzipped (then its name ends in .gz).
+        ndim: the number of dimensions the file must hold (None: any).
+        dtype: the element type the file must hold, e.g. ``np.uint8`` (None: any).
+
+    Returns:
+        The array of the header's shape, in native byte order.
+
+    Raises:
+        UsageError: a missing or unreadable file, or one that breaks the format, ``ndim`` or ``dtype`` (a
+            ``ValueError``; the message names the file).
+    """
     raw = _file_bytes(path)
     if len(raw) < 4 or raw[:2] != b"\0\0":
         gz = " (gzip data: name it .gz)" if raw[:2] == b"\x1f\x8b" else ""
@@ -704,7 +979,19 @@ def _idx(folder: str) -> Dataset:
 
 
 def idx_to_npz(images_path: str, labels_path: str, out_path: str) -> tuple[int, ...]:
-    """Write ``images`` and ``labels`` from two IDX files into ``out_path`` (.npz); the images' shape."""
+    """Write ``images`` and ``labels`` from two IDX files into ``out_path`` (.npz), for ``dataset=npz:PATH``.
+
+    Args:
+        images_path: the images' IDX file (plain or .gz).
+        labels_path: the labels' IDX file [N] (plain or .gz).
+        out_path: the .npz file to write (its folder is created).
+
+    Returns:
+        The images' shape.
+
+    Raises:
+        UsageError: a file that cannot be read as IDX, or labels that are not one per image.
+    """
     images, labels = read_idx(images_path), read_idx(labels_path)
     if labels.ndim != 1 or len(labels) != len(images):
         raise UsageError(f"{labels_path}: {labels.shape} labels do not match the {images.shape} images")
@@ -713,7 +1000,15 @@ def idx_to_npz(images_path: str, labels_path: str, out_path: str) -> tuple[int, 
 
 
 def main(argv: list[str]) -> int:
-    """``python -m train.app.data IMAGES_IDX LABELS_IDX OUT.npz``: IDX files → ``dataset=npz:OUT.npz``."""
+    """``python -m train.app.data IMAGES_IDX LABELS_IDX OUT.npz``: IDX files → ``dataset=npz:OUT.npz``.
+
+    Args:
+        argv: the command-line arguments after the program name: the images' and the labels' IDX files and
+            the .npz to write (or ``-h`` / ``--help``).
+
+    Returns:
+        The exit status: 0 on success or help, 2 on bad arguments or files (one line on stderr).
+    """
     if len(argv) != 3 or any(a in ("-h", "--help") for a in argv):
         print("usage: python -m train.app.data IMAGES_IDX[.gz] LABELS_IDX[.gz] OUT.npz", file=sys.stderr)
         return 0 if argv and argv[0] in ("-h", "--help") else 2

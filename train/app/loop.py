@@ -45,7 +45,15 @@ DEVICE_FEED_BYTES = 1 << 30  # the automatic feed holds training images up to th
 
 
 class Interrupted(Exception):
-    """Training stopped by SIGINT (Ctrl-C) or SIGTERM after saving a checkpoint of its current step."""
+    """Training stopped by SIGINT (Ctrl-C) or SIGTERM after saving a checkpoint of its current step.
+
+    Rerunning the same command resumes from that checkpoint; ``python -m train`` exits with 128 + ``signum``.
+
+    Args:
+        signum: the signal that stopped training (``signal.SIGINT`` or ``signal.SIGTERM``).
+        step: the step the checkpoint was saved at.
+        workdir: the run directory holding the checkpoint.
+    """
 
     def __init__(self, signum: int, step: int, workdir: str):
         self.signum, self.step, self.workdir = signum, step, workdir
@@ -56,13 +64,28 @@ class Interrupted(Exception):
 
 
 def say(text: str) -> None:
-    """One line for the user on stderr (from the lead process only)."""
+    """One line for the user on stderr (from the lead process only).
+
+    Args:
+        text: the line, without its newline.
+    """
     if jax.process_index() == 0:
         print(text, file=sys.stderr, flush=True)
 
 
 class TrainResult(NamedTuple):
-    """What :func:`train` returns."""
+    """What :func:`train` returns.
+
+    Attributes:
+        workdir: the run directory.
+        config: the run's configuration, with ``steps`` resolved from ``epochs``.
+        graphdef: the model's NNX graph definition (its structure, without the weights).
+        state: the trained state (parameters, batch statistics, optimiser state, step; stacked on a leading
+            replica axis for several seeds); in a multi-process run, this process's copy.
+        dataset: the data set trained on (less the validation images with ``select_best``).
+        timing: training time, first-step time (compile included), steps per second, steps run, devices,
+            processes, the feed and its dtype, steps per call.
+    """
 
     workdir: str
     config: Config  # with ``steps`` resolved from ``epochs``
@@ -88,7 +111,21 @@ def _recipe(values: dict[str, Any]) -> dict[str, Any]:
 
 
 def check_workdir(cfg: Config) -> dict[str, Any] | None:
-    """Check, before any work, that ``cfg.workdir`` can hold this run; return its saved config (if any)."""
+    """Check, before any work, that ``cfg.workdir`` can hold this run.
+
+    A run directory may hold the same recipe (the keys its run uses, less the ``run`` keys and the length):
+    rerunning it resumes or extends that run.
+
+    Args:
+        cfg: the run's configuration (``workdir`` None: a fresh directory, nothing to check).
+
+    Returns:
+        The config.json saved in ``cfg.workdir`` (a dict of every key), or None when there is none.
+
+    Raises:
+        UsageError: ``workdir`` is a file, its config.json cannot be read, or it holds a run of another
+            recipe (the message names the keys that differ).
+    """
     if cfg.workdir is None:
         return None
     if os.path.exists(cfg.workdir) and not os.path.isdir(cfg.workdir):
@@ -164,10 +201,20 @@ def _trim_log(path: str, upto: int) -> None:
 
 
 def join_processes(cfg: Config) -> None:
-    """Start JAX's distributed runtime when the config (``coordinator``, ``num_processes``, ``process_id``) or
-    JAX's environment (``JAX_COORDINATOR_ADDRESS``, ``JAX_NUM_PROCESSES``, ``JAX_PROCESS_ID``) names a
-    multi-process run, or ``multihost`` asks for the cluster's own settings; CPU collectives then go through
-    gloo. Must run before anything starts JAX's backends."""
+    """Start JAX's distributed runtime when the config or JAX's environment names a multi-process run.
+
+    The config's ``coordinator``, ``num_processes`` and ``process_id`` come first, then
+    ``JAX_COORDINATOR_ADDRESS``, ``JAX_NUM_PROCESSES`` and ``JAX_PROCESS_ID``; ``multihost`` asks for the
+    cluster's own settings. CPU collectives then go through gloo. Must run before anything starts JAX's
+    backends; does nothing for a single-process run or when the runtime is already started.
+
+    Args:
+        cfg: the run's configuration.
+
+    Raises:
+        UsageError: ``JAX_NUM_PROCESSES`` or ``JAX_PROCESS_ID`` is not a non-negative integer, or several
+            processes are named without a coordinator.
+    """
 
     def setting(value: Any, name: str) -> Any:
         if value is not None or name not in os.environ:
@@ -191,15 +238,33 @@ def join_processes(cfg: Config) -> None:
 
 
 def feed_kind(cfg: Config, images: np.ndarray) -> str:
-    """``cfg.feed``, or by default ``device`` when ``images`` fit in DEVICE_FEED_BYTES under shard_map (and
-    always for several seeds, whose replicas draw their own batches on the devices)."""
+    """``cfg.feed``, or by default ``device`` when ``images`` fit in DEVICE_FEED_BYTES under shard_map.
+
+    A several-seeds run always uses ``device``: its replicas draw their own batches on the devices.
+
+    Args:
+        cfg: the run's configuration (``feed``, ``seeds``, ``parallel``).
+        images: the training images as they would be held on each device (after :func:`data.compact`).
+
+    Returns:
+        ``"device"`` or ``"host"``.
+    """
     if cfg.feed is not None or cfg.seeds > 1:
         return cfg.feed or "device"
     return "device" if cfg.parallel == "shard_map" and images.nbytes <= DEVICE_FEED_BYTES else "host"
 
 
 def schedule_calls(start: int, end: int, steps_per_call: int) -> list[tuple[int, int]]:
-    """(first step, number of steps) of each dispatch from ``start`` to ``end``; the last may be shorter."""
+    """(first step, number of steps) of each dispatch from ``start`` to ``end``; the last may be shorter.
+
+    Args:
+        start: the first step to run (the resumed step), ≥ 0.
+        end: the step to stop at, exclusive.
+        steps_per_call: the steps per dispatch, ≥ 1.
+
+    Returns:
+        The calls in order, covering ``start`` … ``end`` − 1; empty when ``end`` ≤ ``start``.
+    """
     return [(i, min(steps_per_call, end - i)) for i in range(start, end, steps_per_call)]
 
 
@@ -215,7 +280,19 @@ def host_feed(
     """This process's rows of each call's batches, {'x', 'y', 'pos'} [length, B/processes, ...] in NumPy.
 
     The row indices come from the same jnp sampler as the device feed (:meth:`data.Batches.rows`), evaluated
-    on the host CPU; process p (default: this one) takes rows p·B/P … (p + 1)·B/P − 1 of each global batch.
+    on the host CPU; process p takes rows p·B/P … (p + 1)·B/P − 1 of each global batch.
+
+    Args:
+        batches: the run's batches (sampler, global batch size B, seed).
+        tables: the label tables of :func:`data.label_tables`.
+        images: the training images [N, H, W, C] (float32, or uint8 codes).
+        calls: (first step, number of steps) of each dispatch, as :func:`schedule_calls` gives them.
+        process: the process p whose rows to take (None: this process).
+        processes: the number of processes P (None: JAX's process count).
+
+    Returns:
+        An iterator of one dict per call: ``x`` images [length, B/P, H, W, C], ``y`` labels and ``pos``
+        global positions [length, B/P].
     """
     p = jax.process_index() if process is None else process
     count = batches.batch // (jax.process_count() if processes is None else processes)
@@ -369,10 +446,30 @@ class _Selector:
 
 
 def train(cfg: Config, *, stop_at: int | None = None) -> TrainResult:
-    """Train (resuming from the workdir's latest checkpoint) until ``cfg.steps`` (or ``stop_at``, which
-    simulates a run killed after that step). SIGINT / SIGTERM save a checkpoint of the current step and raise
-    :class:`Interrupted`. In a multi-process run every process calls this; the returned state is then this
-    process's copy."""
+    """Train (resuming from the workdir's latest checkpoint) until ``cfg.steps`` or ``stop_at``.
+
+    Everything that can reject the run (data, devices, the run directory) is checked before the run
+    directory is written. In a multi-process run every process calls this; the returned state is then this
+    process's copy.
+
+    Args:
+        cfg: the run's configuration.
+        stop_at: stop after this step (saving a checkpoint), simulating a run killed there; None: train to
+            ``cfg.steps``.
+
+    Returns:
+        The run directory, the resolved config, the model's graph definition, the trained state (the best
+        evaluation's weights with ``select_best``), the data set and the timing.
+
+    Raises:
+        UsageError: a bad data set, more devices than available, a batch size not divisible by the devices,
+            ``knn_k`` larger than the training set, a run directory holding another run, or an unusable
+            ``init_from``.
+        CheckpointError: the run directory holds checkpoints but none can be restored (damaged, or written
+            by a model of another shape).
+        FloatingPointError: a logged training metric (the loss among them) is NaN or infinite.
+        Interrupted: SIGINT or SIGTERM arrived; a checkpoint of the current step was saved first.
+    """
     join_processes(cfg)
     t_start = time.time()
     # Everything that can reject the run (data, device count) is checked before the workdir is touched.

@@ -56,7 +56,14 @@ for _name in models.PROJECTIONS:
 
 
 def compute_dtype(cfg: Any) -> Any:
-    """Layer compute dtype for ``cfg.precision`` (parameters, loss and embeddings stay float32)."""
+    """Layer compute dtype for ``cfg.precision`` (parameters, loss and embeddings stay float32).
+
+    Args:
+        cfg: the run's configuration (its ``precision``: ``fp32`` or ``bf16``).
+
+    Returns:
+        ``jnp.bfloat16`` for ``bf16``; None (the layers' own float32) for ``fp32``.
+    """
     return jnp.bfloat16 if cfg.precision == "bf16" else None
 
 
@@ -65,7 +72,16 @@ def build_model(
 ) -> models.EmbeddingModel:
     """The encoder + head (+ projection) of ``cfg`` for images of ``image_shape``, initialised from the seed.
 
-    Batch norm (if any) synchronises its statistics over ``axis_name`` (None: a plain single-device step).
+    Batch norm (if any) synchronises its statistics over ``axis_name``.
+
+    Args:
+        cfg: the run's configuration (encoder, width, norm, geometry, dim, head, charts, projection,
+            projection_dim, qat_bits, qat_noise, precision, seed).
+        image_shape: the input images' shape (H, W, C).
+        axis_name: the data-parallel mesh axis batch norm averages over (None: a plain single-device step).
+
+    Returns:
+        The initialised :class:`geojax.models.EmbeddingModel`.
     """
     rngs = nnx.Rngs(cfg.seed)
     dt = compute_dtype(cfg)

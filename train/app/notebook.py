@@ -23,8 +23,14 @@ def show_devices() -> None:
 
 
 def runs_dir(path: str = "") -> str:
-    """The folder that holds a notebook's run directories: ``path`` (created when missing) or, when it is
-    empty, a fresh temporary folder. Prints it."""
+    """The folder that holds a notebook's run directories, printed.
+
+    Args:
+        path: the folder (created when missing); empty: a fresh temporary folder.
+
+    Returns:
+        The folder's path.
+    """
     root = path or tempfile.mkdtemp(prefix="geojax-notebook-")
     os.makedirs(root, exist_ok=True)
     print("run directories under", root)
@@ -38,6 +44,19 @@ def train_run(name: str, *, root: str, **overrides: Any) -> dict[str, Any]:
     returns its report (the dict written to report.json). Rerunning with the same ``root`` and ``name``
     resumes from the run's last checkpoint (a finished run is evaluated again, not retrained); a different
     config there is refused.
+
+    Args:
+        name: the run directory's name under ``root``.
+        root: the folder of the run directories (:func:`runs_dir`).
+        **overrides: config keys with their values (``preset`` among them), as :func:`train.app.config.make`
+            takes them.
+
+    Returns:
+        The run's report (the dict written to report.json).
+
+    Raises:
+        UsageError: a bad key, value or combination, or a run directory holding another config (raised
+            by :func:`train.app.config.make` and :func:`train.app.cli.run`).
     """
     cfg = config.make(workdir=os.path.join(root, name), progress=False, checkpoint_every=10**6, **overrides)
     report = cli.run(cfg)

@@ -73,7 +73,14 @@ registry.register("loss", "simo", keys=(SIMO_EPS, SIMO_ORTHOGONALITY), calls=los
 
 
 class Context(NamedTuple):
-    """What a regulariser may read besides the model's outputs and its own keys."""
+    """What a regulariser may read besides the model's outputs and its own keys.
+
+    Attributes:
+        key: the step's PRNG key for the objective (an atlas's prior sample).
+        axis_name: the data-parallel mesh axis the regularisers reduce over (None: one device).
+        views: augmented views per image (KoLeo treats each view's embeddings as one set).
+        chart_dim: an atlas's chart dimension d.
+    """
 
     key: jax.Array  # the step's randomness for the objective (an atlas's prior sample)
     axis_name: str | None
@@ -82,20 +89,53 @@ class Context(NamedTuple):
 
 
 def koleo_term(out: models.Outputs, ctx: Context, *, eps: float | None = None) -> jax.Array:
-    """KoLeo of each view's embeddings, summed over the views, as Stowell 2026's code: two views of one image
-    are not each other's nearest neighbours (``eps`` None: the library's own)."""
+    """KoLeo of each view's embeddings, summed over the views (the ``koleo`` regulariser).
+
+    −mean_i log(‖x̂_i − x̂_nn(i)‖ + ε) (Sablayrolles et al. 2019, eq. 4, DINOv2's form) of each view's rows,
+    as Stowell 2026's code: two views of one image are not each other's nearest neighbours. See
+    :func:`geojax.regularizers.koleo`.
+
+    Args:
+        out: the model's outputs on one device's rows (their ``embedding`` [n, D], view-major).
+        ctx: the step's context (views, axis name).
+        eps: ε > 0 in log(distance + ε); None: the library's own (1e-8, DINOv2's).
+
+    Returns:
+        The KoLeo value of the global batch, a float32 scalar.
+    """
     own = {} if eps is None else {"eps": eps}
     return regularizers.koleo(out.embedding, views=ctx.views, axis_name=ctx.axis_name, **own)
 
 
 def mmd_term(out: models.Outputs, ctx: Context, *, samples: int) -> jax.Array:
-    """Korman 2021's ℓ_Z (eq. 6) against ``samples`` draws of the uniform prior."""
+    """Korman 2021's atlas MMD ℓ_Z (§2.2) against ``samples`` draws of the uniform prior (the ``mmd`` term).
+
+    See :func:`geojax.regularizers.mmd_atlas`: MMD² between the membership-weighted chart coordinates and
+    the prior pulled back to pre-sigmoid space.
+
+    Args:
+        out: the model's outputs on one device's rows (an atlas's ``coords`` [n, charts, d] and ``q``
+            [n, charts]).
+        ctx: the step's context (its PRNG key draws the prior sample; chart dim, axis name).
+        samples: the prior sample size M ≥ 1.
+
+    Returns:
+        ℓ_Z of the global batch, a float32 scalar.
+    """
     prior = regularizers.sample_prior(ctx.key, samples, ctx.chart_dim)
     return regularizers.mmd_atlas(out.coords, out.q, prior, axis_name=ctx.axis_name)
 
 
 def membership_term(out: models.Outputs, ctx: Context) -> jax.Array:
-    """Korman 2021's membership ℓ_J."""
+    """Korman 2021's membership ℓ_J (§2.2): −mean_x Σ_i (q_i(x) − 1/n)² (the ``membership`` term).
+
+    Args:
+        out: the model's outputs on one device's rows (an atlas's memberships ``q`` [n, charts]).
+        ctx: the step's context (its axis name).
+
+    Returns:
+        ℓ_J of the global batch, a float32 scalar.
+    """
     return regularizers.membership(out.q, axis_name=ctx.axis_name)
 
 
@@ -160,9 +200,17 @@ def _pairs(values: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
 class Objective:
     """The loss on the batch similarity (or on the embeddings) plus weighted regularisers.
 
-    ``similarity`` is a geojax.similarity name, ``torus`` (flat-torus L1 of the angles of torus embeddings)
-    or ``manifold`` (−d_M of an atlas, Korman 2021 eq. 7); ``loss_kwargs`` are the loss's hyper-parameters
-    (its registered keys); ``regularizers`` holds (name, weight, keyword arguments) of each one that is on.
+    Calling it on one device's outputs gives (total, {term: unweighted value}), each term the value on the
+    global batch (the keys of every device, then a cross-batch memory's rows when given).
+
+    Attributes:
+        loss: the registered loss (``supcon``, ``triplet``, ``simo``, ...).
+        similarity: a geojax.similarity name, ``torus`` (flat-torus L1 of the angles of torus embeddings) or
+            ``manifold`` (−d_M of an atlas, Korman 2021 eq. 7).
+        loss_kwargs: the loss's hyper-parameters (its registered keys), (argument, value) pairs.
+        regularizers: (name, weight, keyword arguments) of each regulariser that is on.
+        views: augmented views per image.
+        chart_dim: an atlas's chart dimension d (the config's ``dim``).
     """
 
     loss: str
@@ -174,6 +222,14 @@ class Objective:
 
     @classmethod
     def from_config(cls, cfg: Any) -> Objective:
+        """The objective of a run: its loss with its keys, and the regularisers whose weight is positive.
+
+        Args:
+            cfg: the run's configuration (loss, similarity, views, dim, the loss's and regularisers' keys).
+
+        Returns:
+            The Objective; a regulariser is on when its weight is > 0 and the geometry uses it.
+        """
         on = [
             (reg.name, getattr(cfg, reg.weight.name), _pairs(registry.kwargs(cfg, reg.keys)))
             for reg in registry.REGULARIZERS.values()
@@ -192,11 +248,17 @@ class Objective:
         return registry.option("loss", self.loss).info.get("input") == "embeddings"
 
     def key_rows(self, out: models.Outputs) -> Any:
-        """What the loss compares of each row, and so what a cross-batch memory stores: the loss vectors
-        [n, D'] (the projection head's output when there is one, else the embedding) for a loss on the
-        embeddings (SimO) and a vector similarity; an atlas's chart coordinates and memberships ``{'coords':
-        [n, charts, d], 'q': [n, charts]}`` for ``manifold`` (d_M needs both); the angles [n, D/2] of torus
-        embeddings for ``torus``."""
+        """What the loss compares of each row, and so what a cross-batch memory stores.
+
+        Args:
+            out: the model's outputs on n rows.
+
+        Returns:
+            The loss vectors [n, D'] (the projection head's output when there is one, else the embedding)
+            for a loss on the embeddings (SimO) and a vector similarity; an atlas's chart coordinates and
+            memberships ``{'coords': [n, charts, d], 'q': [n, charts]}`` for ``manifold`` (d_M needs both);
+            the angles [n, D/2] in turns of torus embeddings for ``torus``.
+        """
         if self._on_embeddings():
             return out.loss_vectors
         if self.similarity == "manifold":
@@ -216,8 +278,18 @@ class Objective:
     def gathered_keys(
         self, out: models.Outputs, labels: jax.Array, axis_name: str | None
     ) -> tuple[Any, jax.Array]:
-        """(:meth:`key_rows`, labels) of the rows of every device in device order: the global batch's keys,
-        and what a step enqueues into its memory."""
+        """(:meth:`key_rows`, labels) of the rows of every device in device order: the global batch's keys.
+
+        They are also what a step enqueues into its cross-batch memory.
+
+        Args:
+            out: the model's outputs on this device's n rows.
+            labels: their labels [n], int32.
+            axis_name: the data-parallel mesh axis to gather over (None: one device, nothing gathered).
+
+        Returns:
+            (key rows of all N = devices·n rows, as :meth:`key_rows` shapes them, labels [N]).
+        """
         gather = lambda x: parallel.gather(x, axis_name)  # noqa: E731
         return jax.tree.map(gather, self.key_rows(out)), gather(labels)
 

@@ -69,7 +69,26 @@ def linear_probe(
     lr: float = 1e-2,
     seed: int = 0,
 ) -> float:
-    """Test accuracy of softmax regression trained ``epochs`` epochs on frozen, standardised features."""
+    """Test accuracy of softmax regression trained ``epochs`` epochs on frozen, standardised features.
+
+    The linear probe of SimO (Bouhsine et al. 2024): each feature is standardised by the training set's mean
+    and standard deviation, then one linear classifier is trained with Adam on the cross-entropy, in
+    shuffled mini-batches (a last incomplete batch of each epoch is dropped); its weights start at zero.
+
+    Args:
+        train_x: training features [N, F], float.
+        train_y: training labels [N], integers in [0, num_classes).
+        test_x: test features [M, F], float.
+        test_y: test labels [M], integers.
+        num_classes: the number of classes C.
+        epochs: passes over the training set, ≥ 1.
+        batch: mini-batch size (at most N is used).
+        lr: Adam's learning rate, > 0.
+        seed: seed of the mini-batches' shuffling.
+
+    Returns:
+        The fraction of test rows classified correctly, in [0, 1].
+    """
     tr, te = _standardise(train_x, test_x)
     train_chart, test_chart = np.zeros(len(tr), np.int32), np.zeros(len(te), np.int32)
     return piecewise_linear(
@@ -103,7 +122,28 @@ def piecewise_linear(
     lr: float = 1e-2,
     seed: int = 0,
 ) -> float:
-    """Korman 2021 §3.1 piecewise linear accuracy: codes [N, d] in [0, 1], charts [N] int → test accuracy."""
+    """Korman 2021 §3.1 piecewise linear accuracy: one linear classifier per chart on the compressed code.
+
+    Each row is classified by the classifier of its chart (its most probable one); the classifiers are
+    trained jointly with Adam on the cross-entropy, in shuffled mini-batches, from zero weights.
+
+    Args:
+        train_code: training codes [N, d], in [0, 1] (the chart coordinates after the sigmoid).
+        train_chart: each training row's chart [N], integers in [0, charts).
+        train_y: training labels [N], integers in [0, num_classes).
+        test_code: test codes [M, d].
+        test_chart: each test row's chart [M].
+        test_y: test labels [M].
+        charts: how many charts, and so classifiers, there are.
+        num_classes: C, the classes each classifier tells apart.
+        epochs: training epochs of the classifiers (≥ 1), as for :func:`linear_probe`.
+        batch: rows per Adam step (capped at N).
+        lr: the learning rate of Adam (> 0).
+        seed: shuffles the rows into mini-batches.
+
+    Returns:
+        The test accuracy, a float in [0, 1].
+    """
     predict = _fit(
         train_code,
         train_chart,

@@ -26,8 +26,17 @@ from train.app.errors import UsageError
 
 @dataclass(frozen=True)
 class Range:
-    """The values a number key may take: above ``low`` (at or above when ``closed``), below ``high``, and a
-    whole number when ``integer``; ``None`` passes (the key's "default" marker)."""
+    """The values a number key may take: above ``low`` (at or above when ``closed``), below ``high``.
+
+    ``None`` passes (the key's "default" marker). ``integer`` only changes how the range reads in messages
+    (the key's type makes it a whole number).
+
+    Attributes:
+        low: the lower bound.
+        closed: whether ``low`` itself is allowed.
+        high: the upper bound, excluded (None: none).
+        integer: the key is a whole number (messages read "a positive integer").
+    """
 
     low: float = 0.0
     closed: bool = False
@@ -35,6 +44,14 @@ class Range:
     integer: bool = False
 
     def ok(self, value: Any) -> bool:
+        """Whether ``value`` lies in the range.
+
+        Args:
+            value: a number, or None (the default marker, always accepted).
+
+        Returns:
+            True when ``value`` is None or lies above ``low`` (or at it, when ``closed``) and below ``high``.
+        """
         if value is None:
             return True
         above = value >= self.low if self.closed else value > self.low
@@ -61,9 +78,15 @@ UNIT_INTERVAL = Range(high=1.0)  # the open interval (0, 1)
 
 @dataclass(frozen=True)
 class When:
-    """The choice a key belongs to: the key is used only when ``choice`` (another key) takes one of
-    ``values``. ``kind`` maps the choice's value to what ``values`` lists (``dataset`` → its source);
-    ``label`` is how the values read in messages (default: ``a|b|c``)."""
+    """The choice a key belongs to: the key is used only when ``choice`` (another key) takes a listed value.
+
+    Attributes:
+        choice: the name of the choice key (``loss``, ``geometry``, ...).
+        values: the choice's values that use the key.
+        kind: maps the choice's value to what ``values`` lists (``dataset`` → its source); None: the value
+            itself.
+        label: how the values read in messages (None: ``a|b|c``).
+    """
 
     choice: str
     values: tuple[Any, ...]
@@ -71,6 +94,14 @@ class When:
     label: str | None = None
 
     def holds(self, cfg: Any) -> bool:
+        """Whether the run ``cfg`` makes the choice: its value of ``choice`` (through ``kind``) is listed.
+
+        Args:
+            cfg: a run's configuration.
+
+        Returns:
+            True when ``cfg``'s value of ``choice``, mapped by ``kind``, is one of ``values``.
+        """
         value = getattr(cfg, self.choice)
         return (value if self.kind is None else self.kind(value)) in self.values
 
@@ -80,11 +111,22 @@ class When:
 
 @dataclass(frozen=True)
 class Key:
-    """One ``key=value`` of a run. ``type`` is its annotation (a ``Literal`` lists its values); ``when`` the
-    choice it belongs to, for a key no registration owns (``clip_mode`` belongs to a set ``clip``); ``arg``
-    the keyword the selected code receives it as (None: not passed); ``options`` marks a choice key whose
-    values are the registered ones; ``kind`` maps a choice key's value to the registered value (a dataset
-    name to its source; the options' ``label`` info then says how such values read)."""
+    """One ``key=value`` of a run: a field of ``Config``, a line of ``--help``.
+
+    Attributes:
+        name: the key's name.
+        default: its default value (None: the "use the default" marker, written ``none``).
+        help: one line of help.
+        type: its annotation (a ``Literal`` lists its values).
+        group: its ``--help`` group (``data``, ``model``, ``objective``, ...).
+        range: the numbers it may take (None: any of its type).
+        when: the choice it belongs to, for a key no registration owns (``clip_mode`` belongs to a set
+            ``clip``); a registration's keys get theirs from it.
+        arg: the keyword the selected code receives it as (None: not passed).
+        options: marks a choice key whose values are the registered ones.
+        kind: maps a choice key's value to the registered value (a dataset name to its source; the options'
+            ``label`` info then says how such values read).
+    """
 
     name: str
     default: Any
@@ -100,8 +142,16 @@ class Key:
 
 @dataclass(frozen=True)
 class Option:
-    """One registered value of a choice: the keys it uses and what it calls (None where the library's own
-    table selects the code by the value, as :func:`geojax.models.encoder`)."""
+    """One registered value of a choice: the keys it uses and what it calls.
+
+    Attributes:
+        choice: the choice (``loss``, ``optimizer``, ...).
+        value: the registered value (``triplet``).
+        keys: the keys it uses.
+        calls: what it calls, receiving its keys' ``arg`` keywords (None where the library's own table
+            selects the code by the value, as :func:`geojax.models.encoder`).
+        info: facts its caller reads (a loss's ``input="embeddings"``, a data source's ``label``).
+    """
 
     choice: str
     value: Any
@@ -112,8 +162,16 @@ class Option:
 
 @dataclass(frozen=True)
 class Regularizer:
-    """A weighted term of the objective: on when its ``weight`` key is > 0 and ``when`` holds; ``calls`` gets
-    the model's outputs, a context (key, axis name, views, chart dim) and its keys' ``arg`` keywords."""
+    """A weighted term of the objective: on when its ``weight`` key is > 0 and ``when`` holds.
+
+    Attributes:
+        name: the term's name (``koleo``, ``mmd``, ``membership``).
+        weight: its weight key (default 0: off).
+        keys: its other keys.
+        calls: the term, called with the model's outputs, a context (key, axis name, views, chart dim) and
+            its keys' ``arg`` keywords.
+        when: the choice the term belongs to (None: every run).
+    """
 
     name: str
     weight: Key
@@ -130,7 +188,14 @@ _LISTENERS: list[Callable[[], None]] = []
 
 
 def core(*keys: Key) -> None:
-    """Declare keys that every run has (or that belong to a ``when`` of their own)."""
+    """Declare keys that every run has (or that belong to a ``when`` of their own).
+
+    Args:
+        *keys: the keys, in ``--help`` order.
+
+    Raises:
+        ValueError: a key of the same name was declared before, differently.
+    """
     _claim(keys)
     CORE.update((k.name, k) for k in keys)
     _changed()
@@ -144,9 +209,21 @@ def register(
     calls: Callable[..., Any] | None = None,
     **info: Any,
 ) -> None:
-    """Add ``value`` to ``choice`` (e.g. ``loss``): the keys it uses, what it calls, and any facts its caller
-    reads (``info``, e.g. a loss's ``input="embeddings"``). A key of the same name registered before must be
-    the same key."""
+    """Add ``value`` to ``choice`` (e.g. ``loss``): the keys it uses, what it calls, facts its caller reads.
+
+    ``Config`` is rebuilt, so the value's keys become keys of the command line.
+
+    Args:
+        choice: the choice (``loss``, ``optimizer``, ``schedule``, ``sampler``, ``dataset``, ``encoder``,
+            ``geometry``, ``projection``).
+        value: the new value, e.g. ``"triplet"``.
+        keys: the keys it uses; a key of the same name registered before must be the same key.
+        calls: what it calls, receiving its keys' ``arg`` keywords (None: the library selects the code).
+        **info: facts its caller reads, e.g. a loss's ``input="embeddings"``, a data source's ``label``.
+
+    Raises:
+        ValueError: ``value`` is registered already, or a key of the same name was declared differently.
+    """
     if value in OPTIONS.get(choice, {}):
         raise ValueError(f"{choice}={value!r} is registered already")
     _claim(keys)
@@ -157,7 +234,18 @@ def register(
 def register_regularizer(
     name: str, *, weight: Key, keys: tuple[Key, ...] = (), calls: Callable[..., Any], when: When | None = None
 ) -> None:
-    """Add a weighted term of the objective (its ``weight`` key, default 0: off)."""
+    """Add a weighted term of the objective (its ``weight`` key, default 0: off).
+
+    Args:
+        name: the term's name, as the run's metrics name it.
+        weight: its weight key, ≥ 0.
+        keys: its other keys.
+        calls: the term: (model outputs, context, **its keys' ``arg`` keywords) → a scalar.
+        when: the choice the term belongs to (None: every run).
+
+    Raises:
+        ValueError: ``name`` is registered already, or a key of the same name was declared differently.
+    """
     if name in REGULARIZERS:
         raise ValueError(f"regularizer {name!r} is registered already")
     _claim((weight, *keys))
@@ -166,7 +254,15 @@ def register_regularizer(
 
 
 def unregister(choice: str, value: Any) -> None:
-    """Remove a registered value (a test's own loss, after the test)."""
+    """Remove a registered value (a test's own loss, after the test); keys no one else uses go with it.
+
+    Args:
+        choice: the choice.
+        value: its registered value to remove.
+
+    Raises:
+        KeyError: ``value`` is not registered for ``choice``.
+    """
     removed = OPTIONS[choice].pop(value)
     still = {k.name for opts in OPTIONS.values() for opt in opts.values() for k in opt.keys}
     still |= set(CORE) | {k.name for reg in REGULARIZERS.values() for k in (reg.weight, *reg.keys)}
@@ -177,7 +273,11 @@ def unregister(choice: str, value: Any) -> None:
 
 
 def on_change(listener: Callable[[], None]) -> None:
-    """Call ``listener`` now and after every registration (:mod:`train.app.config` rebuilds its tables)."""
+    """Call ``listener`` now and after every registration (:mod:`train.app.config` rebuilds its tables).
+
+    Args:
+        listener: a function of no arguments.
+    """
     _LISTENERS.append(listener)
     listener()
 
@@ -198,7 +298,18 @@ def _claim(keys: tuple[Key, ...]) -> None:
 
 
 def option(choice: str, value: Any) -> Option:
-    """The registration of ``choice=value``."""
+    """The registration of ``choice=value``.
+
+    Args:
+        choice: the choice (``loss``, ``optimizer``, ...).
+        value: its value.
+
+    Returns:
+        The :class:`Option` registered for it.
+
+    Raises:
+        UsageError: ``value`` is not registered for ``choice`` (the message lists those that are).
+    """
     try:
         return OPTIONS[choice][value]
     except KeyError:
@@ -206,8 +317,12 @@ def option(choice: str, value: Any) -> Option:
 
 
 def keys() -> dict[str, Key]:
-    """Every declared key by name: the core keys (their order), then each registration's keys, each once,
-    with the ``when`` its registrations give it."""
+    """Every declared key by name: the core keys (their order), then each registration's keys, each once.
+
+    Returns:
+        Name → :class:`Key`; a registration's key carries the ``when`` its registrations give it (the values
+        of its choice that list it), a regulariser's that of the regulariser.
+    """
     out = dict(CORE)
     for choice, options in OPTIONS.items():
         for opt in options.values():
@@ -229,13 +344,33 @@ def _owners(choice: str, name: str) -> When:
 
 
 def kwargs(cfg: Any, keys_: tuple[Key, ...]) -> dict[str, Any]:
-    """``{arg: value}`` of ``keys_`` in ``cfg``, the keys without an ``arg`` and the None values left out (the
-    callee's own default)."""
+    """``{arg: value}`` of ``keys_`` in ``cfg``, the keys without an ``arg`` and the None values left out.
+
+    A None value is left out so that the callee uses its own default.
+
+    Args:
+        cfg: a run's configuration.
+        keys_: the keys to pass.
+
+    Returns:
+        The keyword arguments, each key's ``arg`` with its value in ``cfg``.
+    """
     return {k.arg: getattr(cfg, k.name) for k in keys_ if k.arg and getattr(cfg, k.name) is not None}
 
 
 def option_kwargs(cfg: Any, choice: str) -> dict[str, Any]:
-    """The keyword arguments of what ``cfg``'s value of ``choice`` calls."""
+    """The keyword arguments of what ``cfg``'s value of ``choice`` calls.
+
+    Args:
+        cfg: a run's configuration.
+        choice: the choice (``loss``, ``optimizer``, ``schedule``, ...).
+
+    Returns:
+        ``{arg: value}`` of the keys its registration uses (:func:`kwargs`).
+
+    Raises:
+        UsageError: ``cfg``'s value of ``choice`` is not registered.
+    """
     value = getattr(cfg, choice)
     owner = CORE.get(choice)
     return kwargs(

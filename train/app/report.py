@@ -24,8 +24,20 @@ from train.helpers.version import code_version
 
 
 def write_embeddings(path: str, cfg: Config, query: Outputs, reference: Outputs, ds: Dataset) -> None:
-    """WORKDIR/embeddings.npz, what the evaluation tools read: extrinsic embeddings, labels, the geometry and
-    the similarity the model was trained with (and an atlas's chart coordinates and memberships)."""
+    """WORKDIR/embeddings.npz, what the evaluation tools read.
+
+    It holds ``query`` [M, D] and ``reference`` [N, D] float32 extrinsic embeddings, their int32 labels
+    (``query_labels``, ``reference_labels``), the ``geometry`` and the ``similarity`` the model was trained
+    with, and for an atlas the chart coordinates and memberships (``query_coords``, ``query_q``,
+    ``reference_coords``, ``reference_q``).
+
+    Args:
+        path: the .npz file to write.
+        cfg: the run's configuration (geometry, similarity).
+        query: the model's outputs on the test images (the queries).
+        reference: the model's outputs on the training images (the references).
+        ds: the data set (its labels).
+    """
     arrays = {
         "query": query.embedding.astype(np.float32),
         "query_labels": ds.test_y.astype(np.int32),
@@ -55,7 +67,19 @@ def _neg_compressed_distance(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarr
 
 
 def retrieval_inputs(cfg: Config, out: Outputs) -> tuple[Any, Any]:
-    """(array or (coords, q), similarity) that rank ``out`` (geojax.similarity.retrieval_similarity)."""
+    """What ranks ``out`` at retrieval: its rows and the similarity of the run's geometry.
+
+    The similarity is :func:`geojax.similarity.retrieval_similarity`'s choice; an atlas trained on d_M
+    ranks by −d_M (Korman 2021 eq. 7), points sharing no chart last.
+
+    Args:
+        cfg: the run's configuration (geometry, similarity).
+        out: the model's outputs on some images.
+
+    Returns:
+        (rows, similarity): the embeddings [n, D] and a geojax.similarity name, or an atlas's (coords
+        [n, charts, d], q [n, charts]) and a function of two such pairs giving the [n, m] −d_M matrix.
+    """
     name = similarity_lib.retrieval_similarity(cfg.geometry, cfg.similarity)
     if name == "manifold":
         return (out.coords, out.q), _neg_manifold_distance
@@ -75,11 +99,19 @@ _RAW_BASELINES: dict[tuple[str, int, bool], dict[str, float]] = {}
 
 
 def raw_baseline(ds: Dataset, knn_k: int, *, within_test: bool = False) -> dict[str, float]:
-    """P@1 and kNN accuracy of the raw pixels (negative Euclidean distance), test vs train, or with
-    ``within_test`` among the test images, each against the rest (the ``classes=disjoint`` protocol).
+    """P@1 and kNN accuracy of the raw pixels (negative Euclidean distance), test images against train.
 
     The same for every run on the same data, and the costliest part of a report on large data (Fashion-MNIST:
     10,000 × 60,000 × 784), so it is computed once per data set and process (keyed by the arrays' digest).
+
+    Args:
+        ds: the data set.
+        knn_k: k of the kNN accuracy, ≥ 1.
+        within_test: rank the test images among themselves, each against the rest (the
+            ``classes=disjoint`` protocol), instead of against the training images.
+
+    Returns:
+        ``{"precision_at_1": float, "knn_accuracy": float}``, both in [0, 1] (a new dict each call).
     """
     key = (_digest(ds), knn_k, within_test)
     if key not in _RAW_BASELINES:
@@ -94,9 +126,25 @@ def raw_baseline(ds: Dataset, knn_k: int, *, within_test: bool = False) -> dict[
 
 
 def retrieval_report(cfg: Config, query: Outputs, reference: Outputs, ds: Dataset) -> dict[str, Any]:
-    """Retrieval metrics of test vs train (``classes=disjoint``: among the test images, each against the
-    rest), circular variance, baselines and the preset's probe; an atlas trained on d_M also gets R@k on its
-    compressed code (Korman 2021 §2.4: the code the paper evaluates)."""
+    """Retrieval metrics of test vs train, circular variance, the raw-pixel baseline and the run's probe.
+
+    With ``classes=disjoint`` the test images are ranked among themselves, each against the rest. An atlas
+    gets R@1, 2, 4, 8 (Korman 2021 §3.2), and when trained on d_M also R@k on its compressed code (Korman
+    2021 §2.4: the code the paper evaluates). Circular variance is that of the unit embeddings (None for an
+    atlas, whose code is not a unit vector).
+
+    Args:
+        cfg: the run's configuration (one seed).
+        query: the model's outputs on the test images.
+        reference: the model's outputs on the training images.
+        ds: the data set.
+
+    Returns:
+        The metrics of :func:`geojax.metrics.retrieval_metrics` (``precision_at_1``, ``knn_accuracy``, ...)
+        with ``knn_k``, ``circular_variance``, ``baseline_raw_1nn`` and, as the run asks,
+        ``recall_at_k``, ``compressed_recall_at_k``, ``linear_probe_accuracy`` or
+        ``piecewise_linear_accuracy`` with ``charts_used``.
+    """
     within = cfg.classes == "disjoint"
     q, sim = retrieval_inputs(cfg, query)
     r, _ = retrieval_inputs(cfg, reference)
@@ -175,8 +223,18 @@ def _std_tree(values: list[Any]) -> Any:
 
 
 def over_seeds(reports: list[dict[str, Any]]) -> dict[str, Any]:
-    """A several-seeds run's report: every key as the mean over the single-seed ``reports`` (at least two),
-    and ``<key>_std`` beside each numeric key (for a dict of numbers, a dict of their deviations)."""
+    """A several-seeds run's report: every key as the mean over the single-seed reports, with its deviation.
+
+    A number is averaged (None when any report has None there); an integer all reports share (``knn_k``)
+    stays that integer; other values are the first report's.
+
+    Args:
+        reports: the single-seed reports, at least two, of the same keys.
+
+    Returns:
+        The mean report, with ``<key>_std`` beside each numeric key: the sample standard deviation (ddof 1)
+        over the seeds (for a dict of numbers, a dict of their deviations).
+    """
     out = _mean_tree(reports)
     for key, value in list(out.items()):
         if _number(value) or isinstance(value, dict):
@@ -185,7 +243,15 @@ def over_seeds(reports: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def write(workdir: str, report: dict[str, Any]) -> str:
-    """WORKDIR/report.json: the report and the code version it was made with (:func:`code_version`)."""
+    """WORKDIR/report.json: the report and the code version it was made with (:func:`code_version`).
+
+    Args:
+        workdir: the run directory.
+        report: the report (JSON-serialisable after :func:`train.helpers.files.json_safe`).
+
+    Returns:
+        The path of the report.json written.
+    """
     path = os.path.join(workdir, "report.json")
     files.write_json(path, {**report, "code_version": code_version()})
     return path

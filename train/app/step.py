@@ -42,12 +42,29 @@ State = dict[str, Any]
 
 
 def steps_per_epoch(cfg: Config, n_train: int) -> int:
-    """Steps in one pass over ``n_train`` training images (whole batches, as a drop-last loader)."""
+    """Steps in one pass over ``n_train`` training images (whole batches, as a drop-last loader).
+
+    Args:
+        cfg: the run's configuration (its ``batch_size``).
+        n_train: the number of training images.
+
+    Returns:
+        max(1, n_train // batch_size).
+    """
     return max(1, n_train // cfg.batch_size)
 
 
 def resolve(cfg: Config, n_train: int) -> Config:
-    """``cfg`` with ``steps`` set from ``epochs`` (when given) for a training set of ``n_train`` images."""
+    """``cfg`` with ``steps`` set from ``epochs`` (when given) for a training set of ``n_train`` images.
+
+    Args:
+        cfg: the run's configuration.
+        n_train: the number of training images.
+
+    Returns:
+        ``cfg`` itself when ``epochs`` is None; else a copy with ``steps`` = max(1, round(epochs · steps per
+        epoch)).
+    """
     if cfg.epochs is None:
         return cfg
     return dataclasses.replace(cfg, steps=max(1, round(cfg.epochs * steps_per_epoch(cfg, n_train))))
@@ -56,7 +73,18 @@ def resolve(cfg: Config, n_train: int) -> Config:
 def init_state(
     cfg: Config, image_shape: tuple[int, int, int], *, axis_name: str | None = parallel.AXIS
 ) -> tuple[nnx.GraphDef, State]:
-    """(graphdef, state) of a fresh run: parameters, other variables, optimiser state, step 0."""
+    """(graphdef, state) of a fresh run: parameters, other variables, optimiser state, step 0.
+
+    Args:
+        cfg: the run's configuration (model, optimiser, ``ema``, ``memory``, ``seed``).
+        image_shape: the input images' shape (H, W, C).
+        axis_name: the data-parallel mesh axis batch norm averages over (None: a single-device step).
+
+    Returns:
+        The model's NNX graph definition and the state ``{'params', 'rest', 'opt_state', 'step'}`` (step an
+        int32 scalar 0), with ``ema`` (a copy of the parameters) when ``cfg.ema`` is set and ``memory`` (an
+        empty cross-batch memory of ``cfg.memory`` rows) when ``cfg.memory`` > 0.
+    """
     graphdef, params, rest = nnx.split(build_model(cfg, image_shape, axis_name=axis_name), nnx.Param, ...)
     state = {
         "params": params,
@@ -83,8 +111,18 @@ def _key_rows_like(cfg: Config, image_shape: tuple[int, int, int]) -> Any:
 
 
 def init_replicas(cfg: Config, image_shape: tuple[int, int, int]) -> tuple[nnx.GraphDef, State]:
-    """(graphdef, state) of ``cfg.seeds`` fresh runs with seeds ``cfg.seed …``, each exactly the state of the
-    single run with its seed, stacked on a leading replica axis; ``state['seed']`` [S] holds the seeds."""
+    """(graphdef, state) of ``cfg.seeds`` fresh runs with seeds ``cfg.seed …``, stacked on a leading axis.
+
+    Each replica is exactly the state of the single run with its seed.
+
+    Args:
+        cfg: the run's configuration (``seed``, ``seeds`` = S).
+        image_shape: the input images' shape (H, W, C).
+
+    Returns:
+        The graph definition (shared) and the state of :func:`init_state` with every leaf stacked on a
+        leading axis of S replicas, plus ``seed`` [S] int32, the replicas' seeds.
+    """
     seeds = range(cfg.seed, cfg.seed + cfg.seeds)
     inits = [init_state(dataclasses.replace(cfg, seed=s, seeds=1), image_shape) for s in seeds]
     state = jax.tree.map(lambda *leaves: jnp.stack(leaves), *(st for _, st in inits))
@@ -92,19 +130,46 @@ def init_replicas(cfg: Config, image_shape: tuple[int, int, int]) -> tuple[nnx.G
 
 
 def replica(state: State, index: int) -> State:
-    """Replica ``index`` of a stacked several-seeds state, as the single run's state (no ``seed`` entry)."""
+    """Replica ``index`` of a stacked several-seeds state, as the single run's state (no ``seed`` entry).
+
+    Args:
+        state: a state of :func:`init_replicas`'s layout, S replicas on the leading axis.
+        index: the replica, 0 ≤ index < S.
+
+    Returns:
+        The replica's state, each leaf without the leading axis.
+    """
     return jax.tree.map(lambda x: x[index], {k: v for k, v in state.items() if k != "seed"})
 
 
 def ema_decay(cfg: Config, n_train: int) -> float | None:
-    """Per-step decay of the weights' EMA: ``cfg.ema`` per epoch, i.e. ema^(1/steps per epoch)."""
+    """Per-step decay of the weights' EMA: ``cfg.ema`` per epoch, i.e. ema^(1/steps per epoch).
+
+    Args:
+        cfg: the run's configuration (``ema``, ``batch_size``).
+        n_train: the number of training images.
+
+    Returns:
+        The per-step decay in (0, 1), or None when the run keeps no EMA.
+    """
     return None if cfg.ema is None else cfg.ema ** (1.0 / steps_per_epoch(cfg, n_train))
 
 
 def ema_update(ema: Any, params: Any, decay: float, count: jax.Array) -> Any:
-    """One EMA step of the weights, as torch_ema's ExponentialMovingAverage (used by Stowell 2026's code):
+    """One EMA step of the weights, as torch_ema's ExponentialMovingAverage (used by Stowell 2026's code).
+
     d = min(decay, (1 + count) / (10 + count)) after ``count`` updates (this one included), then
-    ema ← d·ema + (1 − d)·params (``optax.incremental_update`` with step size 1 − d)."""
+    ema ← d·ema + (1 − d)·params (``optax.incremental_update`` with step size 1 − d).
+
+    Args:
+        ema: the averaged weights, a pytree.
+        params: the new weights, a pytree of the same structure.
+        decay: the per-step decay (:func:`ema_decay`), in (0, 1).
+        count: the number of updates so far, this one included (an integer scalar array).
+
+    Returns:
+        The updated average, of ``params``' structure.
+    """
     count = count.astype(jnp.float32)
     d = jnp.minimum(decay, (1.0 + count) / (10.0 + count))
     return optax.incremental_update(params, ema, 1.0 - d)
@@ -112,7 +177,17 @@ def ema_update(ema: Any, params: Any, decay: float, count: jax.Array) -> Any:
 
 @dataclasses.dataclass(frozen=True)
 class Views:
-    """How a batch becomes the model's input: ``n`` augmented views of each image, in ``dtype``."""
+    """How a batch becomes the model's input: ``n`` augmented views of each image, in ``dtype``.
+
+    Calling it with (key, images [b, H, W, C], positions [b]) gives the views [n·b, H, W, C] of
+    :func:`data.views` (uint8 codes turned into floats first).
+
+    Attributes:
+        n: views per image, ≥ 1.
+        augment: the augmentation's name (``shift``, ``crop_flip``, ``simclr``, ``crop_jitter_gray``,
+            ``none``).
+        dtype: the dtype of the model's input (None: float32; bf16 under ``precision=bf16``).
+    """
 
     n: int
     augment: str
@@ -126,12 +201,22 @@ class Views:
 def make_loss(
     cfg: Config, graphdef: nnx.GraphDef, axis_name: str | None = parallel.AXIS
 ) -> Callable[..., tuple[jax.Array, tuple[dict, Any, Any]]]:
-    """``loss(params, rest, batch, key, memory=None) -> (total, (terms, rest, enqueue))``: the training
-    objective of one device's batch (see :func:`make_step` for ``batch``), its views drawn and augmented with
-    ``key``'s first half and the objective's own randomness (an atlas's prior sample) from its second;
-    ``rest`` comes back updated (batch statistics). With a cross-batch ``memory`` (geojax.memory) its rows
-    are further keys, constants, and ``enqueue`` is (key rows, labels) of the global batch, every device's
-    views gathered in device order (else None). Differentiate it with respect to ``params``."""
+    """The training loss ``loss(params, rest, batch, key, memory=None) -> (total, (terms, rest, enqueue))``.
+
+    The training objective of one device's batch (see :func:`make_step` for ``batch``), its views drawn and
+    augmented with ``key``'s first half and the objective's own randomness (an atlas's prior sample) from its
+    second; ``rest`` comes back updated (batch statistics). With a cross-batch ``memory`` (geojax.memory) its
+    rows are further keys, constants, and ``enqueue`` is (key rows, labels) of the global batch, every
+    device's views gathered in device order (else None). Differentiate it with respect to ``params``.
+
+    Args:
+        cfg: the run's configuration (objective, views, augment, precision).
+        graphdef: the model's NNX graph definition.
+        axis_name: the data-parallel mesh axis the loss gathers keys over (None: one device).
+
+    Returns:
+        The loss function described above.
+    """
     objective_fn = Objective.from_config(cfg)
     views = Views(cfg.views, cfg.augment, compute_dtype(cfg))
 
@@ -149,8 +234,17 @@ def make_loss(
 
 
 def enqueue(memory: memory_lib.Memory, rows: Any, labels: jax.Array, on: jax.Array) -> memory_lib.Memory:
-    """``memory`` with the global batch's key rows enqueued (geojax.memory.update) where ``on`` (the step is
-    past ``memory_warmup``), else unchanged."""
+    """``memory`` with the global batch's key rows enqueued (geojax.memory.update) where ``on``, else as is.
+
+    Args:
+        memory: the cross-batch memory (Wang et al. 2020, XBM §3.3).
+        rows: the global batch's key rows (:meth:`Objective.gathered_keys`).
+        labels: their labels [N], int32.
+        on: a boolean scalar: the step is at or past ``memory_warmup``.
+
+    Returns:
+        The memory with the rows enqueued (the oldest overwritten) when ``on``, else ``memory``'s values.
+    """
     updated = memory_lib.update(memory, rows, labels)
     return jax.tree.map(lambda new, old: jnp.where(on, new, old), updated, memory)
 
@@ -163,12 +257,29 @@ def make_step(
     *,
     ema: float | None = None,
 ) -> Callable[[State, dict[str, jax.Array]], tuple[State, dict[str, jax.Array]]]:
-    """Per-device step ``(state, batch) -> (state, metrics)``; batch = {'x': [n, H, W, C] (float32 in [0, 1]
-    or uint8 codes, see :func:`data.to_unit`), 'y': [n], 'pos': [n] global positions}. Gradients of
-    :func:`make_loss` are pmean-ed over ``axis_name`` (geojax.parallel's convention). ``ema``: the per-step
-    decay of the weights' EMA (:func:`ema_decay`), required when ``cfg.ema`` is set. A state with a
-    cross-batch ``memory`` (``cfg.memory`` > 0) reads it as further keys and, from step ``cfg.memory_warmup``
-    on, enqueues the global batch after the loss: every device holds the same memory."""
+    """Per-device step ``(state, batch) -> (state, metrics)`` of the run's loss and optimiser.
+
+    batch = {'x': [n, H, W, C] (float32 in [0, 1] or uint8 codes, see :func:`data.to_unit`), 'y': [n],
+    'pos': [n] global positions}. Gradients of :func:`make_loss` are pmean-ed over ``axis_name``
+    (geojax.parallel's convention). A state with a cross-batch ``memory`` (``cfg.memory`` > 0) reads it as
+    further keys and, from step ``cfg.memory_warmup`` on, enqueues the global batch after the loss: every
+    device holds the same memory.
+
+    Args:
+        cfg: the run's configuration.
+        graphdef: the model's NNX graph definition.
+        tx: the optimiser (:func:`train.app.optim.make_optimizer`).
+        axis_name: the data-parallel mesh axis (None: a single-device step).
+        ema: the per-step decay of the weights' EMA (:func:`ema_decay`), required exactly when ``cfg.ema``
+            is set.
+
+    Returns:
+        The step function; its metrics are ``loss``, each objective term (unweighted) and ``grad_norm``,
+        averaged over the devices.
+
+    Raises:
+        ValueError: ``ema`` is given without ``cfg.ema``, or missing with it.
+    """
     if (cfg.ema is None) != (ema is None):
         raise ValueError(f"ema must be the per-step decay when cfg.ema is set (cfg.ema={cfg.ema}), got {ema}")
     loss = make_loss(cfg, graphdef, axis_name)
@@ -201,7 +312,14 @@ def make_step(
 
 
 def make_batches(cfg: Config) -> data.Batches:
-    """The run's batches (sampler, global batch size, seed, labels) as :class:`data.Batches`."""
+    """The run's batches (sampler, global batch size, seed, labels) as :class:`data.Batches`.
+
+    Args:
+        cfg: the run's configuration (sampler and its keys, batch_size, seed, labels).
+
+    Returns:
+        The :class:`data.Batches` of the run.
+    """
     return data.Batches(
         kind=cfg.sampler,
         batch=cfg.batch_size,
@@ -225,17 +343,30 @@ def make_call(
     axis_name: str | None = parallel.AXIS,
     replicas: bool = False,
 ) -> Callable[[State, Any, Any], tuple[State, dict[str, jax.Array]]]:
-    """Per-device ``call(state, tables, feed) -> (state, metrics)``: ``length`` steps of ``one_step`` in one
-    ``lax.scan`` (straight-line on CPU), the metrics averaged over them (a log window's mean stays a mean).
+    """Per-device ``call(state, tables, feed) -> (state, metrics)``: ``length`` steps of ``one_step``.
+
+    The steps run in one ``lax.scan`` (straight-line on CPU), the metrics averaged over them (a log window's
+    mean stays a mean).
 
     Device feed (``batches`` given): ``tables`` holds the training ``images`` [N, H, W, C] (replicated) and
     the :func:`data.label_tables`; each step draws its global batch from its own step counter and takes this
     device's rows of it (no host work, no transfer); ``feed`` is unused. Host feed: ``feed`` leaves
     [length, n, ...] hold this device's rows of each step's batch; ``tables`` is unused.
 
-    ``replicas``: the state is :func:`init_replicas`'s, several seeds stacked on a leading axis; the step is
-    ``jax.vmap``-ped over it, each replica drawing its own batches and augmentations (device feed only), and
-    the metrics come per replica ([S]).
+    Args:
+        one_step: the per-device step of :func:`make_step`.
+        length: the steps per call, ≥ 1.
+        batches: the run's batches, for the device feed; None: the host feed.
+        axis_name: the data-parallel mesh axis (None: one device, which takes the whole batch).
+        replicas: the state is :func:`init_replicas`'s, several seeds stacked on a leading axis; the step is
+            ``jax.vmap``-ped over it, each replica drawing its own batches and augmentations (device feed
+            only), and the metrics come per replica ([S]).
+
+    Returns:
+        The per-device call ``(state, tables, feed) -> (state, metrics)``, metrics averaged over the steps.
+
+    Raises:
+        ValueError: ``replicas`` without ``batches`` (several seeds need the device feed).
     """
 
     if replicas and batches is None:
@@ -274,7 +405,15 @@ def make_call(
 
 
 def replicate(tree: Any, mesh: jax.sharding.Mesh) -> Any:
-    """``tree`` (the same on every process) as arrays replicated on every device of ``mesh``."""
+    """``tree`` (the same on every process) as arrays replicated on every device of ``mesh``.
+
+    Args:
+        tree: a pytree of arrays, the same on every process.
+        mesh: the data mesh.
+
+    Returns:
+        The pytree as global ``jax.Array`` s replicated over ``mesh``.
+    """
     sharding = NamedSharding(mesh, P())
     if jax.process_count() == 1:
         return jax.device_put(tree, sharding)
@@ -282,7 +421,14 @@ def replicate(tree: Any, mesh: jax.sharding.Mesh) -> Any:
 
 
 def local_copy(tree: Any) -> Any:
-    """A replicated (possibly multi-process) ``tree`` as arrays on this process's first device."""
+    """A replicated (possibly multi-process) ``tree`` as arrays on this process's first device.
+
+    Args:
+        tree: a pytree of replicated ``jax.Array`` s (other leaves are kept as they are).
+
+    Returns:
+        The pytree with each array replaced by its copy on this process's first addressable device.
+    """
     return jax.tree.map(lambda x: x.addressable_data(0) if isinstance(x, jax.Array) else x, tree)
 
 
@@ -292,12 +438,22 @@ def distribute(
     mesh: jax.sharding.Mesh,
     mode: str = "shard_map",
 ) -> Callable[[State, Any, Any], tuple[State, dict[str, jax.Array]]]:
-    """``run(state, tables, feed)`` of a per-device :func:`make_call` over the 1-D data ``mesh``
-    (``geojax.parallel.data_parallel`` with the device feed's tables as a shared, replicated argument).
+    """``run(state, tables, feed)`` of a per-device :func:`make_call` over the 1-D data ``mesh``.
+
+    It is ``geojax.parallel.data_parallel`` with the device feed's tables as a shared, replicated argument.
 
     ``state`` replicated (:func:`replicate`) and, under shard_map, donated (its buffers are reused for the
     new state); ``tables`` replicated and kept; ``feed`` leaves [length, B, ...] with B split over the
     devices (:func:`put_feed`). ``mode='pmap'`` runs under ``jax.pmap`` (host feed only).
+
+    Args:
+        call: the per-device call of :func:`make_call`.
+        mesh: the 1-D data mesh.
+        mode: ``shard_map`` or ``pmap``.
+
+    Returns:
+        ``run(state, tables, feed) -> (state, metrics)``; under pmap it raises ValueError when given
+        ``tables`` (the device feed needs shard_map).
     """
     axis = mesh.axis_names[0]
     if mode == "shard_map":
@@ -317,8 +473,17 @@ def distribute(
 
 
 def put_feed(feed: Any, mesh: jax.sharding.Mesh, mode: str = "shard_map") -> Any:
-    """This process's host-feed rows (leaves [length, B/processes, ...]) as the global arrays that
-    :func:`distribute`'s ``run`` takes, split over the devices (as they are for pmap, which splits itself)."""
+    """This process's host-feed rows as the global arrays that :func:`distribute`'s ``run`` takes.
+
+    Args:
+        feed: this process's rows of a call's batches, leaves [length, B/processes, ...] in NumPy.
+        mesh: the 1-D data mesh.
+        mode: ``shard_map`` (the rows are split over the devices on axis 1) or ``pmap`` (``feed`` is returned
+            as it is: pmap splits it itself).
+
+    Returns:
+        The feed as global arrays of leaves [length, B, ...] sharded over the mesh, or ``feed`` under pmap.
+    """
     if mode != "shard_map":
         return feed
     sharding = NamedSharding(mesh, P(None, mesh.axis_names[0]))
@@ -338,8 +503,21 @@ def _forward(model: nnx.Module, x: jax.Array, *, bf16: bool) -> models.Outputs:
 def embed(
     graphdef: nnx.GraphDef, state: State, images: np.ndarray, *, batch: int, precision: str = "fp32"
 ) -> models.Outputs:
-    """Evaluation-mode outputs (no augmentation) for ``images`` [N, H, W, C], in chunks of ``batch``, as
-    float32 NumPy arrays; with the EMA of the weights when the run keeps one."""
+    """Evaluation-mode outputs (no augmentation) for ``images`` [N, H, W, C], in chunks of ``batch``.
+
+    The EMA of the weights is used when the run keeps one; the last chunk is zero-padded to ``batch`` so that
+    one compiled program serves every chunk.
+
+    Args:
+        graphdef: the model's NNX graph definition.
+        state: a single run's state (not a stacked several-seeds one: see :func:`replica`).
+        images: the images [N, H, W, C], float32 in [0, 1] (or uint8 codes).
+        batch: the images per forward pass, ≥ 1.
+        precision: ``fp32``, or ``bf16`` to compute in bfloat16 (outputs are float32 either way).
+
+    Returns:
+        The model's outputs (:class:`geojax.models.Outputs`) for the N images, as float32 NumPy arrays.
+    """
     model = nnx.merge(graphdef, state.get("ema", state["params"]), state["rest"])
     model.eval()
     chunks = []

@@ -25,6 +25,10 @@ def plot_curve(metrics_path: str, png_path: str) -> None:
     """Training curve (total loss and each unweighted term against step) from metrics.jsonl.
 
     Writes nothing when the file holds no rows.
+
+    Args:
+        metrics_path: a run's metrics.jsonl (one JSON object per line, with ``step`` and the terms).
+        png_path: the PNG file to write.
     """
     with open(metrics_path) as f:
         rows = [json.loads(line) for line in f if line.strip()]
@@ -43,8 +47,20 @@ def plot_curve(metrics_path: str, png_path: str) -> None:
 
 
 def pareto_frontier(points: Sequence[tuple[float, float, Any]]) -> list[tuple[float, float]]:
-    """(bits, metric) of the points no other beats: every point with a higher metric than all points of
-    fewer or equal bits, in increasing bits."""
+    """(bits, metric) of the points no other beats, in increasing bits.
+
+    A point is on the frontier when its metric is higher than that of every point of fewer or equal bits.
+
+    Args:
+        points: (bits, metric, anything) triples (further items are ignored).
+
+    Returns:
+        The frontier's (bits, metric) pairs, bits increasing, metric strictly increasing.
+
+    Example:
+        >>> pareto_frontier([(8, 0.9, "a"), (1, 0.5, "b"), (4, 0.4, "c"), (16, 0.9, "d")])
+        [(1, 0.5), (8, 0.9)]
+    """
     front: list[tuple[float, float]] = []
     for x, y, *_ in sorted(points, key=lambda p: (p[0], -p[1])):
         if not front or y > front[-1][1]:
@@ -53,12 +69,19 @@ def pareto_frontier(points: Sequence[tuple[float, float, Any]]) -> list[tuple[fl
 
 
 def plot_quantised(reports: Sequence[Mapping[str, Any]], path: str | None = None, *, metric: str = "p_at_1"):
-    """``metric`` against bits per vector (log scale): every code of each ``train.evaluate`` report as a dot,
-    and its frontier (:func:`pareto_frontier`) as a step line.
+    """``metric`` against bits per vector (log scale), each report's codes as dots and its frontier as a line.
 
-    reports: ``train.evaluate.quantised_report`` results (geometry, dim, rows with bits_per_vector and the
-    metric; rows whose metric is None or NaN are left out). Returns the Figure, also written as PNG to
-    ``path`` when one is given.
+    Every code of each ``train.evaluate`` report is a dot, and its frontier (:func:`pareto_frontier`) a step
+    line; the figure is also written as PNG to ``path`` when one is given.
+
+    Args:
+        reports: ``train.evaluate.quantised_report`` results (geometry, dim, rows with method,
+            bits_per_vector and the metric; rows whose metric is None or NaN are left out).
+        path: the PNG file to write (None: none).
+        metric: the rows' key to plot, e.g. ``"p_at_1"``.
+
+    Returns:
+        The matplotlib Figure.
     """
     fig = files.figure(figsize=(7, 4.5))
     ax = fig.subplots()
@@ -91,9 +114,17 @@ def plot_quantised(reports: Sequence[Mapping[str, Any]], path: str | None = None
 def plot_charts(emb: Mapping[str, Any], path: str | None = None, *, title: str):
     """Korman 2021 App. A.2 picture: each test point at its code in its most probable chart, a panel each.
 
-    emb: an atlas run's embeddings (``embeddings.npz`` layout: query_coords [N, n, d ≥ 2], query_q [N, n],
-    query_labels [N]); the first two code coordinates are drawn. Returns the Figure, also written as PNG to
-    ``path`` when one is given.
+    The first two code coordinates are drawn, coloured by class (ten colours); the figure is also written as
+    PNG to ``path`` when one is given.
+
+    Args:
+        emb: an atlas run's embeddings (``embeddings.npz`` layout: query_coords [N, n, d ≥ 2], query_q
+            [N, n], query_labels [N]).
+        path: the PNG file to write (None: none).
+        title: the figure's title, before the fixed caption.
+
+    Returns:
+        The matplotlib Figure, one panel per chart.
     """
     code, chart = (np.asarray(v) for v in manifolds.atlas_code(emb["query_coords"], emb["query_q"]))
     n = emb["query_q"].shape[1]
@@ -120,11 +151,18 @@ def plot_charts(emb: Mapping[str, Any], path: str | None = None, *, title: str):
 
 
 def target_noise(emb: Mapping[str, Any], similarity: str) -> tuple[np.ndarray, np.ndarray]:
-    """Feeney & Hughes 2024 histogram data: per test item, the similarity of its most similar train item of
-    the same class ("target") and of another class ("noise").
+    """Feeney & Hughes 2024 histogram data: per test item, its best "target" and "noise" similarities.
 
-    emb: ``embeddings.npz`` layout (query [Nq, D], query_labels [Nq], reference [Nr, D], reference_labels
-    [Nr]); similarity: a ``geojax.similarity`` name. Returns (target [Nq], noise [Nq]).
+    The target is the similarity of its most similar train item of the same class, the noise that of its most
+    similar train item of another class.
+
+    Args:
+        emb: ``embeddings.npz`` layout (query [Nq, D], query_labels [Nq], reference [Nr, D],
+            reference_labels [Nr]).
+        similarity: a ``geojax.similarity`` name (``cosine``, ``neg_arc_length``, ...).
+
+    Returns:
+        (target [Nq], noise [Nq]): −inf where a query has no train item of its own (or of another) class.
     """
     sim = np.asarray(similarity_lib.get(similarity)(jnp.asarray(emb["query"]), jnp.asarray(emb["reference"])))
     same = np.asarray(emb["query_labels"])[:, None] == np.asarray(emb["reference_labels"])[None, :]
@@ -134,8 +172,16 @@ def target_noise(emb: Mapping[str, Any], similarity: str) -> tuple[np.ndarray, n
 def plot_target_noise(models: Mapping[str, Mapping[str, Any]], path: str | None = None):
     """Target / noise similarity histograms (Feeney & Hughes 2024): a row per model, a column per similarity.
 
-    ``models`` maps a label to an embeddings dict (``embeddings.npz`` layout). Returns the matplotlib
-    Figure, also written as PNG to ``path`` when one is given."""
+    The similarities are cosine and negative arc length (:data:`TARGET_NOISE_SIMILARITIES`), 40 bins from
+    the smallest value to 1; the figure is also written as PNG to ``path`` when one is given.
+
+    Args:
+        models: a label → an embeddings dict (``embeddings.npz`` layout), one row each.
+        path: the PNG file to write (None: none).
+
+    Returns:
+        The matplotlib Figure.
+    """
     fig = files.figure(figsize=(8, 2.6 * len(models)))
     axes = fig.subplots(len(models), 2, squeeze=False)
     for row, (label, emb) in zip(axes, models.items(), strict=True):

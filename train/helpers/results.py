@@ -1,8 +1,10 @@
 """The results folder: every benchmark's figures in one JSON file with the machine that measured them.
 
-    >>> path = write_result("losses", {"rows": rows, "ratios": ratios}, argv=sys.argv)
+A benchmark ends with ::
 
-writes ``benchmarks/results/losses.json`` atomically (``name`` may carry a suffix for a variant, e.g.
+    path = write_result("losses", {"rows": rows, "ratios": ratios}, argv=sys.argv)
+
+which writes ``benchmarks/results/losses.json`` atomically (``name`` may carry a suffix for a variant, e.g.
 ``"search_gpu"``) holding ``figures`` beside ``machine``: the CPU model, core count, accelerator model,
 memory, the versions of Python, jax, jaxlib, torch, faiss and pytorch-metric-learning (those importable), the
 code version (``train.helpers.version.code_version``, the record every run's report.json carries: a hash of
@@ -57,7 +59,14 @@ def _versions() -> dict[str, str]:
 
 
 def machine_info() -> dict[str, Any]:
-    """The machine, software and load at this moment: call it before the benchmark starts its work."""
+    """The machine, software and load at this moment: call it before the benchmark starts its work.
+
+    Returns:
+        ``cpu`` (model), ``cores``, ``memory_gib`` (None where unknown), JAX's ``platform``, ``device`` and
+        ``device_count``, the ``python`` version, the ``versions`` of the importable packages of
+        ``PACKAGES``, the ``code_version`` (:func:`train.helpers.version.code_version`), the ``date`` (UTC,
+        ISO 8601) and ``load_before``, the 1-, 5- and 15-minute load averages.
+    """
     import jax
 
     devices = jax.devices()
@@ -81,7 +90,11 @@ def machine_info() -> dict[str, Any]:
 
 
 def add_out_argument(parser: argparse.ArgumentParser) -> None:
-    """The benchmarks' one ``--out FOLDER`` option (see :func:`destination`)."""
+    """The benchmarks' one ``--out FOLDER`` option (see :func:`destination`).
+
+    Args:
+        parser: the benchmark's argument parser, which gets ``--out`` (a ``Path``, default None).
+    """
     parser.add_argument(
         "--out",
         type=Path,
@@ -91,8 +104,15 @@ def add_out_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def destination(out: Path | None, *, quick: bool) -> Path | None:
-    """Where a benchmark writes its result: ``out`` when given, else the results folder for a full run and
-    nowhere (None) for a ``--quick`` one, so that smoke runs never replace the measured files."""
+    """Where a benchmark writes its result, so that smoke runs never replace the measured files.
+
+    Args:
+        out: the ``--out`` folder, or None.
+        quick: whether the run is a ``--quick`` smoke run.
+
+    Returns:
+        ``out`` when given, else the results folder for a full run and None (write nothing) for a quick one.
+    """
     if out is not None:
         return out
     return None if quick else RESULTS_DIR
@@ -106,9 +126,24 @@ def write_result(
     machine: dict[str, Any] | None = None,
     folder: Path | None = None,
 ) -> Path:
-    """Write ``figures`` (strict JSON: NaN/inf become null) with ``machine`` (default: read now), the load
-    averages now (``load_after``) and the command line ``argv`` to ``<folder>/<name>.json`` atomically;
-    returns the path."""
+    """Write a benchmark's figures with the machine and the command line to ``<folder>/<name>.json``.
+
+    The file is strict JSON (NaN / inf become null), written atomically, holding ``command``, ``machine``,
+    ``load_after`` (the load averages now) and ``figures``.
+
+    Args:
+        name: the file's stem, e.g. ``"losses"`` or ``"search_gpu"`` (no ``/``, not starting with ``.``).
+        figures: the benchmark's figures, a JSON-able dict.
+        argv: the command line that measured them (:func:`invocation`).
+        machine: :func:`machine_info` read when the benchmark started (None: read now).
+        folder: the folder to write in (None: the results folder, created when missing).
+
+    Returns:
+        The path written.
+
+    Raises:
+        ValueError: ``name`` is not a plain file stem.
+    """
     if not name or "/" in name or name.startswith("."):
         raise ValueError(f"name must be a plain file stem, got {name!r}")
     path = (folder or RESULTS_DIR) / f"{name}.json"
@@ -124,20 +159,45 @@ def write_result(
 
 
 def read_result(name: str, *, folder: Path | None = None) -> dict[str, Any]:
-    """The record :func:`write_result` wrote under ``name``."""
+    """The record :func:`write_result` wrote under ``name``.
+
+    Args:
+        name: the file's stem.
+        folder: the folder to read from (None: the results folder).
+
+    Returns:
+        The record: ``command``, ``machine``, ``load_after`` and ``figures``.
+
+    Raises:
+        FileNotFoundError: there is no ``<name>.json`` in the folder.
+    """
     path = (folder or RESULTS_DIR) / f"{name}.json"
     return json.loads(path.read_text(encoding="utf-8"))
 
 
 def invocation(module: str, args: Sequence[str] | None = None) -> list[str]:
-    """A benchmark's command line as a user types it, ``python -m MODULE ARGS``, for :func:`write_result`'s
-    ``argv``; ``args``: the arguments (default: this process's)."""
+    """A benchmark's command line as a user types it, ``python -m MODULE ARGS``, for :func:`write_result`.
+
+    Args:
+        module: the benchmark's module, e.g. ``"benchmarks.losses"``.
+        args: its arguments (None: this process's, ``sys.argv[1:]``).
+
+    Returns:
+        The words of the command line.
+    """
     return ["python", "-m", module, *(sys.argv[1:] if args is None else args)]
 
 
 def recorded_args(record: dict[str, Any]) -> list[str]:
-    """The arguments of the command a results file records (after ``python -m MODULE``, or after the
-    script's path in files written before the benchmarks ran as modules)."""
+    """The arguments of the command a results file records.
+
+    Args:
+        record: a record of :func:`read_result`.
+
+    Returns:
+        The words after ``python -m MODULE`` (or after the script's path, in files written before the
+        benchmarks ran as modules).
+    """
     words = shlex.split(record["command"])
     return words[3:] if words[:2] == ["python", "-m"] else words[1:]
 
@@ -145,9 +205,18 @@ def recorded_args(record: dict[str, Any]) -> list[str]:
 def check_args(
     parser: argparse.ArgumentParser, name: str, folder: Path | None
 ) -> tuple[argparse.Namespace, dict[str, Any]]:
-    """For ``--check``: the stored record ``name``.json (in ``folder``, default the results folder) and the
-    arguments of its recorded command, parsed by the benchmark's ``parser``, with ``check`` set, so that the
-    rerun measures what the file holds."""
+    """For ``--check``: the stored record and the arguments of its recorded command, to measure it again.
+
+    Prints the command it reruns and the commit it was stored at.
+
+    Args:
+        parser: the benchmark's argument parser, which parses the recorded arguments.
+        name: the stored file's stem.
+        folder: the folder of the stored file (None: the results folder).
+
+    Returns:
+        (the parsed arguments with ``check`` set to True, the stored record).
+    """
     stored = read_result(name, folder=folder)
     args = parser.parse_args(recorded_args(stored))
     args.check = True
@@ -161,11 +230,20 @@ def _commit(record: dict[str, Any]) -> str:
 
 
 def check_ratios(stored: dict[str, float | None], now: dict[str, float | None]) -> list[str]:
-    """Print each row's ratio (geojax's speed over its peer's) as stored and as measured now, and return the
-    rows that fell below :data:`CHECK_FLOOR` × the stored ratio or could not be measured again.
+    """Print each row's speed ratio as stored and as measured now; return the rows that fell.
+
+    A ratio is geojax's speed over its peer's; a row falls below :data:`CHECK_FLOOR` × the stored ratio, or
+    could not be measured again.
 
     Rows whose stored ratio is None (no peer then) are left out; a row the stored file lacks is printed
     without a verdict.
+
+    Args:
+        stored: row → the stored ratio (None: no peer then).
+        now: row → the ratio measured now (None: not measured).
+
+    Returns:
+        The rows that fell or could not be measured again, in the order printed.
     """
     failed = []
     for row in dict.fromkeys([*stored, *now]):
@@ -188,8 +266,17 @@ def _ratio(value: float | None) -> str:
 
 
 def exit_on_check(name: str, stored: dict[str, float | None], now: dict[str, float | None]) -> None:
-    """End a ``--check`` run: print the rows (:func:`check_ratios`) and exit 1 naming those that fell against
-    ``name``.json, else say that every ratio held."""
+    """End a ``--check`` run: print the rows (:func:`check_ratios`), then fail if any ratio fell.
+
+    Args:
+        name: the stored file's stem, named in the verdict.
+        stored: row → the stored ratio.
+        now: row → the ratio measured now.
+
+    Raises:
+        SystemExit: a ratio fell below :data:`CHECK_FLOOR` × the stored one or could not be measured (exit
+            status 1, naming the rows); otherwise it prints that every ratio held.
+    """
     failed = check_ratios(stored, now)
     if failed:
         raise SystemExit(

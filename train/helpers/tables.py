@@ -18,7 +18,19 @@ _RULES = {"l": ":---", "r": "---:", "c": ":---:", "-": "---"}
 
 
 def fmt(value: Any, digits: int = 4) -> str:
-    """One cell: None / NaN → '–', floats with ``digits`` decimals, everything else ``str``."""
+    """One cell: None / NaN → '–', floats with ``digits`` decimals, everything else ``str``.
+
+    Args:
+        value: the cell's value.
+        digits: decimals of a float, ≥ 0.
+
+    Returns:
+        The cell's text.
+
+    Example:
+        >>> fmt(0.99125), fmt(None), fmt(3), fmt(True)
+        ('0.9912', '–', '3', 'True')
+    """
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return MISSING
     if isinstance(value, bool):
@@ -33,9 +45,19 @@ def markdown_table(
 ) -> str:
     """A GitHub-flavoured Markdown table (no trailing newline).
 
-    header: the column names; rows: one sequence of cells per row (cells pass through :func:`fmt`, so
-    strings are kept as they are); align: one letter per column, ``l`` / ``r`` / ``c`` or ``-`` (default:
-    ``-`` for every column). Raises ValueError when a row or ``align`` does not have one entry per column.
+    Args:
+        header: the column names.
+        rows: one sequence of cells per row, one cell per column (cells pass through :func:`fmt`, so strings
+            are kept as they are).
+        align: one letter per column, ``l`` / ``r`` / ``c`` or ``-`` (None: ``-`` for every column).
+        digits: decimals of a float cell.
+
+    Returns:
+        The table: a header line, a rule line and one line per row, joined by newlines.
+
+    Raises:
+        ValueError: a row or ``align`` does not have one entry per column, or ``align`` holds another
+            letter.
     """
     width = len(header)
     align = align if align is not None else "-" * width

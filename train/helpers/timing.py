@@ -1,9 +1,12 @@
 """The one timer behind every benchmark and the app's encode timings.
 
-    >>> timing = measure(jitted_fn, x, repeats=20, warmup=2)
-    >>> timing.median, timing.best, timing.cpu_best  # seconds per call
+    >>> import jax.numpy as jnp
+    >>> fn, peer_fn, x = jax.jit(lambda v: v * 2), jnp.sin, jnp.ones(1000)
+    >>> timing = measure(fn, x, repeats=5, warmup=2)
+    >>> timing.best <= timing.median and timing.cpu_best >= 0  # seconds per call
+    True
     >>> times = interleaved({"ours": Call(fn, (x,)), "peer": Call(peer_fn, (x,))}, rounds=5)
-    >>> times["peer"].median / times["ours"].median  # a ratio measured under the same load
+    >>> ratio = times["peer"].median / times["ours"].median  # a ratio measured under the same load
 
 Each sample times ``number`` back-to-back calls and then waits for the last result (``jax.block_until_ready``
 by default, so JAX's asynchronous dispatch does not hide the work), and records both wall-clock seconds and
@@ -24,8 +27,13 @@ import jax
 
 @dataclass(frozen=True)
 class Timing:
-    """The samples of one :func:`measure`: seconds per call (wall clock and process CPU) and the output of
-    the last call."""
+    """The samples of one :func:`measure`: seconds per call (wall clock and process CPU), the last output.
+
+    Attributes:
+        seconds: wall-clock seconds per call, one per sample.
+        cpu_seconds: the process's CPU seconds (all threads) per call, one per sample.
+        result: the output of the last call.
+    """
 
     seconds: tuple[float, ...]
     cpu_seconds: tuple[float, ...]
@@ -70,6 +78,21 @@ def measure(
     least one sample is always taken). ``block``: waits for an output; the default blocks on every JAX
     array in it and passes anything else through (pass e.g. ``lambda _: torch.cuda.synchronize()`` for
     another framework's asynchronous work).
+
+    Args:
+        fn: the function to time.
+        *args: its arguments, the same for every call.
+        repeats: the most samples to take, ≥ 1.
+        warmup: untimed calls first (compilation, caches), ≥ 0.
+        number: calls per sample, ≥ 1.
+        budget_s: stop once the timed calls took this many wall-clock seconds (None: take every sample).
+        block: waits for an output (default ``jax.block_until_ready``).
+
+    Returns:
+        The :class:`Timing` of the samples taken, seconds per call, with the last call's output.
+
+    Raises:
+        ValueError: ``repeats`` < 1, ``number`` < 1 or ``warmup`` < 0.
     """
     if repeats < 1 or number < 1 or warmup < 0:
         raise ValueError(
@@ -93,8 +116,14 @@ def measure(
 
 
 class Call(NamedTuple):
-    """One contender of :func:`interleaved`: ``fn(*args)``, ``number`` calls per sample, ``block`` to wait
-    for its output (as :func:`measure` takes them)."""
+    """One contender of :func:`interleaved`, its fields as :func:`measure` takes them.
+
+    Attributes:
+        fn: the function to time.
+        args: its arguments.
+        number: calls per sample.
+        block: waits for its output (default ``jax.block_until_ready``).
+    """
 
     fn: Callable[..., Any]
     args: tuple = ()
@@ -103,11 +132,18 @@ class Call(NamedTuple):
 
 
 def interleaved(calls: Mapping[str, Call], *, rounds: int, warmup: int = 1) -> dict[str, Timing]:
-    """Time several contenders in alternating rounds: ``warmup`` untimed calls of each, then ``rounds``
-    rounds that take one :func:`measure` sample of each in turn, so that load from other processes falls on
-    all of them alike and their ratios hold on a shared machine.
+    """Time several contenders in alternating rounds, so that their ratios hold on a shared machine.
 
-    Returns name → :class:`Timing` of its ``rounds`` samples (seconds per call) and its last output.
+    ``warmup`` untimed calls of each, then ``rounds`` rounds that take one :func:`measure` sample of each in
+    turn, so that load from other processes falls on all of them alike.
+
+    Args:
+        calls: name → :class:`Call`, timed in this order within each round.
+        rounds: the number of rounds (samples per contender), ≥ 1.
+        warmup: untimed calls of each first, ≥ 0.
+
+    Returns:
+        Name → :class:`Timing` of its ``rounds`` samples (seconds per call) and its last output.
     """
     for call in calls.values():
         for _ in range(warmup):

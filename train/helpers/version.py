@@ -23,18 +23,29 @@ LEFT_OUT = ("geojax/search", "train/reproduce", "train/helpers", "train/csearch"
 
 
 def code_statements(source: str) -> list[str]:
-    """What a module computes, one text per top-level statement less its imports: the syntax tree less
-    docstrings and type annotations, written field by field with empty fields left out (so the same on Python
-    3.11 and 3.12, whose trees differ only by fields that are empty here). Comments, blank lines, formatting,
-    docstrings (also those a module assigns to ``f.__doc__``), annotations and which module imports what
-    change nothing a run computes, and nothing here.
+    """What a module computes, one text per top-level statement less its imports.
 
-    >>> documented = "x: int = 1  # one\\n\\n\\ndef f(a: float) -> float:\\n    'Doc.'\\n    return a + x"
-    >>> plain = "import os\\nx: float = 1\\ndef f(a):\\n    return a + x"
-    >>> code_statements(documented) == code_statements(plain)
-    True
-    >>> code_statements("y = 1") == code_statements("y = 2")
-    False
+    The syntax tree less docstrings and type annotations, written field by field with empty fields left out
+    (so the same on Python 3.11 and 3.12, whose trees differ only by fields that are empty here). Comments,
+    blank lines, formatting, docstrings (also those a module assigns to ``f.__doc__``), annotations and which
+    module imports what change nothing a run computes, and nothing here.
+
+    Args:
+        source: a module's Python source.
+
+    Returns:
+        One text per top-level statement that is not an import or a ``__doc__`` assignment, in order.
+
+    Raises:
+        SyntaxError: ``source`` is not valid Python.
+
+    Example:
+        >>> documented = "x: int = 1  # one\\n\\n\\ndef f(a: float) -> float:\\n    'Doc.'\\n    return a + x"
+        >>> plain = "import os\\nx: float = 1\\ndef f(a):\\n    return a + x"
+        >>> code_statements(documented) == code_statements(plain)
+        True
+        >>> code_statements("y = 1") == code_statements("y = 2")
+        False
     """
     tree = ast.parse(source)
     for node in ast.walk(tree):
@@ -78,10 +89,18 @@ def _fields(node: Any) -> str:
 
 
 def code_hash(root: Path = ROOT) -> str:
-    """SHA-256 over the top-level statements (:func:`code_statements`) of every .py file of CODE_DIRS under
-    ``root`` (those under LEFT_OUT left out), sorted: the same for the same code, with or without git, and for
-    code whose docstrings, comments, formatting, type annotations or imports alone changed, or whose
-    definitions moved between files."""
+    """SHA-256 over the sorted top-level statements (:func:`code_statements`) of the code a run depends on.
+
+    Every .py file of CODE_DIRS under ``root`` counts, those under LEFT_OUT left out. The hash is the same for
+    the same code, with or without git, and for code whose docstrings, comments, formatting, type annotations
+    or imports alone changed, or whose definitions moved between files.
+
+    Args:
+        root: the checkout holding ``geojax/`` and ``train/`` (default: this one).
+
+    Returns:
+        The hash as 64 hexadecimal digits.
+    """
     statements = []
     for path in (p for d in CODE_DIRS for p in (root / d).rglob("*.py")):
         rel = path.relative_to(root).as_posix()
@@ -103,9 +122,12 @@ def _git(*args: str) -> str | None:
 
 @functools.cache
 def code_version() -> dict[str, Any]:
-    """The code a result is made with: ``code_hash`` (:func:`code_hash`, what decides whether a run read back
-    later predates the code), the git ``commit`` (None without git) and ``dirty`` (CODE_DIRS differ from the
-    commit). Computed once per process."""
+    """The code a result is made with, computed once per process.
+
+    Returns:
+        ``code_hash`` (:func:`code_hash`, what decides whether a run read back later predates the code), the
+        git ``commit`` (None without git) and ``dirty`` (whether CODE_DIRS differ from the commit).
+    """
     commit = _git("rev-parse", "HEAD")
     status = _git("status", "--porcelain", "--", *CODE_DIRS) if commit else None
     return {
