@@ -32,7 +32,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -238,8 +238,8 @@ class _Ranking(NamedTuple):
     """How a scan ranks its rows: keys of ``dtype`` (float32, or int32 for integer distances above 2^24),
     ``big`` the largest key magnitude (empty slots), ``platform`` the platform of the devices it runs on."""
 
-    dtype: object
-    big: object
+    dtype: Any
+    big: Any
     platform: str | None
 
     def top_k(self, keys: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
@@ -275,7 +275,8 @@ def _select(kernel, qdata, rows, minima, start, n, k, group, ranking: _Ranking):
     if group == 1:  # the k best of each sub-chunk, then of those, in database order
         v, best = ranking.top_k(keys, k)  # [s, b, k]
         best = best + (jnp.arange(s, dtype=jnp.int32) * groups)[:, None, None]
-        v, best = _best(*(jnp.transpose(x, (1, 0, 2)).reshape(b, s * k) for x in (v, best)), k, ranking)
+        v, best = (jnp.transpose(x, (1, 0, 2)).reshape(b, s * k) for x in (v, best))
+        v, best = _best(v, best, k, ranking)
         return v, start + best
     supers = jnp.max(keys.reshape(s, b, groups // _SUPER, _SUPER), axis=-1)  # [s, b, groups/_SUPER]
     supers = jnp.transpose(supers, (1, 0, 2)).reshape(b, s * groups // _SUPER)
