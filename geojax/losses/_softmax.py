@@ -136,31 +136,7 @@ def supcon(
     (SupContrast's code also counts the others, as 0: docs/conventions.md), times τ / τ_base when
     ``base_temperature`` is given. Log-sum-exps run in fp32 with the (stop-gradient) row maximum subtracted.
 
-    Args:
-        sim: [n, M] floating similarities of n anchors to M keys (higher = more similar); the square call
-            ``supcon(sim, labels)`` has keys = anchors.
-        labels: [n] integer labels of the anchors.
-        temperature: τ > 0 (a scalar, may be traced); the logits are x = s / τ.
-        base_temperature: None (pytorch-metric-learning's form, no factor) or τ_base > 0, which multiplies
-            the loss by τ / τ_base as SupContrast's code does (its default τ_base is 0.07).
-        key_labels: [M] integer labels of the keys (rectangular / distributed form); None: the keys are the
-            anchors.
-        self_index: [n] integer column of each anchor's own key in [0, M), masked as a self-pair; with
-            ``key_labels`` but no ``self_index`` no column is excluded.
-        key_valid: [M] bool, False on key columns to leave out (a cross-batch memory's empty slots,
-            ``geojax.memory.keys``); None: every column is a key.
-        axis_name: named mapped axis over which numerators *and* counts are summed, so every device returns
-            the loss of the global batch; None on one device.
-
-    Returns:
-        Scalar fp32 loss: 0 with zero gradients when no anchor has a positive; NaN when ``sim`` holds a NaN
-        or ±Inf anywhere, whatever the masks select.
-
-    Raises:
-        ValueError: ``sim`` is not a non-empty floating [n, M] matrix; ``labels``, ``key_labels`` or
-            ``self_index`` has the wrong length or a non-integer dtype; ``key_labels`` is missing while
-            M ≠ n; ``self_index`` lies outside [0, M); ``key_valid`` is not a bool [M] vector;
-            ``temperature`` or ``base_temperature`` is not > 0.
+    {sections}
 
     References:
         Khosla et al. 2020, "Supervised Contrastive Learning" (arXiv 2004.11362), eq. 2.
@@ -199,31 +175,7 @@ def sincere(
     softplus(LSE_{N(a)} x − x_ap), x = s / τ; the loss is the mean of ℓ_a over the anchors that have a
     positive.
 
-    Args:
-        sim: [n, M] floating similarities of n anchors to M keys (higher = more similar); the square call
-            ``sincere(sim, labels)`` has keys = anchors.
-        labels: [n] integer labels of the anchors.
-        temperature: τ > 0 (a scalar, may be traced); the logits are x = s / τ.
-        base_temperature: None (pytorch-metric-learning's form, no factor) or τ_base > 0, which multiplies
-            the loss by τ / τ_base as SupContrast's code does (its default τ_base is 0.07).
-        key_labels: [M] integer labels of the keys (rectangular / distributed form); None: the keys are the
-            anchors.
-        self_index: [n] integer column of each anchor's own key in [0, M), masked as a self-pair; with
-            ``key_labels`` but no ``self_index`` no column is excluded.
-        key_valid: [M] bool, False on key columns to leave out (a cross-batch memory's empty slots,
-            ``geojax.memory.keys``); None: every column is a key.
-        axis_name: named mapped axis over which numerators *and* counts are summed, so every device returns
-            the loss of the global batch; None on one device.
-
-    Returns:
-        Scalar fp32 loss: 0 with zero gradients when no anchor has a positive; NaN when ``sim`` holds a NaN
-        or ±Inf anywhere, whatever the masks select.
-
-    Raises:
-        ValueError: ``sim`` is not a non-empty floating [n, M] matrix; ``labels``, ``key_labels`` or
-            ``self_index`` has the wrong length or a non-integer dtype; ``key_labels`` is missing while
-            M ≠ n; ``self_index`` lies outside [0, M); ``key_valid`` is not a bool [M] vector;
-            ``temperature`` or ``base_temperature`` is not > 0.
+    {sections}
 
     References:
         Feeney & Hughes 2024, similarity functions × contrastive losses, "cross entropy losses" (the
@@ -260,9 +212,36 @@ def info_nce(
     SINCERE pair term, averaged once over *all positive pairs* (not per anchor); with two views per image
     and instance labels this is SimCLR's NT-Xent.
 
-    Args:
+    {sections}
+
+    References:
+        Oord et al. 2018, "Representation Learning with Contrastive Predictive Coding" (arXiv 1807.03748);
+        Chen et al. 2020, "A Simple Framework for Contrastive Learning of Visual Representations" (arXiv
+        2002.05709), eq. 1.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from geojax import losses
+        >>> sim = jnp.array([[1.0, 0.9, 0.1, 0.3], [0.9, 1.0, 0.2, 0.0],
+        ...                  [0.1, 0.2, 1.0, 0.7], [0.3, 0.0, 0.7, 1.0]])
+        >>> labels = jnp.array([0, 0, 1, 1])
+        >>> round(float(losses.info_nce(sim, labels, temperature=0.5)), 4)
+        0.4482
+    """
+    return _softmax_loss(
+        _INFO_NCE, sim, labels, temperature, base_temperature, key_labels, self_index, key_valid, axis_name
+    )
+
+
+# The three losses above share their Args, Returns and Raises: written once here, they take the place of
+# {sections} in each docstring (documentation by reference: a module-level __doc__ assignment is no code to
+# train.helpers.version.code_hash; tests/test_docstrings.py checks the docstrings made).
+supcon.__doc__ = (supcon.__doc__ or "").replace(
+    "{sections}",
+    (
+        _SOFTMAX_SECTIONS := """Args:
         sim: [n, M] floating similarities of n anchors to M keys (higher = more similar); the square call
-            ``info_nce(sim, labels)`` has keys = anchors.
+            ``{name}(sim, labels)`` has keys = anchors.
         labels: [n] integer labels of the anchors.
         temperature: τ > 0 (a scalar, may be traced); the logits are x = s / τ.
         base_temperature: None (pytorch-metric-learning's form, no factor) or τ_base > 0, which multiplies
@@ -284,25 +263,11 @@ def info_nce(
         ValueError: ``sim`` is not a non-empty floating [n, M] matrix; ``labels``, ``key_labels`` or
             ``self_index`` has the wrong length or a non-integer dtype; ``key_labels`` is missing while
             M ≠ n; ``self_index`` lies outside [0, M); ``key_valid`` is not a bool [M] vector;
-            ``temperature`` or ``base_temperature`` is not > 0.
-
-    References:
-        Oord et al. 2018, "Representation Learning with Contrastive Predictive Coding" (arXiv 1807.03748);
-        Chen et al. 2020, "A Simple Framework for Contrastive Learning of Visual Representations" (arXiv
-        2002.05709), eq. 1.
-
-    Example:
-        >>> import jax.numpy as jnp
-        >>> from geojax import losses
-        >>> sim = jnp.array([[1.0, 0.9, 0.1, 0.3], [0.9, 1.0, 0.2, 0.0],
-        ...                  [0.1, 0.2, 1.0, 0.7], [0.3, 0.0, 0.7, 1.0]])
-        >>> labels = jnp.array([0, 0, 1, 1])
-        >>> round(float(losses.info_nce(sim, labels, temperature=0.5)), 4)
-        0.4482
-    """
-    return _softmax_loss(
-        _INFO_NCE, sim, labels, temperature, base_temperature, key_labels, self_index, key_valid, axis_name
-    )
+            ``temperature`` or ``base_temperature`` is not > 0."""
+    ).format(name="supcon"),
+)
+sincere.__doc__ = (sincere.__doc__ or "").replace("{sections}", _SOFTMAX_SECTIONS.format(name="sincere"))
+info_nce.__doc__ = (info_nce.__doc__ or "").replace("{sections}", _SOFTMAX_SECTIONS.format(name="info_nce"))
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -404,52 +369,6 @@ def supcon_blocked(
     key_valid: ArrayLike | None = None,
     axis_name: str | None = None,
 ) -> jax.Array:
-    """SupCon (Khosla et al. 2020, eq. 2) in blocks, from embeddings.
-
-    Equals ``supcon(similarity(embeddings, keys), labels, ...)`` without materialising the [n, M] matrix
-    (nor storing it for the backward pass): anchors are processed in blocks, each with an online
-    log-sum-exp over key blocks, under ``jax.checkpoint``.
-
-    Args:
-        embeddings: [n, D] floating embeddings of the n anchors.
-        labels: [n] integer labels of the anchors.
-        temperature: τ > 0 (a scalar, may be traced); the logits are x = s / τ.
-        base_temperature: None (no factor) or τ_base > 0, which multiplies the loss by τ / τ_base, as in
-            the plain form.
-        similarity: a name of ``geojax.similarity.get`` or a callable (a [B, D], b [K, D]) → [B, K].
-        block_size: positive int, the rows per anchor block and per key block; memory O(block_size²).
-        key_embeddings: [M, D] floating embeddings of the keys; None: the keys are the anchors.
-        key_labels: [M] integer labels of the keys; None: the keys are the anchors.
-        self_index: [n] integer column of each anchor's own key in [0, M), masked as a self-pair; with
-            ``key_labels`` but no ``self_index`` no column is excluded.
-        key_valid: [M] bool, False on key columns to leave out (a cross-batch memory's empty slots,
-            ``geojax.memory.keys``); None: every column is a key.
-        axis_name: named mapped axis over which numerators and counts are summed (the global batch's loss
-            on every device); None on one device.
-
-    Returns:
-        Scalar fp32 loss, equal to the plain form on ``similarity(embeddings, keys)``; NaN when an embedding
-        (through its similarities) is NaN or ±Inf.
-
-    Raises:
-        ValueError: ``embeddings`` or ``key_embeddings`` is not a non-empty floating matrix, or their widths
-            differ; labels, ``self_index`` or ``key_valid`` have the wrong length, dtype or range;
-            ``key_labels`` is missing while the keys differ from the anchors; ``temperature``,
-            ``base_temperature`` or ``block_size`` is not positive; ``similarity`` is an unknown name.
-
-    References:
-        Khosla et al. 2020, "Supervised Contrastive Learning" (arXiv 2004.11362), eq. 2.
-
-    Example:
-        >>> import jax.numpy as jnp
-        >>> from geojax import losses, similarity
-        >>> e = jnp.array([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0], [-0.6, 0.8]])
-        >>> labels = jnp.array([0, 0, 1, 1])
-        >>> round(float(losses.supcon_blocked(e, labels, block_size=2)), 4)
-        0.0638
-        >>> round(float(losses.supcon(similarity.cosine(e, e), labels)), 4)
-        0.0638
-    """
     return _softmax_blocked(
         _SUPCON, embeddings, labels, temperature, base_temperature, similarity, block_size, key_embeddings,
         key_labels, self_index, key_valid, axis_name,
@@ -470,52 +389,6 @@ def sincere_blocked(
     key_valid: ArrayLike | None = None,
     axis_name: str | None = None,
 ) -> jax.Array:
-    """SINCERE (Feeney & Hughes 2024) in blocks, from embeddings.
-
-    Equals ``sincere(similarity(embeddings, keys), labels, ...)`` without materialising the [n, M] matrix
-    (nor storing it for the backward pass): anchors are processed in blocks, each with an online
-    log-sum-exp over key blocks, under ``jax.checkpoint``.
-
-    Args:
-        embeddings: [n, D] floating embeddings of the n anchors.
-        labels: [n] integer labels of the anchors.
-        temperature: τ > 0 (a scalar, may be traced); the logits are x = s / τ.
-        base_temperature: None (no factor) or τ_base > 0, which multiplies the loss by τ / τ_base, as in
-            the plain form.
-        similarity: a name of ``geojax.similarity.get`` or a callable (a [B, D], b [K, D]) → [B, K].
-        block_size: positive int, the rows per anchor block and per key block; memory O(block_size²).
-        key_embeddings: [M, D] floating embeddings of the keys; None: the keys are the anchors.
-        key_labels: [M] integer labels of the keys; None: the keys are the anchors.
-        self_index: [n] integer column of each anchor's own key in [0, M), masked as a self-pair; with
-            ``key_labels`` but no ``self_index`` no column is excluded.
-        key_valid: [M] bool, False on key columns to leave out (a cross-batch memory's empty slots,
-            ``geojax.memory.keys``); None: every column is a key.
-        axis_name: named mapped axis over which numerators and counts are summed (the global batch's loss
-            on every device); None on one device.
-
-    Returns:
-        Scalar fp32 loss, equal to the plain form on ``similarity(embeddings, keys)``; NaN when an embedding
-        (through its similarities) is NaN or ±Inf.
-
-    Raises:
-        ValueError: ``embeddings`` or ``key_embeddings`` is not a non-empty floating matrix, or their widths
-            differ; labels, ``self_index`` or ``key_valid`` have the wrong length, dtype or range;
-            ``key_labels`` is missing while the keys differ from the anchors; ``temperature``,
-            ``base_temperature`` or ``block_size`` is not positive; ``similarity`` is an unknown name.
-
-    References:
-        Feeney & Hughes 2024, similarity functions × contrastive losses, "cross entropy losses".
-
-    Example:
-        >>> import jax.numpy as jnp
-        >>> from geojax import losses, similarity
-        >>> e = jnp.array([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0], [-0.6, 0.8]])
-        >>> labels = jnp.array([0, 0, 1, 1])
-        >>> round(float(losses.sincere_blocked(e, labels, block_size=2)), 4)
-        0.0638
-        >>> round(float(losses.sincere(similarity.cosine(e, e), labels)), 4)
-        0.0638
-    """
     return _softmax_blocked(
         _SINCERE, embeddings, labels, temperature, base_temperature, similarity, block_size, key_embeddings,
         key_labels, self_index, key_valid, axis_name,
@@ -536,9 +409,18 @@ def info_nce_blocked(
     key_valid: ArrayLike | None = None,
     axis_name: str | None = None,
 ) -> jax.Array:
-    """InfoNCE / NT-Xent (Chen et al. 2020, eq. 1) in blocks, from embeddings.
+    return _softmax_blocked(
+        _INFO_NCE, embeddings, labels, temperature, base_temperature, similarity, block_size, key_embeddings,
+        key_labels, self_index, key_valid, axis_name,
+    )  # fmt: skip
 
-    Equals ``info_nce(similarity(embeddings, keys), labels, ...)`` without materialising the [n, M] matrix
+
+# The three blocked forms share one docstring, written once here and filled in with the plain form's name,
+# title and references (documentation by reference, as the plain forms' sections above).
+supcon_blocked.__doc__ = (
+    _BLOCKED_DOC := """{title} in blocks, from embeddings.
+
+    Equals ``{name}(similarity(embeddings, keys), labels, ...)`` without materialising the [n, M] matrix
     (nor storing it for the backward pass): anchors are processed in blocks, each with an online
     log-sum-exp over key blocks, under ``jax.checkpoint``.
 
@@ -570,20 +452,31 @@ def info_nce_blocked(
             ``base_temperature`` or ``block_size`` is not positive; ``similarity`` is an unknown name.
 
     References:
-        Oord et al. 2018 (arXiv 1807.03748); Chen et al. 2020, "A Simple Framework for Contrastive
-        Learning of Visual Representations" (arXiv 2002.05709), eq. 1.
+        {references}
 
     Example:
         >>> import jax.numpy as jnp
         >>> from geojax import losses, similarity
         >>> e = jnp.array([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0], [-0.6, 0.8]])
         >>> labels = jnp.array([0, 0, 1, 1])
-        >>> round(float(losses.info_nce_blocked(e, labels, block_size=2)), 4)
+        >>> round(float(losses.{name}_blocked(e, labels, block_size=2)), 4)
         0.0638
-        >>> round(float(losses.info_nce(similarity.cosine(e, e), labels)), 4)
+        >>> round(float(losses.{name}(similarity.cosine(e, e), labels)), 4)
         0.0638
     """
-    return _softmax_blocked(
-        _INFO_NCE, embeddings, labels, temperature, base_temperature, similarity, block_size, key_embeddings,
-        key_labels, self_index, key_valid, axis_name,
-    )  # fmt: skip
+).format(
+    title="SupCon (Khosla et al. 2020, eq. 2)",
+    name="supcon",
+    references='Khosla et al. 2020, "Supervised Contrastive Learning" (arXiv 2004.11362), eq. 2.',
+)
+sincere_blocked.__doc__ = _BLOCKED_DOC.format(
+    title="SINCERE (Feeney & Hughes 2024)",
+    name="sincere",
+    references='Feeney & Hughes 2024, similarity functions × contrastive losses, "cross entropy losses".',
+)
+info_nce_blocked.__doc__ = _BLOCKED_DOC.format(
+    title="InfoNCE / NT-Xent (Chen et al. 2020, eq. 1)",
+    name="info_nce",
+    references='Oord et al. 2018 (arXiv 1807.03748); Chen et al. 2020, "A Simple Framework for Contrastive\n'
+    '        Learning of Visual Representations" (arXiv 2002.05709), eq. 1.',
+)
