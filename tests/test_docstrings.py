@@ -2,15 +2,19 @@
 
 (a) every public function, class and method (name without a leading underscore, in a public class) of every
 module under ``geojax`` has a docstring written as a literal in its ``def`` (the first statement of the body
-is a string), so editors and doc tools see it; (b) a function with parameters has an ``Args:`` section that
-names each of them and nothing else; (c) a function whose return annotation is not ``None`` has a
-``Returns:`` section; the sections come in the stated order; (d) the ``>>>`` examples run and pass.
+is a string), so editors and doc tools see it, or assigned by reference at the top level of its module
+(``f.__doc__ = TEMPLATE.format(...)``, one text shared by several definitions: the blocked losses); such a
+docstring is checked as Python reads it, after the assignment, by the rules below, and holds no template field
+left unfilled; (b) a function with parameters has an ``Args:`` section that names each of them and nothing
+else; (c) a function whose return annotation is not ``None`` has a ``Returns:`` section; the sections come in
+the stated order; (d) the ``>>>`` examples run and pass.
 """
 
 from __future__ import annotations
 
 import ast
 import doctest
+import functools
 import importlib
 import inspect
 import pkgutil
@@ -63,12 +67,46 @@ def _public_defs(tree: ast.Module):
     return out
 
 
+def _literal_docstring(node) -> str | None:
+    first = node.body[0] if node.body else None
+    if (
+        isinstance(first, ast.Expr)
+        and isinstance(first.value, ast.Constant)
+        and isinstance(first.value.value, str)
+    ):
+        return inspect.cleandoc(first.value.value)
+    return None
+
+
+def _assigned_docs(tree: ast.Module) -> set[str]:
+    """The (qualified) names whose docstring the module assigns at its top level, ``name.__doc__ = ...``."""
+    return {
+        ast.unparse(target.value)
+        for stmt in tree.body
+        if isinstance(stmt, ast.Assign)
+        for target in stmt.targets
+        if isinstance(target, ast.Attribute) and target.attr == "__doc__"
+    }
+
+
+def _docstring(module, qual: str, node, assigned: set[str]) -> str | None:
+    """The docstring to check: the one the module assigns to ``qual`` at its top level, as Python reads it
+    after the assignment, else the literal written in the ``def``."""
+    if qual in assigned:
+        doc = functools.reduce(getattr, qual.split("."), module).__doc__
+        return inspect.cleandoc(doc) if isinstance(doc, str) else None
+    return _literal_docstring(node)
+
+
 def _defs():
     rows = []
     for name in MODULES:
         module = importlib.import_module(name)
         tree = ast.parse(inspect.getsource(module))
-        rows += [(name, qual, node) for qual, node in _public_defs(tree)]
+        assigned = _assigned_docs(tree)
+        rows += [
+            (name, qual, node, _docstring(module, qual, node, assigned)) for qual, node in _public_defs(tree)
+        ]
     return rows
 
 
@@ -85,18 +123,7 @@ CONSTRUCTED = [row for row in DEFS if isinstance(row[2], ast.ClassDef) and _init
 
 
 def _ids(rows):
-    return [f"{m}.{q}" for m, q, _ in rows]
-
-
-def _literal_docstring(node) -> str | None:
-    first = node.body[0] if node.body else None
-    if (
-        isinstance(first, ast.Expr)
-        and isinstance(first.value, ast.Constant)
-        and isinstance(first.value.value, str)
-    ):
-        return inspect.cleandoc(first.value.value)
-    return None
+    return [f"{row[0]}.{row[1]}" for row in rows]
 
 
 def _section(doc: str, header: str) -> list[str] | None:
@@ -139,10 +166,13 @@ def test_every_module_is_walked():
     assert len(DEFS) >= 200
 
 
-@pytest.mark.parametrize(("module", "name", "node"), DEFS, ids=_ids(DEFS))
-def test_literal_docstring(module, name, node):
-    doc = _literal_docstring(node)
-    assert doc, f"{module}.{name} has no docstring written in its def"
+@pytest.mark.parametrize(("module", "name", "node", "doc"), DEFS, ids=_ids(DEFS))
+def test_docstring(module, name, node, doc):
+    assert doc, (
+        f"{module}.{name} has no docstring written in its def or assigned to its __doc__ at module level"
+    )
+    field = re.search(r"\{[a-z]{3,}\}", doc)
+    assert not field, f"{name}: template field {field and field.group()} left unfilled"
     summary = doc.split("\n")[0]
     assert summary.strip() and summary.rstrip().endswith((".", ":", ")")), (
         f"{name}: one-line summary: {summary!r}"
@@ -171,9 +201,9 @@ def _check_args(module, name, doc, params):
         assert args is None, f"{module}.{name} takes no parameters but has an Args: section"
 
 
-@pytest.mark.parametrize(("module", "name", "node"), FUNCTIONS, ids=_ids(FUNCTIONS))
-def test_args_and_returns(module, name, node):
-    doc = _literal_docstring(node) or ""
+@pytest.mark.parametrize(("module", "name", "node", "doc"), FUNCTIONS, ids=_ids(FUNCTIONS))
+def test_args_and_returns(module, name, node, doc):
+    doc = doc or ""
     if _is_property(node):
         return  # a property is documented as an attribute: what it is, no sections
     _check_args(module, name, doc, _parameters(node))
@@ -182,9 +212,9 @@ def test_args_and_returns(module, name, node):
         assert _section(doc, "Returns:") is not None, f"{module}.{name} returns a value but has no Returns:"
 
 
-@pytest.mark.parametrize(("module", "name", "node"), CONSTRUCTED, ids=_ids(CONSTRUCTED))
-def test_constructor_args(module, name, node):
-    _check_args(module, name, _literal_docstring(node) or "", _parameters(_init(node)))
+@pytest.mark.parametrize(("module", "name", "node", "doc"), CONSTRUCTED, ids=_ids(CONSTRUCTED))
+def test_constructor_args(module, name, node, doc):
+    _check_args(module, name, doc or "", _parameters(_init(node)))
 
 
 # Public definitions of geojax/search whose signatures are not fully annotated yet: that package was outside
@@ -215,7 +245,8 @@ def _public_module(name: str) -> bool:
 
 SIGNATURES = [
     row
-    for row in FUNCTIONS + [(m, f"{q}.__init__", _init(node)) for m, q, node in CONSTRUCTED]
+    for row in [row[:3] for row in FUNCTIONS]
+    + [(m, f"{q}.__init__", _init(node)) for m, q, node, _ in CONSTRUCTED]
     if _public_module(row[0])
 ]
 
