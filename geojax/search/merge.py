@@ -69,7 +69,7 @@ def _on_cpu(platform: str | None) -> bool:
 def top_k(keys: jax.Array, k: int, *, platform: str | None = None) -> tuple[jax.Array, jax.Array]:
     """The k largest float32 or int32 keys of each row and their positions, ties to the lower position.
 
-    ``lax.top_k``, except that on a CPU int32 keys are ranked as float32 bit patterns (:func:`_as_topk_key`)
+    ``lax.top_k``, except that on a CPU int32 keys are ranked as float32 bit patterns (``_as_topk_key``)
     and mapped back: the same order, where ``lax.top_k`` on int32 sorts the whole row (15–100× slower on
     XLA:CPU). Other platforms rank int32 keys as they are.
 
