@@ -14,15 +14,12 @@ README does not quote yet) are skipped, and listed, until they are dropped from 
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import json
 import re
 from pathlib import Path
 
 import pytest
-
-from train.reproduce import simo, torus
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -276,48 +273,3 @@ def test_units_split_paragraphs_and_table_rows():
         Unit(6, "| r | 3 [y](b.json) |", ("b.json",)),
         Unit(11, "c 5 ms", ()),
     ]
-
-
-# ----------------------------------------------------------------------------------------------------------
-# claims about the reproduction runs that their files decide
-
-
-def _seed_counts() -> dict[str, int]:
-    """Training runs per configuration (run name less its seed) over the Fashion-MNIST reproduction files."""
-    counts: collections.Counter = collections.Counter()
-    for path in sorted((ROOT / "docs").glob("reproduce_*_fashion_mnist.json")):
-        for title, table in json.loads(path.read_text(encoding="utf-8"))["tables"]:
-            if title != "Runs":
-                continue
-            for row in table.splitlines()[2:]:
-                name, seed = (cell.strip() for cell in row.split("|")[1:3])
-                if seed.isdigit():  # a training run (the raw-pixel rows train nothing)
-                    counts[re.sub(r"-seed\d+.*$", "", name)] += 1
-    return dict(counts)
-
-
-# The reproductions' control runs, as configurations (run names less their seed).
-CONTROL_CONFIGS = {re.sub(r"-seed\d+$", "", name) for name in (torus.CONTROL, *simo.CONTROLS)}
-
-
-def test_seeds_per_configuration_as_the_runs_show():
-    counts = _seed_counts()
-    assert counts, "no Fashion-MNIST runs found"
-    claims = re.findall(
-        r"(\d+) seeds per\s+configuration(?:,?\s+(\d+) for\s+torusC's(?:[\w\s]+runs)?)?"
-        r"(?:,?\s+(\d+) for\s+each\s+control\s+run)?",
-        README.read_text(),
-    )
-    assert claims, "README no longer states the seeds per configuration: drop this test with the claim"
-    for k, torus_k, control_k in claims:
-        expected = {
-            c: int(
-                control_k
-                if control_k and c in CONTROL_CONFIGS
-                else torus_k
-                if torus_k and c.startswith("torus_c")
-                else k
-            )
-            for c in counts
-        }
-        assert counts == expected, f"README says {k} seeds per configuration; the runs: {counts}"
