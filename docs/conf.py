@@ -6,10 +6,13 @@ cross-reference (nitpicky) or a malformed docstring among them; CI builds it wit
 
 from __future__ import annotations
 
+import ast
 import os
 import sys
+from pathlib import Path
 
 from sphinx.application import Sphinx
+from sphinx.pycode import ModuleAnalyzer
 from sphinx.util.inspect import TypeAliasForwardRef
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -56,5 +59,21 @@ def _no_search_page(app: Sphinx) -> None:
         app.builder.search = False
 
 
+def _reexported_doc_comments(app: Sphinx) -> None:
+    """Give a package the ``#:`` doc comments of the data its ``__init__.py`` re-exports from its private
+    modules (``geojax.models.OWN_WIDTHS``, written in ``geojax/models/_encoders.py``): autodoc reads a
+    module's attribute comments from that module's own source only, and would leave them off its page."""
+    for init in sorted(Path(ROOT, "geojax").rglob("__init__.py")):
+        package = ".".join(init.relative_to(ROOT).parent.parts)
+        docs = ModuleAnalyzer.for_module(package).find_attr_docs()
+        for node in ast.parse(init.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(f"{package}._"):
+                found = ModuleAnalyzer.for_module(node.module).find_attr_docs()
+                for alias in node.names:
+                    if alias.asname in (None, alias.name) and ("", alias.name) in found:
+                        docs.setdefault(("", alias.name), found["", alias.name])
+
+
 def setup(app: Sphinx) -> None:
     app.connect("builder-inited", _no_search_page)
+    app.connect("builder-inited", _reexported_doc_comments)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from train.app import data
+from train.app.data import _augment
 
 
 def test_digits_split_is_fixed_stratified_and_scaled():
@@ -256,6 +257,6 @@ def test_random_resized_crop_full_box_is_identity_and_grayscale_is_luma():
     np.testing.assert_allclose(same, x, atol=1e-5)
     crop = data.random_resized_crop(jax.random.key(1), x, scale=(0.25, 0.25), ratio=(1.0, 1.0))
     assert crop.shape == x.shape and not np.allclose(crop, x)
-    g = np.asarray(data._gray(x))
+    g = np.asarray(_augment._gray(x))
     np.testing.assert_allclose(g[..., 0], np.asarray(x) @ np.array([0.299, 0.587, 0.114]), rtol=1e-5)
     np.testing.assert_allclose(g[..., 0], g[..., 2])

@@ -243,6 +243,13 @@ def _unannotated(node: ast.FunctionDef) -> list[str]:
 
 
 def _public_module(name: str) -> bool:
+    """No part of the dotted name has a leading underscore, or the module is a private one whose public
+    package re-exports names from it (``from PACKAGE._family import name as name``: geojax.losses' and
+    geojax.models' modules, train.app.data's), whose definitions users reach by the package's name."""
+    package, _, last = name.rpartition(".")
+    if last.startswith("_") and not last.startswith("__") and package and _public_module(package):
+        init = ast.parse(inspect.getsource(importlib.import_module(package)))
+        return any(isinstance(node, ast.ImportFrom) and node.module == name for node in init.body)
     return not any(part.startswith("_") for part in name.split("."))
 
 
@@ -283,9 +290,10 @@ def test_examples_run():
 # --- The training application: train/app and train/helpers (the app documented as the library is) ----------
 # The same checks as above, over the public modules of the two packages: the style of docs/conventions.md
 # holds for them too. Public means a name without a leading underscore in a module whose dotted name has no
-# part with one, so ``__main__`` modules (scripts, run by ``python -m``, not imported) are left out, like
-# ``_private`` ones. One more check holds here: a function that raises a named exception itself (a
-# ``raise Name(...)`` statement in its own body, nested definitions left out) names it under ``Raises:``.
+# part with one, or in a private module its package re-exports (train.app.data's), so ``__main__`` modules
+# (scripts, run by ``python -m``, not imported) are left out, like the other ``_private`` ones. One more
+# check holds here: a function that raises a named exception itself (a ``raise Name(...)`` statement in its
+# own body, nested definitions left out) names it under ``Raises:``.
 
 
 def _app_module_names() -> list[str]:
