@@ -73,22 +73,9 @@ from jax.experimental.compilation_cache import compilation_cache
 from train.app import config, data, report
 from train.helpers import files
 from train.reproduce import atlas, binary, plan, render, similarities, simo, torus
-from train.reproduce.common import (
-    NOT_TESTABLE,
-    PAPERS,
-    RECIPES_TRIED,
-    SCALES,
-    Claim,
-    Context,
-    Findings,
-    Run,
-    Scale,
-    clean,
-    data_tag,
-    fraction_text,
-    gate,
-    is_finished,
-)
+from train.reproduce.common import PAPERS, SCALES, Context, Scale, data_tag, fraction_text, is_finished
+from train.reproduce.records import Claim, Findings, Run, clean
+from train.reproduce.rules import NOT_TESTABLE, RECIPES_TRIED, gate
 
 MODULES = {m.PAPER.key: m for m in (torus, atlas, binary, similarities, simo)}
 RUNNERS: dict[str, Callable[[Context], Findings]] = {key: m.findings for key, m in MODULES.items()}
@@ -191,7 +178,7 @@ def run_paper(
 
 
 def gated(key: str, claims: list[Claim], runs: list[Run], classes: int, notes: list[str]) -> list[Claim]:
-    """Paper ``key``'s claims through :func:`common.gate` (its module's ARMS); where one is not testable, the
+    """Paper ``key``'s claims through :func:`rules.gate` (its module's ARMS); where one is not testable, the
     recipes tried end ``notes`` (once; taken out where none is)."""
     out = gate(claims, MODULES[key].ARMS, runs, classes)
     if RECIPES_TRIED in notes:

@@ -12,22 +12,10 @@ import numpy as np
 from train.app import config, data, probe
 from train.app.data import Dataset
 from train.helpers import plots
-from train.reproduce.common import (
-    PAPERS,
-    Arms,
-    Claim,
-    Context,
-    Findings,
-    Run,
-    above,
-    mean_sd,
-    recipe_encoder,
-    scale_note,
-    train_recipe,
-    train_seeds,
-    welch_interval,
-)
+from train.reproduce.common import PAPERS, Context, recipe_encoder, scale_note, train_recipe, train_seeds
+from train.reproduce.records import Claim, Findings, Run
 from train.reproduce.render import records_table, runs_table
+from train.reproduce.rules import Arms, above, mean_sd, welch_interval
 
 PAPER = PAPERS["001"]
 CLAIM_CHARTS = (1, 16)  # the claim: n = 16 beats n = 1 (every scale's first two chart counts)
@@ -485,7 +473,7 @@ def judge(result: dict[str, Any], runs: list[Run]) -> tuple[list[Claim], list[tu
     return claims(n), detail_tables(n, runs, result["data"]["name"], encoder)
 
 
-# The runs each claim rests on (common.gate): MTriplet's, against the raw pixels under their own protocol;
+# The runs each claim rests on (rules.gate): MTriplet's, against the raw pixels under their own protocol;
 # MSimCLR's 2-d codes are judged against the pixels' 2-d PCA instead (baselines).
 ARMS = {
     f"MTriplet: n={CLAIM_CHARTS[1]} charts beat n={CLAIM_CHARTS[0]} at d={ATLAS_DIM} ({text}": Arms(

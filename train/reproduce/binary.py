@@ -14,19 +14,10 @@ from geojax import tt
 from train import binary_eval
 from train.app import report
 from train.reproduce import common
-from train.reproduce.common import (
-    EQUIVALENT,
-    Claim,
-    Context,
-    Findings,
-    Run,
-    above,
-    bootstrap_diff,
-    every,
-    interval_text,
-    within,
-)
+from train.reproduce.common import Context
+from train.reproduce.records import Claim, Findings, Run
 from train.reproduce.render import records_table
+from train.reproduce.rules import EQUIVALENT, above, bootstrap_diff, every, interval_text, within
 
 PAPER = common.PAPERS["002"]
 # Paper-size parameter counts (Tables 1-2): d = 4096 → b bits, 6 cores of 4s, TT-rank 4.
@@ -76,7 +67,7 @@ def run(ctx: Context) -> dict[str, Any]:
 
 def paired_bootstrap(rep: dict[str, Any], *, resamples: int) -> dict[str, list[float]]:
     """Per b (as a string key), (mAP(TP) − mAP(ITQ), lo, hi): the paired bootstrap of the difference over
-    the queries that have a true neighbour (common.bootstrap_diff, ``resamples`` resamples of the queries;
+    the queries that have a true neighbour (rules.bootstrap_diff, ``resamples`` resamples of the queries;
     one fit per method, so it holds the queries' variation, not the fits'). Takes each row's per-query APs
     (``ap``, train.binary_eval's ``per_query``) out of ``rep``."""
     ap = {

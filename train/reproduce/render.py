@@ -14,7 +14,9 @@ from typing import Any
 
 from train.app import report
 from train.helpers import files, tables
-from train.reproduce.common import ABOVE_BASELINE, EQUIVALENT, LEARNED, PAPERS, Run, version_text
+from train.reproduce.common import PAPERS
+from train.reproduce.records import Run, version_text
+from train.reproduce.rules import ABOVE_BASELINE, EQUIVALENT, LEARNED
 
 
 def _cell(text: str) -> str:

@@ -13,30 +13,23 @@ import numpy as np
 
 from geojax import similarity as similarity_lib
 from train.helpers import tables
-from train.reproduce.common import (
+from train.reproduce.common import PAPERS, Context, data_tag, run_analysis, scale_note, train_recipe
+from train.reproduce.records import Claim, Findings, Run
+from train.reproduce.render import runs_table
+from train.reproduce.rules import (
     ABOVE_BASELINE,
     FAILS,
     HOLDS,
     INCONCLUSIVE,
-    PAPERS,
     Arms,
-    Claim,
-    Context,
-    Findings,
     Interval,
-    Run,
     above,
     count_interval,
-    data_tag,
     learned,
     mean,
     mean_sd,
     nearest_labels,
-    run_analysis,
-    scale_note,
-    train_recipe,
 )
-from train.reproduce.render import runs_table
 
 PAPER = PAPERS["004"]
 SIMO_SIMILARITY = "neg_euclidean"  # SimO is defined on Euclidean distances; retrieval ranks by them too
@@ -235,7 +228,7 @@ def numbers(result: dict[str, Any]) -> dict[str, Any]:
 
 def collapse_interval(full: list[int], ablation: list[int]) -> Interval:
     """The 95% t-interval of the classes the ablation loses (distinguishable with SimO − without, paired by
-    training seed; common.count_interval: undefined where every seed loses as many); undefined (NaN) when a
+    training seed; rules.count_interval: undefined where every seed loses as many); undefined (NaN) when a
     seed is missing from either."""
     if len(full) != len(ablation):
         return math.nan, math.nan, math.nan
@@ -406,7 +399,7 @@ def judge(result: dict[str, Any], runs: list[Run]) -> tuple[list[Claim], list[tu
     return claims(details), [("Runs", runs_table(runs))]
 
 
-# The runs each claim rests on (common.gate): every seed of the arms worth having.
+# The runs each claim rests on (rules.gate): every seed of the arms worth having.
 ARMS = {
     **{
         f"SimO separates the classes, but for one confusable pair (D={d})": Arms((f"simo-D{d}-seed*",))

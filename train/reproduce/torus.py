@@ -13,19 +13,17 @@ import jax
 from train import evaluate
 from train.app import config
 from train.helpers import plots
-from train.reproduce.common import (
+from train.reproduce.common import PAPERS, Context, run_analysis, scale_note, train_recipe, train_seeds
+from train.reproduce.records import Claim, Findings, Run
+from train.reproduce.render import raw_pixel_line, raw_pixels, records_table, runs_table
+from train.reproduce.rules import (
     ABOVE_BASELINE,
     EQUIVALENT,
     FAILS,
     HOLDS,
     LEARNED,
-    PAPERS,
     Arms,
-    Claim,
-    Context,
-    Findings,
     Interval,
-    Run,
     above,
     every,
     fewer,
@@ -34,14 +32,9 @@ from train.reproduce.common import (
     mean,
     mean_sd,
     provided,
-    run_analysis,
-    scale_note,
     t_interval,
-    train_recipe,
-    train_seeds,
     within,
 )
-from train.reproduce.render import raw_pixel_line, raw_pixels, records_table, runs_table
 
 PAPER = PAPERS["000"]
 # Stowell 2026's recipe is the app's CIFAR preset of each geometry (config.STOWELL_2026), run on the chosen
@@ -630,7 +623,7 @@ def judge(result: dict[str, Any], runs: list[Run]) -> tuple[list[Claim], list[tu
     return claims(n), detail_tables(n, runs)
 
 
-# The runs each claim rests on (common.gate): the sphere and torusN arms must be worth having (raw-pixel 1-NN
+# The runs each claim rests on (rules.gate): the sphere and torusN arms must be worth having (raw-pixel 1-NN
 # + 3 points in every seed); torusC's stability claims need clipped runs that learn (at least one).
 _MAIN = Arms(tuple(f"{g}-D{RECIPE['dim']}-seed*" for g in GEOMETRIES))
 ARMS = {
