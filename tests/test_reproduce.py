@@ -16,8 +16,8 @@ import pytest
 from train.app import config, report
 from train.app import data as data_lib
 from train.helpers import plots, results, version
-from train.reproduce import common, records, render, rules, similarities, simo, torus
-from train.reproduce.__main__ import _compilation_cache, main
+from train.reproduce import atlas, common, records, render, rules, similarities, simo, torus
+from train.reproduce.__main__ import _compilation_cache, main, scale_record
 
 CLAIM_KEYS = {"claim", "ours", "paper", "source", "rule", "verdict"}
 
@@ -78,7 +78,7 @@ def test_seed_002_numbers_and_verdicts(outputs):
 
 def test_seed_004_runs_and_verdicts(outputs):
     res = outputs[1]["004"]
-    (dim,) = common.SCALES["tiny"].simo_dims
+    (dim,) = simo.SIZES["tiny"].simo_dims
     assert [r["ablation"] for r in res["runs"]] == [False, True]
     assert [r["overrides"]["dim"] for r in res["runs"]] == [dim, dim]
     # The ablation really trained with its own loss (simo_orthogonality=false is part of the recipe).
@@ -126,6 +126,17 @@ def test_scale_is_built_with_keywords():
     assert dataclasses.replace(tiny, images=7).images == 7
     with pytest.raises(TypeError):
         common.Scale(*dataclasses.astuple(tiny))  # positionals are refused
+
+
+def test_scale_record_holds_every_papers_sizes_in_the_recorded_order():
+    """The result JSON's scale: the shared sizes and each paper's own (its module's SIZES), in the order every
+    result written so far has them; a size named twice is refused."""
+    for name, scale in common.SCALES.items():
+        record = scale_record(scale)
+        assert list(record) == list(records.SIZE_ORDER), name
+        assert record["atlas_seeds"] == atlas.SIZES[name].atlas_seeds and record["seeds"] == scale.seeds
+    with pytest.raises(ValueError, match="named twice"):
+        records.scale_record(common.SCALES["tiny"], [simo.SIZES["tiny"], simo.SIZES["tiny"]])
 
 
 def test_claim_and_run_records():

@@ -124,6 +124,9 @@ class Scale:
     Every run is a paper's recipe (an app preset) on the chosen data with this scale's encoder; it trains the
     recipe's epochs, or ``images`` training images (steps × batch) where those are fewer, or (the ``gpu``
     scale) its paper's share ``fractions[paper]`` of the recipe's epochs.
+
+    What every paper shares is here; each paper's own sizes at a scale (its seeds per arm, dimensions, fit
+    iterations) are its module's ``SIZES[scale.name]``.
     """
 
     name: str
@@ -142,22 +145,9 @@ class Scale:
     steps_per_call: int  # training steps per dispatch (an accelerator idles between short steps)
     replicas: bool  # train a configuration's seeds as one program (seeds=S), where only seed 0's embeddings
     # are needed (Stowell 2026's sphere / torusN runs, Korman 2021's MSimCLR runs)
-    seeds: int  # training seeds per configuration (MTriplet, Feeney & Hughes 2024)
-    charts: tuple[int, ...]  # Korman 2021's MSimCLR chart counts at d = 2 (the claim compares the first two)
-    atlas_seeds: int  # … and its training seeds per chart count (the paper: three)
-    torus_seeds: int  # Stowell 2026: training seeds per geometry in the sphere vs torusN comparison
-    unstable_dims: tuple[int, ...]  # Stowell 2026's torusC stability test: the low dimensions D
-    unstable_steps: int  # … steps per run (the instabilities arise early in training, Stowell 2026 §3.1)
-    unstable_seeds: int  # … seeds per dimension and clipping setting
-    simo_dims: tuple[int, ...]  # Bouhsine et al. 2024: embedding dimensions of the SimO ablation …
-    simo_seeds: int  # … and its training seeds per dimension and variant
-    binary_factors: tuple[float, ...]  # Hong, Meng & Yuan 2018: code bits b / input width d
-    binary_rows: int  # Hong, Meng & Yuan 2018: at most this many feature rows
-    binary_max_bits: int  # … and codes of at most this many bits (ITQ's b × b rotation grows as b³)
-    itq_iters: int
-    tp_iters: int
-    bootstrap: int  # Feeney & Hughes 2024: test-set bootstrap resamples
-    pq_iters: int
+    seeds: int  # training seeds per configuration, where a paper sets none of its own (Korman 2021's
+    # MTriplet, Feeney & Hughes 2024)
+    bootstrap: int  # test-set bootstrap resamples (Feeney & Hughes 2024; Hong, Meng & Yuan 2018)
 
 
 SCALES: dict[str, Scale] = {
@@ -174,21 +164,7 @@ SCALES: dict[str, Scale] = {
         # a time; benchmarks/results/train_step_gpu.json).
         replicas=False,
         seeds=3,
-        charts=(1, 16, 4, 32),
-        atlas_seeds=3,
-        torus_seeds=3,
-        unstable_dims=(2, 4, 8),
-        unstable_steps=1000,
-        unstable_seeds=3,
-        simo_dims=(16, 4),
-        simo_seeds=3,
-        binary_factors=(0.25, 0.5, 1.0, 2.0, 4.0),
-        binary_rows=70000,
-        binary_max_bits=4096,
-        itq_iters=50,
-        tp_iters=5,
         bootstrap=1000,
-        pq_iters=25,
     ),
     "gpu": Scale(
         name="gpu",
@@ -207,21 +183,7 @@ SCALES: dict[str, Scale] = {
         steps_per_call=10,
         replicas=False,
         seeds=3,
-        charts=(1, 16, 4, 32),
-        atlas_seeds=3,
-        torus_seeds=3,
-        unstable_dims=(2, 4, 8),
-        unstable_steps=1000,
-        unstable_seeds=3,
-        simo_dims=(16, 4),
-        simo_seeds=3,
-        binary_factors=(0.25, 0.5, 1.0, 2.0, 4.0),
-        binary_rows=70000,
-        binary_max_bits=4096,
-        itq_iters=50,
-        tp_iters=5,
         bootstrap=1000,
-        pq_iters=25,
     ),
     "cpu": Scale(
         name="cpu",
@@ -234,21 +196,7 @@ SCALES: dict[str, Scale] = {
         steps_per_call=1,
         replicas=False,
         seeds=3,
-        charts=(1, 16, 4, 32),
-        atlas_seeds=3,
-        torus_seeds=3,
-        unstable_dims=(2, 4, 8),
-        unstable_steps=300,
-        unstable_seeds=2,
-        simo_dims=(16,),  # D = 4 too would take the sweep past 6 hours on two cores
-        simo_seeds=3,
-        binary_factors=(0.25, 0.5, 1.0, 2.0, 4.0),
-        binary_rows=4000,
-        binary_max_bits=4096,  # b = 2d and 4d of 784-pixel images: the long codes
-        itq_iters=20,
-        tp_iters=5,
         bootstrap=1000,
-        pq_iters=25,
     ),
     "quick": Scale(
         name="quick",
@@ -260,21 +208,7 @@ SCALES: dict[str, Scale] = {
         steps_per_call=1,
         replicas=False,
         seeds=1,
-        charts=(1, 16),
-        atlas_seeds=1,
-        torus_seeds=2,
-        unstable_dims=(2,),
-        unstable_steps=150,
-        unstable_seeds=2,
-        simo_dims=(16,),
-        simo_seeds=1,
-        binary_factors=(0.5, 1.0, 2.0),
-        binary_rows=5000,
-        binary_max_bits=1024,
-        itq_iters=10,
-        tp_iters=3,
         bootstrap=1000,
-        pq_iters=10,
     ),
     "tiny": Scale(
         name="tiny",
@@ -286,21 +220,7 @@ SCALES: dict[str, Scale] = {
         steps_per_call=1,
         replicas=False,
         seeds=1,
-        charts=(1, 16),
-        atlas_seeds=1,
-        torus_seeds=1,
-        unstable_dims=(2,),
-        unstable_steps=3,
-        unstable_seeds=1,
-        simo_dims=(8,),
-        simo_seeds=1,
-        binary_factors=(1.0,),
-        binary_rows=600,
-        binary_max_bits=1024,
-        itq_iters=2,
-        tp_iters=1,
         bootstrap=50,
-        pq_iters=2,
     ),
 }
 

@@ -1,10 +1,12 @@
 """The records of a paper's reproduction: a claim with its verdict, a training run (what was asked, its
-report, its training log) and what the paper's reproduction found, as the result JSON stores them."""
+report, its training log), what the paper's reproduction found and the sizes of its scale, as the result JSON
+stores them."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -142,3 +144,27 @@ def clean(v: Any) -> Any:
     if isinstance(v, float) and not math.isfinite(v):
         return None
     return v
+
+
+# The order in which a result JSON records its scale's sizes (the results written so far all have it): the
+# shared ones (common.Scale) and each paper's own (its module's SIZES); a size not named here follows them.
+SIZE_ORDER = (
+    *("name", "encoder", "width", "norm", "images", "recipe", "fractions", "probe_epochs", "steps_per_call"),
+    *("replicas", "seeds", "charts", "atlas_seeds", "torus_seeds", "unstable_dims", "unstable_steps"),
+    *("unstable_seeds", "simo_dims", "simo_seeds", "binary_factors", "binary_rows", "binary_max_bits"),
+    *("itq_iters", "tp_iters", "bootstrap", "pq_iters"),
+)
+
+
+def scale_record(shared: Any, own: Sequence[Any]) -> dict[str, Any]:
+    """The result JSON's ``scale``: the fields of ``shared`` (a common.Scale) and of each paper's own sizes at
+    that scale (``own``: dataclasses, e.g. each module's ``SIZES[scale.name]``), in SIZE_ORDER. A size two of
+    them name is refused."""
+    record = dataclasses.asdict(shared)
+    for sizes in own:
+        fields = dataclasses.asdict(sizes)
+        if clash := sorted(record.keys() & fields.keys()):
+            raise ValueError(f"sizes {clash} are named twice in scale {record['name']!r}")
+        record |= fields
+    rank = {k: i for i, k in enumerate(SIZE_ORDER)}
+    return dict(sorted(record.items(), key=lambda kv: rank.get(kv[0], len(rank))))
