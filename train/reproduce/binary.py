@@ -44,21 +44,16 @@ class Sizes:
     tp_iters: int
 
 
+_FULL = Sizes(  # the paper and gpu scales: every data row, the longest codes
+    binary_factors=(0.25, 0.5, 1.0, 2.0, 4.0),
+    binary_rows=70000,
+    binary_max_bits=4096,
+    itq_iters=50,
+    tp_iters=5,
+)
 SIZES: dict[str, Sizes] = {
-    "paper": Sizes(
-        binary_factors=(0.25, 0.5, 1.0, 2.0, 4.0),
-        binary_rows=70000,
-        binary_max_bits=4096,
-        itq_iters=50,
-        tp_iters=5,
-    ),
-    "gpu": Sizes(
-        binary_factors=(0.25, 0.5, 1.0, 2.0, 4.0),
-        binary_rows=70000,
-        binary_max_bits=4096,
-        itq_iters=50,
-        tp_iters=5,
-    ),
+    "paper": _FULL,
+    "gpu": _FULL,
     "cpu": Sizes(
         binary_factors=(0.25, 0.5, 1.0, 2.0, 4.0),
         binary_rows=4000,
