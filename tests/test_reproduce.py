@@ -16,8 +16,8 @@ import pytest
 from train.app import config, report
 from train.app import data as data_lib
 from train.helpers import plots, results, version
-from train.reproduce import common, render, similarities, simo, torus
-from train.reproduce.__main__ import _compilation_cache, main
+from train.reproduce import atlas, common, records, render, rules, similarities, simo, torus
+from train.reproduce.__main__ import _compilation_cache, main, scale_record
 
 CLAIM_KEYS = {"claim", "ours", "paper", "source", "rule", "verdict"}
 
@@ -43,7 +43,7 @@ def test_json_files_match_results_and_have_claim_tables(outputs):
         assert res["claims"], seed
         for c in res["claims"]:
             assert set(c) == CLAIM_KEYS
-            assert c["verdict"] in common.VERDICTS
+            assert c["verdict"] in rules.VERDICTS
             assert c["ours"] and c["rule"]
         assert _finite(res["wall_s"]) and res["wall_s"] > 0
         assert res["scale"]["name"] == "tiny"
@@ -65,8 +65,8 @@ def test_seed_002_numbers_and_verdicts(outputs):
     assert diff == pytest.approx(by[(bits, "TP")]["map"] - by[(bits, "ITQ")]["map"])  # mAP over the queries
     assert lo <= diff <= hi and res["details"]["bootstraps"] == common.SCALES["tiny"].bootstrap
     # b = 2d and 4d are not run at this scale: "outperforms on long codes" can at most be open; no b < d.
-    long_verdict = common.FAILS if hi < 0 else common.INCONCLUSIVE
-    assert [c["verdict"] for c in res["claims"]] == [long_verdict, common.INCONCLUSIVE]
+    long_verdict = rules.FAILS if hi < 0 else rules.INCONCLUSIVE
+    assert [c["verdict"] for c in res["claims"]] == [long_verdict, rules.INCONCLUSIVE]
     assert res["details"]["code_version"] == report.code_version()  # the fits record their code, as runs do
     # Paper-size counts come from geojax.tt and must equal Hong, Meng & Yuan 2018 Tables 1-2; they are
     # shown as a fact (a table), not judged.
@@ -78,7 +78,7 @@ def test_seed_002_numbers_and_verdicts(outputs):
 
 def test_seed_004_runs_and_verdicts(outputs):
     res = outputs[1]["004"]
-    (dim,) = common.SCALES["tiny"].simo_dims
+    (dim,) = simo.SIZES["tiny"].simo_dims
     assert [r["ablation"] for r in res["runs"]] == [False, True]
     assert [r["overrides"]["dim"] for r in res["runs"]] == [dim, dim]
     # The ablation really trained with its own loss (simo_orthogonality=false is part of the recipe).
@@ -100,7 +100,7 @@ def test_seed_004_runs_and_verdicts(outputs):
     # No SupCon control at this scale (its encoder has no batch norm): no calibration of "separates"; one
     # seed per variant: no interval of the classes lost, so no verdict on the collapse either.
     assert "control" not in res["details"]
-    assert [c["verdict"] for c in res["claims"]] == [common.INCONCLUSIVE] * 2
+    assert [c["verdict"] for c in res["claims"]] == [rules.INCONCLUSIVE] * 2
 
 
 def test_markdown_holds_every_seed_and_claim(outputs):
@@ -128,11 +128,22 @@ def test_scale_is_built_with_keywords():
         common.Scale(*dataclasses.astuple(tiny))  # positionals are refused
 
 
+def test_scale_record_holds_every_papers_sizes_in_the_recorded_order():
+    """The result JSON's scale: the shared sizes and each paper's own (its module's SIZES), in the order every
+    result written so far has them; a size named twice is refused."""
+    for name, scale in common.SCALES.items():
+        record = scale_record(scale)
+        assert list(record) == list(records.SIZE_ORDER), name
+        assert record["atlas_seeds"] == atlas.SIZES[name].atlas_seeds and record["seeds"] == scale.seeds
+    with pytest.raises(ValueError, match="named twice"):
+        records.scale_record(common.SCALES["tiny"], [simo.SIZES["tiny"], simo.SIZES["tiny"]])
+
+
 def test_claim_and_run_records():
     kw = dict(claim="c", ours="o", paper="p", source="s", rule="r")
-    assert common.Claim(**kw, verdict=common.HOLDS).to_json() == {**kw, "verdict": common.HOLDS}
-    assert not common.Claim(**kw, verdict=common.INCONCLUSIVE).holds
-    trained = common.Run(
+    assert records.Claim(**kw, verdict=rules.HOLDS).to_json() == {**kw, "verdict": rules.HOLDS}
+    assert not records.Claim(**kw, verdict=rules.INCONCLUSIVE).holds
+    trained = records.Run(
         name="a", overrides={"preset": "simo"}, seed=0, steps=3, epochs=0.5, report={"precision_at_1": 0.5}
     )
     trained.report["recall_at_k"] = {"1": 0.25}
@@ -140,26 +151,26 @@ def test_claim_and_run_records():
     row = trained.to_json()
     assert "error" not in row and row["report"]["precision_at_1"] == 0.5 and row["ablation"] is True
     assert trained.metric("precision_at_1") == 0.5 and trained.metric("recall_at_1") == 0.25
-    diverged = common.Run(
+    diverged = records.Run(
         name="b", overrides={}, seed=1, steps=3, epochs=0.5, diverged=True, error="nan loss"
     )
     row = diverged.to_json()
     assert "report" not in row and row["error"] == "nan loss" and row["diverged"] is True
     assert math.isnan(diverged.metric("precision_at_1"))
-    back = common.Run.from_json(trained.to_json())
+    back = records.Run.from_json(trained.to_json())
     assert back == trained and back.extra == {"ablation": True}
     legacy = {k: v for k, v in diverged.to_json().items() if k not in ("epochs", "code_version")}
-    assert math.isnan(common.Run.from_json(legacy).epochs)  # made before runs recorded their epochs
+    assert math.isnan(records.Run.from_json(legacy).epochs)  # made before runs recorded their epochs
 
 
 def test_stale_runs_are_those_of_other_or_unknown_code():
     current = {"code_hash": "a" * 64, "commit": "1" * 40, "dirty": False}
     runs = [
-        common.Run(name="now", overrides={}, seed=0, steps=1, epochs=1.0, code_version=current),
-        common.Run(
+        records.Run(name="now", overrides={}, seed=0, steps=1, epochs=1.0, code_version=current),
+        records.Run(
             name="old", overrides={}, seed=0, steps=1, epochs=1.0, code_version={"code_hash": "b" * 64}
         ),
-        common.Run(name="unknown", overrides={}, seed=0, steps=1, epochs=1.0),
+        records.Run(name="unknown", overrides={}, seed=0, steps=1, epochs=1.0),
     ]
     assert [r.stale(current) for r in runs] == [False, True, True]
     text = render.stale_runs({"runs": [r.to_json() for r in runs]}, current)
@@ -207,17 +218,17 @@ def test_code_hash_follows_the_code_files(tmp_path):
 
 
 def test_mean_sd_and_bootstrap():
-    assert common.mean_sd([]) == "–" and common.mean_sd([math.nan]) == "–"
-    assert common.mean_sd([0.5, math.nan]) == "50.0"
+    assert rules.mean_sd([]) == "–" and rules.mean_sd([math.nan]) == "–"
+    assert rules.mean_sd([0.5, math.nan]) == "50.0"
     # The sample sd (ddof 1): √(Σ(x − x̄)² / (n − 1)) = √(2 × 0.05² / 1) = 0.0707 → 7.1 (np.std: 5.0).
-    assert common.mean_sd([0.9, 0.8]) == "85.0 ± 7.1"
-    assert common.mean_sd([0.1, 0.2, 0.6]) == "30.0 ± 26.5"  # √((0.04 + 0.01 + 0.09) / 2) = 0.2646
-    assert math.isnan(common.mean([math.nan])) and common.mean([1.0, math.nan, 3.0]) == 2.0
+    assert rules.mean_sd([0.9, 0.8]) == "85.0 ± 7.1"
+    assert rules.mean_sd([0.1, 0.2, 0.6]) == "30.0 ± 26.5"  # √((0.04 + 0.01 + 0.09) / 2) = 0.2646
+    assert math.isnan(rules.mean([math.nan])) and rules.mean([1.0, math.nan, 3.0]) == 2.0
     ones, zeros = np.ones(40), np.zeros(40)
-    assert common.bootstrap_diff(ones, zeros, n=20) == (1.0, 1.0, 1.0)
+    assert rules.bootstrap_diff(ones, zeros, n=20) == (1.0, 1.0, 1.0)
     rng = np.random.default_rng(0)
     a, b = (rng.random(200) < 0.7).astype(float), (rng.random(200) < 0.5).astype(float)
-    diff, lo, hi = common.bootstrap_diff(a, b, n=500)
+    diff, lo, hi = rules.bootstrap_diff(a, b, n=500)
     assert diff == pytest.approx(a.mean() - b.mean())
     # The resampled differences of paired 0/1 outcomes: the CI is near diff ± 1.96 × its standard error.
     se = np.std(a - b) / np.sqrt(len(a))
@@ -229,12 +240,12 @@ def test_t_interval_against_the_t_table():
     for values, q in (([0.1, 0.3], 12.706), ([0.0, 0.02, -0.01], 4.303), ([1.0, 2.0, 4.0, 8.0, 16.0], 2.776)):
         v = np.asarray(values)
         half = q * np.sqrt(((v - v.mean()) ** 2).sum() / (len(v) - 1)) / np.sqrt(len(v))
-        m, lo, hi = common.t_interval([*values, math.nan])  # NaN (a diverged run) is left out
+        m, lo, hi = rules.t_interval([*values, math.nan])  # NaN (a diverged run) is left out
         assert m == pytest.approx(v.mean())
         assert (lo, hi) == pytest.approx((v.mean() - half, v.mean() + half), rel=1e-3)
-    m, lo, hi = common.t_interval([0.5])  # one value: no spread, no interval
+    m, lo, hi = rules.t_interval([0.5])  # one value: no spread, no interval
     assert m == 0.5 and math.isnan(lo) and math.isnan(hi)
-    assert all(math.isnan(x) for x in common.t_interval([math.nan]))
+    assert all(math.isnan(x) for x in rules.t_interval([math.nan]))
 
 
 def test_data_tag_and_file_names():
@@ -268,7 +279,7 @@ def _toy_run(tmp_path, name, p1, seed=0):
     rep = {"precision_at_1": p1, "knn_accuracy": p1, "linear_probe_accuracy": p1}
     (tmp_path / name).mkdir()
     (tmp_path / name / "report.json").write_text(json.dumps(rep), encoding="utf-8")
-    return common.Run(
+    return records.Run(
         name=name, overrides={}, seed=seed, steps=1, epochs=1.0, report=rep, workdir=str(tmp_path / name)
     )
 
@@ -298,7 +309,7 @@ def test_per_run_analyses_are_kept_so_that_runs_without_embeddings_are_judged(tm
     through common.run_analysis: computed from the embeddings once, then read back from analysis.json by a
     run committed without them, with the same numbers."""
     emb = _toy_embeddings()
-    nearest = common.nearest_labels(emb["query"], emb["reference"], emb["reference_labels"], "cosine")
+    nearest = rules.nearest_labels(emb["query"], emb["reference"], emb["reference_labels"], "cosine")
     hits = (nearest == emb["query_labels"]).astype(float)
     p1 = float(hits.mean())
     assert 0.5 < p1 < 1.0  # classes 0 and 1 are confused now and then
@@ -347,7 +358,7 @@ def test_nearest_labels_against_a_numpy_scan():
     reference[7] = reference[3]  # a tie: the lower index wins
     query[0] = reference[3]
     labels = np.arange(50) % 7
-    got = common.nearest_labels(query, reference, labels, "neg_euclidean")
+    got = rules.nearest_labels(query, reference, labels, "neg_euclidean")
     dist = ((query[:, None, :].astype(np.float64) - reference[None, :, :]) ** 2).sum(-1)
     want = labels[[int(np.flatnonzero(row == row.min())[0]) for row in dist]]
     np.testing.assert_array_equal(got, want)
@@ -396,17 +407,17 @@ def test_render_puts_data_sets_side_by_side(tmp_path):
         }  # fmt: skip
 
     files = {
-        "reproduce_001.json": result("001", "", "digits", [common.HOLDS, common.FAILS], "00:01:30", [1, 2]),
-        "reproduce_001_m.json": result("001", "m", "npz:m.npz", [common.FAILS], "00:02:00", [4]),
-        "reproduce_004_m.json": result("004", "m", "npz:m.npz", [common.HOLDS], "00:04:30", [6]),
+        "reproduce_001.json": result("001", "", "digits", [rules.HOLDS, rules.FAILS], "00:01:30", [1, 2]),
+        "reproduce_001_m.json": result("001", "m", "npz:m.npz", [rules.FAILS], "00:02:00", [4]),
+        "reproduce_004_m.json": result("004", "m", "npz:m.npz", [rules.HOLDS], "00:04:30", [6]),
     }
     for name, res in files.items():
         (tmp_path / name).write_text(json.dumps(res), encoding="utf-8")
     text = render.render(str(tmp_path))
     assert "| paper | claim | digits, full | npz:m.npz, full |" in text
-    assert f"| Korman 2021 | c0 | {common.HOLDS} | {common.FAILS} |" in text
-    assert f"| Korman 2021 | c1 | {common.FAILS} | – |" in text
-    assert f"| Bouhsine et al. 2024 | c0 | – | {common.HOLDS} |" in text
+    assert f"| Korman 2021 | c0 | {rules.HOLDS} | {rules.FAILS} |" in text
+    assert f"| Korman 2021 | c1 | {rules.FAILS} | – |" in text
+    assert f"| Bouhsine et al. 2024 | c0 | – | {rules.HOLDS} |" in text
     digits, npz = text.index("## Data: digits, full"), text.index("## Data: npz:m.npz, full")
     assert digits < npz and "2 training runs, 3 s (0.1 min) summed over the runs" in text[:npz]
     assert "2 training runs, 10 s (0.2 min) summed over the runs" in text[npz:]
@@ -429,7 +440,7 @@ def test_render_puts_data_sets_side_by_side(tmp_path):
 
 def test_runs_table_marks_divergence():
     runs = [
-        common.Run(
+        records.Run(
             name="ok",
             overrides={},
             seed=0,
@@ -438,7 +449,7 @@ def test_runs_table_marks_divergence():
             report={"precision_at_1": 0.875},
             wall_s=1.25,
         ),
-        common.Run(name="bad", overrides={}, seed=1, steps=5, epochs=1.0, diverged=True, error="nan"),
+        records.Run(name="bad", overrides={}, seed=1, steps=5, epochs=1.0, diverged=True, error="nan"),
     ]
     lines = render.runs_table(runs).splitlines()
     assert lines[0].startswith("| run | seed | steps | epochs | P@1 |") and lines[1].startswith("|:---|---:|")

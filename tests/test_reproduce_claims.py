@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from train.reproduce import atlas, binary, common, similarities, simo, torus
-from train.reproduce.common import FAILS, HOLDS, INCONCLUSIVE
+from train.reproduce import atlas, binary, records, rules, similarities, simo, torus
+from train.reproduce.rules import FAILS, HOLDS, INCONCLUSIVE
 
 NAN = math.nan
 
@@ -23,26 +23,26 @@ def _verdicts(claims) -> list[str]:
 
 
 def test_above_and_within_on_intervals():
-    assert common.above((0.05, 0.01, 0.09), 0.0) == HOLDS
-    assert common.above((-0.05, -0.09, -0.01), 0.0) == FAILS
-    assert common.above((0.05, -0.01, 0.11), 0.0) == INCONCLUSIVE  # straddles the threshold
-    assert common.above((0.5, NAN, NAN), 0.0) == INCONCLUSIVE  # one seed: no interval
-    assert common.within((0.0, -0.01, 0.015)) == HOLDS
-    assert common.within((-0.04, -0.05, -0.03)) == FAILS  # wholly below −2 pts
-    assert common.within((0.03, 0.025, 0.035)) == FAILS  # wholly above +2 pts
-    assert common.within((0.0, -0.05, 0.05)) == INCONCLUSIVE  # contains 0 but too wide: no longer holds
-    assert common.within((-0.023, -0.041, -0.005)) == INCONCLUSIVE  # straddles the margin
-    assert common.within((NAN, NAN, NAN)) == INCONCLUSIVE
+    assert rules.above((0.05, 0.01, 0.09), 0.0) == HOLDS
+    assert rules.above((-0.05, -0.09, -0.01), 0.0) == FAILS
+    assert rules.above((0.05, -0.01, 0.11), 0.0) == INCONCLUSIVE  # straddles the threshold
+    assert rules.above((0.5, NAN, NAN), 0.0) == INCONCLUSIVE  # one seed: no interval
+    assert rules.within((0.0, -0.01, 0.015)) == HOLDS
+    assert rules.within((-0.04, -0.05, -0.03)) == FAILS  # wholly below −2 pts
+    assert rules.within((0.03, 0.025, 0.035)) == FAILS  # wholly above +2 pts
+    assert rules.within((0.0, -0.05, 0.05)) == INCONCLUSIVE  # contains 0 but too wide: no longer holds
+    assert rules.within((-0.023, -0.041, -0.005)) == INCONCLUSIVE  # straddles the margin
+    assert rules.within((NAN, NAN, NAN)) == INCONCLUSIVE
 
 
 def test_fewer_against_the_hypergeometric_tail():
     # One-sided Fisher p = P(X ≤ k_a) for X ~ hypergeometric: 0 of 6 vs 4 of 6 → C(6,4)/C(12,4) = 15/495.
-    assert 15 / 495 < 0.05 and common.fewer(0, 6, 4, 6) == HOLDS
-    assert 20 / 220 > 0.05 and common.fewer(0, 6, 3, 6) == INCONCLUSIVE  # C(6,3)/C(12,3): too few runs
-    assert common.fewer(2, 6, 2, 6) == FAILS and common.fewer(3, 6, 1, 6) == FAILS
-    assert common.fewer(0, 0, 1, 2) == INCONCLUSIVE
+    assert 15 / 495 < 0.05 and rules.fewer(0, 6, 4, 6) == HOLDS
+    assert 20 / 220 > 0.05 and rules.fewer(0, 6, 3, 6) == INCONCLUSIVE  # C(6,3)/C(12,3): too few runs
+    assert rules.fewer(2, 6, 2, 6) == FAILS and rules.fewer(3, 6, 1, 6) == FAILS
+    assert rules.fewer(0, 0, 1, 2) == INCONCLUSIVE
     with pytest.raises(ValueError, match="events_a"):
-        common.fewer(3, 2, 0, 2)
+        rules.fewer(3, 2, 0, 2)
 
 
 def test_welch_interval_against_a_hand_computation():
@@ -53,25 +53,23 @@ def test_welch_interval_against_a_hand_computation():
     from scipy import stats
 
     half = stats.t.ppf(0.975, df) * se
-    diff, lo, hi = common.welch_interval([*a, NAN], b)  # NaN (a diverged seed) left out
+    diff, lo, hi = rules.welch_interval([*a, NAN], b)  # NaN (a diverged seed) left out
     assert diff == pytest.approx(0.65 - 0.45)
     assert (lo, hi) == pytest.approx((0.2 - half, 0.2 + half))
-    assert math.isnan(common.welch_interval([0.5], b)[1])  # one seed: no interval
-    assert common.welch_interval([0.5, 0.5], [0.4, 0.4]) == pytest.approx((0.1, 0.1, 0.1))
+    assert math.isnan(rules.welch_interval([0.5], b)[1])  # one seed: no interval
+    assert rules.welch_interval([0.5, 0.5], [0.4, 0.4]) == pytest.approx((0.1, 0.1, 0.1))
 
 
 def test_every_provided_learned():
-    assert common.every([HOLDS, HOLDS]) == HOLDS and common.every([]) == INCONCLUSIVE
-    assert (
-        common.every([HOLDS, INCONCLUSIVE]) == INCONCLUSIVE and common.every([INCONCLUSIVE, FAILS]) == FAILS
-    )
-    assert common.provided(HOLDS, False) == INCONCLUSIVE and common.provided(FAILS, True) == FAILS
-    assert common.learned(0.2, 0.1) and not common.learned(0.19, 0.1) and not common.learned(NAN, 0.1)
+    assert rules.every([HOLDS, HOLDS]) == HOLDS and rules.every([]) == INCONCLUSIVE
+    assert rules.every([HOLDS, INCONCLUSIVE]) == INCONCLUSIVE and rules.every([INCONCLUSIVE, FAILS]) == FAILS
+    assert rules.provided(HOLDS, False) == INCONCLUSIVE and rules.provided(FAILS, True) == FAILS
+    assert rules.learned(0.2, 0.1) and not rules.learned(0.19, 0.1) and not rules.learned(NAN, 0.1)
 
 
 def test_claim_refuses_an_unknown_verdict():
     with pytest.raises(ValueError, match="verdict"):
-        common.Claim(claim="c", ours="o", paper="p", source="s", rule="r", verdict="yes")
+        records.Claim(claim="c", ours="o", paper="p", source="s", rule="r", verdict="yes")
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -343,7 +341,7 @@ def test_binary_paired_bootstrap_over_the_queries():
     found = binary.paired_bootstrap(rep, resamples=200)
     keep = [i for i, v in enumerate(ap_itq) if v is not None]
     tp, itq = (np.array([ap[i] for i in keep]) for ap in (ap_tp, ap_itq))
-    assert found == {"8": pytest.approx(list(common.bootstrap_diff(tp, itq, n=200)))}
+    assert found == {"8": pytest.approx(list(rules.bootstrap_diff(tp, itq, n=200)))}
     assert found["8"][0] == pytest.approx(0.02) and found["8"][1] > 0  # TP above in every query
     assert all("ap" not in r for r in rep["rows"])  # the per-query APs are not stored
 
@@ -475,7 +473,7 @@ def test_simo_collapse_needs_an_interval_of_classes_lost():
 
 
 def _p1_run(name, p1):
-    return common.Run(name=name, overrides={}, seed=0, steps=1, epochs=1.0, report={"precision_at_1": p1})
+    return records.Run(name=name, overrides={}, seed=0, steps=1, epochs=1.0, report={"precision_at_1": p1})
 
 
 @pytest.mark.parametrize(

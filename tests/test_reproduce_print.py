@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from train.app import cli, config
-from train.reproduce import common
+from train.reproduce import atlas, common, simo, torus
 from train.reproduce.__main__ import MODULES, context, main
 
 
@@ -89,11 +89,12 @@ def test_printed_lines_parse_to_the_configs_the_sweep_trains(
     assert {c.dataset for c in printed.values()} == {spec}
     encoders = {"paper": {"resnet18", "resnet50"}}.get(scale, {common.SCALES[scale].encoder})  # paper: own
     assert {c.encoder for c in printed.values()} == encoders
-    s = common.SCALES[scale]
+    s, own = common.SCALES[scale], (atlas.SIZES[scale], simo.SIZES[scale], torus.SIZES[scale])
     seeds = {c.seed + i for c in printed.values() for i in range(c.seeds)}
-    assert seeds == set(range(max(s.seeds, s.torus_seeds, s.atlas_seeds, s.simo_seeds, s.unstable_seeds)))
+    most = max(s.seeds, own[0].atlas_seeds, own[1].simo_seeds, own[2].torus_seeds, own[2].unstable_seeds)
+    assert seeds == set(range(most))
     if s.replicas:  # several seeds as one program: one line with seeds=S
-        assert any(c.seeds == s.torus_seeds > 1 for c in printed.values())
+        assert any(c.seeds == own[2].torus_seeds > 1 for c in printed.values())
 
 
 def test_arg_text_round_trips_through_the_parser():

@@ -54,7 +54,6 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import contextlib
-import dataclasses
 import glob
 import json
 import logging
@@ -72,26 +71,20 @@ from jax.experimental.compilation_cache import compilation_cache
 
 from train.app import config, data, report
 from train.helpers import files
-from train.reproduce import atlas, binary, plan, render, similarities, simo, torus
-from train.reproduce.common import (
-    NOT_TESTABLE,
-    PAPERS,
-    RECIPES_TRIED,
-    SCALES,
-    Claim,
-    Context,
-    Findings,
-    Run,
-    Scale,
-    clean,
-    data_tag,
-    fraction_text,
-    gate,
-    is_finished,
-)
+from train.reproduce import atlas, binary, plan, records, render, similarities, simo, torus
+from train.reproduce.common import PAPERS, SCALES, Context, Scale, data_tag, fraction_text, is_finished
+from train.reproduce.records import Claim, Findings, Run, clean
+from train.reproduce.rules import NOT_TESTABLE, RECIPES_TRIED, gate
 
 MODULES = {m.PAPER.key: m for m in (torus, atlas, binary, similarities, simo)}
 RUNNERS: dict[str, Callable[[Context], Findings]] = {key: m.findings for key, m in MODULES.items()}
+
+
+def scale_record(scale: Scale) -> dict[str, Any]:
+    """The result JSON's record of ``scale``: its shared sizes and every paper's own at it (the SIZES of each
+    paper module that has some), :func:`records.scale_record`."""
+    own = [m.SIZES[scale.name] for m in MODULES.values() if hasattr(m, "SIZES")]
+    return records.scale_record(scale, own)
 
 
 def context(
@@ -167,7 +160,7 @@ def run_paper(
         "seed": key,
         "title": paper.title,
         "command": command,
-        "scale": dataclasses.asdict(scale),
+        "scale": scale_record(scale),
         "data": {
             "spec": data_spec,
             "tag": ctx.tag,
@@ -191,7 +184,7 @@ def run_paper(
 
 
 def gated(key: str, claims: list[Claim], runs: list[Run], classes: int, notes: list[str]) -> list[Claim]:
-    """Paper ``key``'s claims through :func:`common.gate` (its module's ARMS); where one is not testable, the
+    """Paper ``key``'s claims through :func:`rules.gate` (its module's ARMS); where one is not testable, the
     recipes tried end ``notes`` (once; taken out where none is)."""
     out = gate(claims, MODULES[key].ARMS, runs, classes)
     if RECIPES_TRIED in notes:

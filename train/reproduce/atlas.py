@@ -3,6 +3,7 @@ MSimCLR (piecewise linear accuracy) and MTriplet (R@1)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from typing import Any
@@ -12,27 +13,32 @@ import numpy as np
 from train.app import config, data, probe
 from train.app.data import Dataset
 from train.helpers import plots
-from train.reproduce.common import (
-    PAPERS,
-    Arms,
-    Claim,
-    Context,
-    Findings,
-    Run,
-    above,
-    mean_sd,
-    recipe_encoder,
-    scale_note,
-    train_recipe,
-    train_seeds,
-    welch_interval,
-)
+from train.reproduce.common import PAPERS, Context, recipe_encoder, scale_note, train_recipe, train_seeds
+from train.reproduce.records import Claim, Findings, Run
 from train.reproduce.render import records_table, runs_table
+from train.reproduce.rules import Arms, above, mean_sd, welch_interval
 
 PAPER = PAPERS["001"]
 CLAIM_CHARTS = (1, 16)  # the claim: n = 16 beats n = 1 (every scale's first two chart counts)
 ATLAS_DIM = 2
 PLOT = "reproduce_001_charts"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Sizes:
+    """Korman 2021's sizes at one scale (``SIZES[scale.name]``)."""
+
+    charts: tuple[int, ...]  # MSimCLR's chart counts at d = 2 (the claim compares the first two)
+    atlas_seeds: int  # … and its training seeds per chart count (the paper: three)
+
+
+SIZES: dict[str, Sizes] = {
+    "paper": Sizes(charts=(1, 16, 4, 32), atlas_seeds=3),
+    "gpu": Sizes(charts=(1, 16, 4, 32), atlas_seeds=3),
+    "cpu": Sizes(charts=(1, 16, 4, 32), atlas_seeds=3),
+    "quick": Sizes(charts=(1, 16), atlas_seeds=1),
+    "tiny": Sizes(charts=(1, 16), atlas_seeds=1),
+}
 # Korman 2021 Table 2, encoding dimension 2: MSimCLR piecewise linear accuracy (%), mean ± sd over three
 # training runs (appendix A.1), per data set, and plain SimCLR's linear accuracy at the same d.
 TABLE2 = {
@@ -50,18 +56,18 @@ def encoder_name(scale_encoder: str | None, preset: str) -> str:
 
 def run(ctx: Context) -> dict[str, Any]:
     """Training: Korman 2021's MSimCLR recipe (the msimclr_mnist preset) at d = ATLAS_DIM for each chart count
-    of scale.charts (scale.atlas_seeds seeds each), plain SimCLR at the same d, then its MTriplet recipe (the
+    of SIZES' charts (atlas_seeds seeds each), plain SimCLR at the same d, then its MTriplet recipe (the
     mtriplet preset) at the claim's chart counts (scale.seeds seeds). Returns the runs and the embeddings of
     the largest atlas's first MSimCLR run (for the chart plot)."""
-    s = ctx.scale
+    s, sizes = ctx.scale, SIZES[ctx.scale.name]
     simclr: dict[int, list[Run]] = {}
     picture: tuple[Run, dict[str, Any]] | None = None
-    for n in s.charts:
+    for n in sizes.charts:
         name = f"msimclr-d{ATLAS_DIM}-n{n}"
         runs = train_seeds(
             ctx,
             name,
-            s.atlas_seeds,
+            sizes.atlas_seeds,
             need_embeddings=False,  # only the chart plot reads them, where they are at hand
             preset="msimclr_mnist",
             dim=ATLAS_DIM,
@@ -77,7 +83,7 @@ def run(ctx: Context) -> dict[str, Any]:
     baseline = train_seeds(
         ctx,
         f"simclr-d{ATLAS_DIM}",
-        s.atlas_seeds,
+        sizes.atlas_seeds,
         need_embeddings=False,
         preset="msimclr_mnist",
         geometry="euclidean",
@@ -428,17 +434,17 @@ def detail_tables(n: dict[str, Any], runs: list[Run], data_name: str, encoder: s
 
 def findings(ctx: Context) -> Findings:
     """Train, analyse, judge; the claims with Table 2 beside ours, the runs, the chart plot and notes."""
-    s = ctx.scale
+    s, sizes = ctx.scale, SIZES[ctx.scale.name]
     trained = run(ctx)
     n = analyse(trained)
     picture = trained["picture"]
     probe_epochs = s.probe_epochs or config.make(preset="msimclr_mnist").probe_epochs
-    n["pca_probe"] = pca_probe(ctx.dataset, dim=ATLAS_DIM, epochs=probe_epochs, seeds=s.atlas_seeds)
+    n["pca_probe"] = pca_probe(ctx.dataset, dim=ATLAS_DIM, epochs=probe_epochs, seeds=sizes.atlas_seeds)
     n["pca_kmeans_probe"] = {
         cells: pca_piecewise_probe(
-            ctx.dataset, dim=ATLAS_DIM, cells=cells, epochs=probe_epochs, seeds=s.atlas_seeds
+            ctx.dataset, dim=ATLAS_DIM, cells=cells, epochs=probe_epochs, seeds=sizes.atlas_seeds
         )
-        for cells in s.charts
+        for cells in sizes.charts
         if cells > 1
     }
     n["pca_recall_at_1"] = pca_recall(ctx.dataset, dim=ATLAS_DIM)
@@ -485,7 +491,7 @@ def judge(result: dict[str, Any], runs: list[Run]) -> tuple[list[Claim], list[tu
     return claims(n), detail_tables(n, runs, result["data"]["name"], encoder)
 
 
-# The runs each claim rests on (common.gate): MTriplet's, against the raw pixels under their own protocol;
+# The runs each claim rests on (rules.gate): MTriplet's, against the raw pixels under their own protocol;
 # MSimCLR's 2-d codes are judged against the pixels' 2-d PCA instead (baselines).
 ARMS = {
     f"MTriplet: n={CLAIM_CHARTS[1]} charts beat n={CLAIM_CHARTS[0]} at d={ATLAS_DIM} ({text}": Arms(

@@ -4,6 +4,7 @@ parameter count at the paper's sizes and at ours."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -14,19 +15,10 @@ from geojax import tt
 from train import binary_eval
 from train.app import report
 from train.reproduce import common
-from train.reproduce.common import (
-    EQUIVALENT,
-    Claim,
-    Context,
-    Findings,
-    Run,
-    above,
-    bootstrap_diff,
-    every,
-    interval_text,
-    within,
-)
+from train.reproduce.common import Context
+from train.reproduce.records import Claim, Findings, Run
 from train.reproduce.render import records_table
+from train.reproduce.rules import EQUIVALENT, above, bootstrap_diff, every, interval_text, within
 
 PAPER = common.PAPERS["002"]
 # Paper-size parameter counts (Tables 1-2): d = 4096 → b bits, 6 cores of 4s, TT-rank 4.
@@ -41,18 +33,53 @@ LONG = (
 )  # the long codes judged: b = d, 2d, 4d ("comparable to or longer than feature dimension")
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Sizes:
+    """Hong, Meng & Yuan 2018's sizes at one scale (``SIZES[scale.name]``)."""
+
+    binary_factors: tuple[float, ...]  # code bits b / input width d
+    binary_rows: int  # at most this many feature rows
+    binary_max_bits: int  # … and codes of at most this many bits (ITQ's b × b rotation grows as b³)
+    itq_iters: int
+    tp_iters: int
+
+
+_FULL = Sizes(  # the paper and gpu scales: every data row, the longest codes
+    binary_factors=(0.25, 0.5, 1.0, 2.0, 4.0),
+    binary_rows=70000,
+    binary_max_bits=4096,
+    itq_iters=50,
+    tp_iters=5,
+)
+SIZES: dict[str, Sizes] = {
+    "paper": _FULL,
+    "gpu": _FULL,
+    "cpu": Sizes(
+        binary_factors=(0.25, 0.5, 1.0, 2.0, 4.0),
+        binary_rows=4000,
+        binary_max_bits=4096,  # b = 2d and 4d of 784-pixel images: the long codes
+        itq_iters=20,
+        tp_iters=5,
+    ),
+    "quick": Sizes(
+        binary_factors=(0.5, 1.0, 2.0), binary_rows=5000, binary_max_bits=1024, itq_iters=10, tp_iters=3
+    ),
+    "tiny": Sizes(binary_factors=(1.0,), binary_rows=600, binary_max_bits=1024, itq_iters=2, tp_iters=1),
+}
+
+
 def run(ctx: Context) -> dict[str, Any]:
     """Fitting (no training): ``train.binary_eval.itq_vs_tp`` on the data set's raw pixels, the paired
     bootstrap over its queries of TP − ITQ mAP at every b (:func:`paired_bootstrap`), geojax.tt's parameter
     counts at the paper's sizes, and the code version the fits were made with (as every run records it)."""
-    s = ctx.scale
+    s, sizes = ctx.scale, SIZES[ctx.scale.name]
     ds = ctx.dataset
     x = np.concatenate([ds.train_x, ds.test_x]).reshape(len(ds.train_x) + len(ds.test_x), -1)
-    if len(x) > s.binary_rows:
-        x = x[np.random.default_rng(0).permutation(len(x))[: s.binary_rows]]
-    factors = [f for f in s.binary_factors if f * x.shape[1] <= s.binary_max_bits]
+    if len(x) > sizes.binary_rows:
+        x = x[np.random.default_rng(0).permutation(len(x))[: sizes.binary_rows]]
+    factors = [f for f in sizes.binary_factors if f * x.shape[1] <= sizes.binary_max_bits]
     rep = binary_eval.itq_vs_tp(
-        x, factors=factors, itq_iters=s.itq_iters, tp_iters=s.tp_iters, seed=0, per_query=True
+        x, factors=factors, itq_iters=sizes.itq_iters, tp_iters=sizes.tp_iters, seed=0, per_query=True
     )
     rep["data"] = ds.name
     paper_counts = []
@@ -62,7 +89,7 @@ def run(ctx: Context) -> dict[str, Any]:
         paper_counts.append(
             {"shape": label, "tp_params": tt.num_params(m), "paper_tp_params": paper_params, "dense": dense}
         )
-    skipped = [f for f in s.binary_factors if f not in factors]
+    skipped = [f for f in sizes.binary_factors if f not in factors]
     return {
         "binary_eval": rep,
         "tp_minus_itq": paired_bootstrap(rep, resamples=s.bootstrap),  # takes the per-query APs out of rep
@@ -76,7 +103,7 @@ def run(ctx: Context) -> dict[str, Any]:
 
 def paired_bootstrap(rep: dict[str, Any], *, resamples: int) -> dict[str, list[float]]:
     """Per b (as a string key), (mAP(TP) − mAP(ITQ), lo, hi): the paired bootstrap of the difference over
-    the queries that have a true neighbour (common.bootstrap_diff, ``resamples`` resamples of the queries;
+    the queries that have a true neighbour (rules.bootstrap_diff, ``resamples`` resamples of the queries;
     one fit per method, so it holds the queries' variation, not the fits'). Takes each row's per-query APs
     (``ap``, train.binary_eval's ``per_query``) out of ``rep``."""
     ap = {
@@ -197,7 +224,7 @@ def facts(n: dict[str, Any]) -> str:
 
 def findings(ctx: Context) -> Findings:
     """Fit, analyse, judge; the claim with the ITQ / TP table, the parameter counts and notes."""
-    s = ctx.scale
+    sizes = SIZES[ctx.scale.name]
     fitted = run(ctx)
     rep, skipped = fitted["binary_eval"], fitted["skipped"]
     n = analyse(fitted)
@@ -209,14 +236,15 @@ def findings(ctx: Context) -> Findings:
             for k in ("binary_eval", "tp_minus_itq", "bootstraps", "paper_counts", "code_version")
         },
         notes=[
-            f"Features: the dataset's raw pixels (train + test, at most {s.binary_rows:,} rows, seeded), "
+            f"Features: the dataset's raw pixels (train + test, at most {sizes.binary_rows:,} rows, seeded), "
             "centred and scaled by train.binary_eval; ground truth = within the mean 50-NN distance "
-            f"({PAPER.citation} §6.1). ITQ {s.itq_iters} iterations, TP {s.tp_iters} alternating sweeps.",
+            f"({PAPER.citation} §6.1). ITQ {sizes.itq_iters} iterations, TP {sizes.tp_iters} alternating "
+            "sweeps.",
             *(
                 [
-                    f"Not run: b/d ∈ {{{', '.join(f'{f:g}' for f in skipped)}}} (over {s.binary_max_bits} "
-                    f"bits at d = {fitted['width']}: ITQ's b × b rotation makes them too slow for this "
-                    "machine)."
+                    f"Not run: b/d ∈ {{{', '.join(f'{f:g}' for f in skipped)}}} (over "
+                    f"{sizes.binary_max_bits} bits at d = {fitted['width']}: ITQ's b × b rotation makes them "
+                    "too slow for this machine)."
                 ]
                 if skipped
                 else []

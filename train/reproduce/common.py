@@ -1,10 +1,10 @@
-"""What every paper's reproduction shares: the papers, the scales, the run helper, claim and result records,
-and the statistics (mean ± sd, paired bootstrap, per-query nearest neighbours)."""
+"""What every paper's reproduction shares: the papers, the scales and the run helper (each run's config, its
+training or reading back, its per-run analyses). The records are in :mod:`.records`, the statistics and
+verdict rules in :mod:`.rules`."""
 
 from __future__ import annotations
 
 import dataclasses
-import fnmatch
 import hashlib
 import json
 import math
@@ -16,21 +16,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
-from geojax import metrics
 from train import evaluate
 from train.app import cli, config, data, loop, report, step
 from train.app.errors import UsageError
 from train.helpers import files
+from train.reproduce.records import Run, clean, version_text
 
-HOLDS, FAILS, INCONCLUSIVE = "holds", "does not hold at this scale", "inconclusive"
-NOT_TESTABLE = "not testable at this scale"  # the runs a claim rests on are not worth having (Arms)
-VERDICTS = (HOLDS, FAILS, INCONCLUSIVE, NOT_TESTABLE)
-LEARNED = 2.0  # a run learned when its P@1 reaches LEARNED × chance (1 / classes); below: "failed to learn"
-EQUIVALENT = 0.02  # the margin of every "≈" claim: a difference within ±2 points of P@1 / accuracy
-ABOVE_BASELINE = 0.03  # a learned embedding worth having: P@1 at least 3 points above the raw pixels
-LEVEL = 0.95  # the confidence level of every interval a verdict is judged on
 # The cpu scale's share of the papers' epochs: 180,000 training images per run (3 epochs of Fashion-MNIST's
 # 60,000, each image in the recipe's views) on the small CNN with batch norm, each seed its own program (three
 # CNN replicas in one program gave 2.4 replica-steps/s, one alone 5.4 steps/s, though the first shared the
@@ -132,6 +124,9 @@ class Scale:
     Every run is a paper's recipe (an app preset) on the chosen data with this scale's encoder; it trains the
     recipe's epochs, or ``images`` training images (steps × batch) where those are fewer, or (the ``gpu``
     scale) its paper's share ``fractions[paper]`` of the recipe's epochs.
+
+    What every paper shares is here; each paper's own sizes at a scale (its seeds per arm, dimensions, fit
+    iterations) are its module's ``SIZES[scale.name]``.
     """
 
     name: str
@@ -150,22 +145,9 @@ class Scale:
     steps_per_call: int  # training steps per dispatch (an accelerator idles between short steps)
     replicas: bool  # train a configuration's seeds as one program (seeds=S), where only seed 0's embeddings
     # are needed (Stowell 2026's sphere / torusN runs, Korman 2021's MSimCLR runs)
-    seeds: int  # training seeds per configuration (MTriplet, Feeney & Hughes 2024)
-    charts: tuple[int, ...]  # Korman 2021's MSimCLR chart counts at d = 2 (the claim compares the first two)
-    atlas_seeds: int  # … and its training seeds per chart count (the paper: three)
-    torus_seeds: int  # Stowell 2026: training seeds per geometry in the sphere vs torusN comparison
-    unstable_dims: tuple[int, ...]  # Stowell 2026's torusC stability test: the low dimensions D
-    unstable_steps: int  # … steps per run (the instabilities arise early in training, Stowell 2026 §3.1)
-    unstable_seeds: int  # … seeds per dimension and clipping setting
-    simo_dims: tuple[int, ...]  # Bouhsine et al. 2024: embedding dimensions of the SimO ablation …
-    simo_seeds: int  # … and its training seeds per dimension and variant
-    binary_factors: tuple[float, ...]  # Hong, Meng & Yuan 2018: code bits b / input width d
-    binary_rows: int  # Hong, Meng & Yuan 2018: at most this many feature rows
-    binary_max_bits: int  # … and codes of at most this many bits (ITQ's b × b rotation grows as b³)
-    itq_iters: int
-    tp_iters: int
-    bootstrap: int  # Feeney & Hughes 2024: test-set bootstrap resamples
-    pq_iters: int
+    seeds: int  # training seeds per configuration, where a paper sets none of its own (Korman 2021's
+    # MTriplet, Feeney & Hughes 2024)
+    bootstrap: int  # test-set bootstrap resamples (Feeney & Hughes 2024; Hong, Meng & Yuan 2018)
 
 
 SCALES: dict[str, Scale] = {
@@ -182,21 +164,7 @@ SCALES: dict[str, Scale] = {
         # a time; benchmarks/results/train_step_gpu.json).
         replicas=False,
         seeds=3,
-        charts=(1, 16, 4, 32),
-        atlas_seeds=3,
-        torus_seeds=3,
-        unstable_dims=(2, 4, 8),
-        unstable_steps=1000,
-        unstable_seeds=3,
-        simo_dims=(16, 4),
-        simo_seeds=3,
-        binary_factors=(0.25, 0.5, 1.0, 2.0, 4.0),
-        binary_rows=70000,
-        binary_max_bits=4096,
-        itq_iters=50,
-        tp_iters=5,
         bootstrap=1000,
-        pq_iters=25,
     ),
     "gpu": Scale(
         name="gpu",
@@ -215,21 +183,7 @@ SCALES: dict[str, Scale] = {
         steps_per_call=10,
         replicas=False,
         seeds=3,
-        charts=(1, 16, 4, 32),
-        atlas_seeds=3,
-        torus_seeds=3,
-        unstable_dims=(2, 4, 8),
-        unstable_steps=1000,
-        unstable_seeds=3,
-        simo_dims=(16, 4),
-        simo_seeds=3,
-        binary_factors=(0.25, 0.5, 1.0, 2.0, 4.0),
-        binary_rows=70000,
-        binary_max_bits=4096,
-        itq_iters=50,
-        tp_iters=5,
         bootstrap=1000,
-        pq_iters=25,
     ),
     "cpu": Scale(
         name="cpu",
@@ -242,21 +196,7 @@ SCALES: dict[str, Scale] = {
         steps_per_call=1,
         replicas=False,
         seeds=3,
-        charts=(1, 16, 4, 32),
-        atlas_seeds=3,
-        torus_seeds=3,
-        unstable_dims=(2, 4, 8),
-        unstable_steps=300,
-        unstable_seeds=2,
-        simo_dims=(16,),  # D = 4 too would take the sweep past 6 hours on two cores
-        simo_seeds=3,
-        binary_factors=(0.25, 0.5, 1.0, 2.0, 4.0),
-        binary_rows=4000,
-        binary_max_bits=4096,  # b = 2d and 4d of 784-pixel images: the long codes
-        itq_iters=20,
-        tp_iters=5,
         bootstrap=1000,
-        pq_iters=25,
     ),
     "quick": Scale(
         name="quick",
@@ -268,21 +208,7 @@ SCALES: dict[str, Scale] = {
         steps_per_call=1,
         replicas=False,
         seeds=1,
-        charts=(1, 16),
-        atlas_seeds=1,
-        torus_seeds=2,
-        unstable_dims=(2,),
-        unstable_steps=150,
-        unstable_seeds=2,
-        simo_dims=(16,),
-        simo_seeds=1,
-        binary_factors=(0.5, 1.0, 2.0),
-        binary_rows=5000,
-        binary_max_bits=1024,
-        itq_iters=10,
-        tp_iters=3,
         bootstrap=1000,
-        pq_iters=10,
     ),
     "tiny": Scale(
         name="tiny",
@@ -294,188 +220,9 @@ SCALES: dict[str, Scale] = {
         steps_per_call=1,
         replicas=False,
         seeds=1,
-        charts=(1, 16),
-        atlas_seeds=1,
-        torus_seeds=1,
-        unstable_dims=(2,),
-        unstable_steps=3,
-        unstable_seeds=1,
-        simo_dims=(8,),
-        simo_seeds=1,
-        binary_factors=(1.0,),
-        binary_rows=600,
-        binary_max_bits=1024,
-        itq_iters=2,
-        tp_iters=1,
         bootstrap=50,
-        pq_iters=2,
     ),
 }
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Claim:
-    """One row of a paper's claim table; ``verdict`` (one of VERDICTS) is computed by the rule helpers below
-    from our numbers."""
-
-    claim: str  # what the paper claims, in a few words
-    ours: str  # our numbers
-    paper: str  # the paper's numbers (or "no number: …")
-    source: str  # where in the paper
-    rule: str  # the rule that decides the verdict from our numbers
-    verdict: str
-
-    def __post_init__(self) -> None:
-        if self.verdict not in VERDICTS:
-            raise ValueError(f"verdict must be one of {VERDICTS}, got {self.verdict!r}")
-
-    @property
-    def holds(self) -> bool:
-        return self.verdict == HOLDS
-
-    def to_json(self) -> dict[str, str]:
-        """The JSON row: claim, ours, paper, source, rule, verdict."""
-        return dataclasses.asdict(self)
-
-
-_UNRECORDED = (
-    "extra",
-    "workdir",
-)  # Run fields left out of its JSON record (extra's entries go in at the top)
-
-
-@dataclasses.dataclass
-class Run:
-    """One training run: what was asked, whether it diverged, ``train.app.cli.run``'s report and the log."""
-
-    name: str
-    overrides: dict[str, Any]  # config keys given on top of the scale's defaults
-    seed: int
-    steps: int
-    epochs: float  # passes over the images it trains on (steps × batch / training_images)
-    diverged: bool = False
-    report: dict[str, Any] | None = None  # the app's report without workdir / device; None when diverged
-    error: str | None = None  # the divergence message
-    wall_s: float = 0.0
-    max_grad_norm: float | None = None  # largest logged gradient norm
-    steps_over_100: int | None = None  # logged steps with a gradient norm over 100 (Stowell 2026's clip)
-    logged_steps: int = 0
-    loss_trace: list[float] = dataclasses.field(default_factory=list)
-    code_version: dict[str, Any] | None = (
-        None  # train.app.report.code_version of the code it was trained with
-    )
-    # (None: a run trained before runs recorded it)
-    extra: dict[str, Any] = dataclasses.field(default_factory=dict)  # a paper's per-run results
-    workdir: str = ""  # its run directory (not recorded: a folder of the machine that ran the sweep)
-
-    def metric(self, key: str) -> float:
-        """A report metric of the run (``recall_at_1`` / ``compressed_recall_at_1``: R@1 of the report's
-        recall_at_k / compressed_recall_at_k, NaN where it has none); NaN if diverged."""
-        if self.report is None:
-            return math.nan
-        if key in ("recall_at_1", "compressed_recall_at_1"):  # R@1 of its recall_at_k (d_M, compressed code)
-            table = self.report.get(key.replace("_at_1", "_at_k"))
-            return math.nan if table is None else float(table["1"])
-        return float(self.report[key])
-
-    def to_json(self) -> dict[str, Any]:
-        """The JSON record: the fields (``report`` only when trained, ``error`` only when diverged) and
-        ``extra``'s entries at the top level."""
-        fields = {
-            f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in _UNRECORDED
-        }
-        if self.report is None:
-            del fields["report"]
-        if self.error is None:
-            del fields["error"]
-        return {**fields, **self.extra}
-
-    @classmethod
-    def from_json(cls, row: dict[str, Any]) -> Run:
-        """The run of a :meth:`to_json` record (its unknown keys back in ``extra``; a record made before runs
-        recorded their epochs has NaN epochs)."""
-        row = {"epochs": math.nan, **row}
-        names = {f.name for f in dataclasses.fields(cls)} - set(_UNRECORDED)
-        return cls(
-            **{k: v for k, v in row.items() if k in names},
-            extra={k: v for k, v in row.items() if k not in names},
-        )
-
-    def learned(self, chance: float) -> bool:
-        """Whether the run trained to a P@1 of at least LEARNED × ``chance`` (False when it diverged)."""
-        return learned(self.metric("precision_at_1"), chance)
-
-    def stale(self, current: dict[str, Any]) -> bool:
-        """Whether the run predates the ``current`` code (train.app.report.code_version): its code hash
-        differs, or it recorded none."""
-        return self.code_version is None or self.code_version.get("code_hash") != current["code_hash"]
-
-
-@dataclasses.dataclass(frozen=True)
-class Arms:
-    """The runs a claim rests on and the bar each must clear for the claim to be testable at a scale: the
-    raw pixels' 1-NN under the run's own protocol (its report's ``baseline_raw_1nn``) plus ABOVE_BASELINE, or
-    (``bar="learned"``) LEARNED × chance. A claim whose runs do not all clear it is not a result about the
-    paper: :func:`gate` makes it NOT_TESTABLE."""
-
-    patterns: tuple[str, ...]  # run names (fnmatch patterns)
-    metric: str = "precision_at_1"  # the metric the bar applies to (Run.metric)
-    bar: str = "raw"  # "raw" or "learned"
-    every: bool = True  # every run must clear the bar (False: at least one)
-
-
-# The recipes the cpu scale's supervised runs were trained with, for the page of a claim that is not testable.
-RECIPES_TRIED = (
-    "Recipes tried at the cpu scale for the supervised runs: each paper's own optimiser, views and schedule "
-    "cut to 180,000 training images on the small CNN (the page before this one: on Fashion-MNIST no Stowell "
-    "2026 run reached raw-pixel 1-NN + 3 points, Feeney & Hughes 2024's SupCon sat at the raw pixels and "
-    "SINCERE below them, SimO at 73.8 % P@1), then geojax's CPU recipe of this page."
-)
-
-
-def gate(claims: Sequence[Claim], arms: dict[str, Arms], runs: Sequence[Run], classes: int) -> list[Claim]:
-    """``claims`` with those whose runs (``arms``: claim text prefix → Arms) are not all worth having made
-    NOT_TESTABLE, naming the runs short of the bar; a claim without arms, or whose runs all clear it, as it
-    was."""
-    out = []
-    for c in claims:
-        spec = next((a for prefix, a in arms.items() if c.claim.startswith(prefix)), None)
-        if spec is None:
-            out.append(c)
-            continue
-        chosen = [r for r in runs if any(fnmatch.fnmatch(r.name, p) for p in spec.patterns)]
-        short = {r.name: r.metric(spec.metric) for r in chosen if not _clears(r, spec, classes)}
-        if chosen and (not short if spec.every else len(short) < len(chosen)):
-            out.append(c)
-            continue
-        bar = "raw-pixel 1-NN + 3 pts" if spec.bar == "raw" else f"{LEARNED:g}× chance"
-        named = ", ".join(f"{name} {100 * v:.1f}" for name, v in short.items()) or "none trained"
-        out.append(
-            dataclasses.replace(c, ours=f"{c.ours}; runs short of {bar}: {named}", verdict=NOT_TESTABLE)
-        )
-    return out
-
-
-def _clears(run: Run, spec: Arms, classes: int) -> bool:
-    """Whether ``run`` clears ``spec``'s bar (a diverged run does not)."""
-    value = run.metric(spec.metric)
-    if not math.isfinite(value):
-        return False
-    if spec.bar == "learned":
-        return value >= LEARNED / classes
-    assert run.report is not None  # a finite metric comes from a report
-    return value >= run.report["baseline_raw_1nn"]["precision_at_1"] + ABOVE_BASELINE
-
-
-@dataclasses.dataclass
-class Findings:
-    """What a paper's reproduction found: claims with verdicts, Markdown tables, raw details, plots, notes."""
-
-    claims: list[Claim]
-    tables: list[tuple[str, str]]  # (title, Markdown table)
-    details: dict[str, Any]  # the numbers behind the claims (JSON-able after ``clean``)
-    plots: list[str] = dataclasses.field(default_factory=list)  # PNG file names in the output folder
-    notes: list[str] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -512,16 +259,6 @@ class Context:
         return f"{stem}_{self.tag}.{ext}" if self.tag else f"{stem}.{ext}"
 
 
-def version_text(version: dict[str, Any] | None) -> str:
-    """A run's code version in a few words: 'commit 1a2b3c4 (code a1b2c3d4e5f6)', or 'unknown' for a run that
-    recorded none."""
-    if version is None:
-        return "unknown"
-    commit = version.get("commit")
-    code = f"code {version['code_hash'][:12]}"
-    return f"commit {commit[:7]}{'+changes' if version.get('dirty') else ''} ({code})" if commit else code
-
-
 def data_tag(spec: str) -> str:
     """The file-name tag of a data spec: '' for digits, the npz file's stem, the IDX folder's name, or the
     tfds name.
@@ -538,19 +275,6 @@ def data_tag(spec: str) -> str:
     else:
         name = os.path.splitext(os.path.basename(spec[4:]))[0] if spec.startswith("npz:") else spec
     return "".join(c if c.isalnum() else "_" for c in name.removeprefix("tfds:"))
-
-
-def clean(v: Any) -> Any:
-    """JSON-able copy: NaN/inf → None, numpy scalars → Python, tuples → lists, keys → str."""
-    if isinstance(v, dict):
-        return {str(k): clean(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [clean(x) for x in v]
-    if isinstance(v, np.generic):
-        v = v.item()
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return v
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -908,182 +632,3 @@ def _read_training_log(run: Run, path: str) -> None:
     run.steps_over_100 = int(sum(g > 100.0 for g in finite))
     run.logged_steps = len(rows)
     run.loss_trace = [r["loss"] for r in rows]
-
-
-# --------------------------------------------------------------------------------------------------------
-# Statistics.
-# --------------------------------------------------------------------------------------------------------
-
-
-def mean(values: Sequence[float]) -> float:
-    """Mean of the finite values (NaN when there are none, e.g. every run diverged)."""
-    finite = [v for v in values if math.isfinite(v)]
-    return float(np.mean(finite)) if finite else math.nan
-
-
-def mean_sd(values: Sequence[float]) -> str:
-    """Fractions as percent: 'mean ± sd' over the finite values, sd the sample standard deviation (ddof = 1);
-    'x' for one value, '–' for none."""
-    finite = [v for v in values if math.isfinite(v)]
-    if not finite:
-        return "–"
-    if len(finite) == 1:
-        return f"{100 * finite[0]:.1f}"
-    return f"{100 * np.mean(finite):.1f} ± {100 * np.std(finite, ddof=1):.1f}"
-
-
-Interval = tuple[float, float, float]  # (estimate, lower bound, upper bound)
-
-
-def t_interval(values: Sequence[float], level: float = LEVEL) -> Interval:
-    """(mean, lo, hi): the Student-t confidence interval of the mean of the finite values (e.g. per-seed
-    paired differences); lo and hi are NaN for fewer than two values (one seed shows no spread), all NaN for
-    none."""
-    finite = np.asarray([v for v in values if math.isfinite(v)], dtype=np.float64)
-    if len(finite) == 0:
-        return math.nan, math.nan, math.nan
-    m = float(finite.mean())
-    if len(finite) == 1:
-        return m, math.nan, math.nan
-    half = float(stats.t.ppf(0.5 + level / 2, len(finite) - 1) * finite.std(ddof=1) / math.sqrt(len(finite)))
-    return m, m - half, m + half
-
-
-def welch_interval(a: Sequence[float], b: Sequence[float], level: float = LEVEL) -> Interval:
-    """(mean(a) − mean(b), lo, hi): Welch's confidence interval of the difference of two independent means
-    (the finite values of each; e.g. seeds of two configurations); NaN bounds when either has fewer than two.
-
-    Welch 1947: se² = s_a²/n_a + s_b²/n_b, Welch–Satterthwaite degrees of freedom se⁴ / Σ (s²/n)² / (n − 1).
-    """
-    x, y = (np.asarray([v for v in vs if math.isfinite(v)], dtype=np.float64) for vs in (a, b))
-    if len(x) == 0 or len(y) == 0:
-        return math.nan, math.nan, math.nan
-    diff = float(x.mean() - y.mean())
-    if len(x) < 2 or len(y) < 2:
-        return diff, math.nan, math.nan
-    va, vb = x.var(ddof=1) / len(x), y.var(ddof=1) / len(y)
-    se = math.sqrt(va + vb)
-    if se == 0.0:
-        return diff, diff, diff
-    df = (va + vb) ** 2 / (va**2 / (len(x) - 1) + vb**2 / (len(y) - 1))
-    half = float(stats.t.ppf(0.5 + level / 2, df) * se)
-    return diff, diff - half, diff + half
-
-
-def point(value: float) -> Interval:
-    """A value computed once, with no spread to estimate (a deterministic count, one fit) as an interval."""
-    return value, value, value
-
-
-# --------------------------------------------------------------------------------------------------------
-# Verdict rules: every claim's verdict comes from one of these, on an interval over seeds (or test queries)
-# or on counts of runs; each can come out "holds", "does not hold at this scale" or "inconclusive".
-# --------------------------------------------------------------------------------------------------------
-
-
-def learned(p_at_1: float, chance: float) -> bool:
-    """A run learned when its P@1 is finite and at least LEARNED × ``chance``; a run below that "failed to
-    learn" (one that diverged has no P@1 and did not learn either)."""
-    return math.isfinite(p_at_1) and p_at_1 >= LEARNED * chance
-
-
-def above(ci: Interval, threshold: float) -> str:
-    """A claim "the quantity exceeds ``threshold``" on its interval (estimate, lo, hi): HOLDS when the whole
-    interval lies above it, FAILS when the whole interval lies below it, INCONCLUSIVE otherwise (the interval
-    straddles it, or is undefined: NaN)."""
-    _, lo, hi = ci
-    if math.isnan(lo) or math.isnan(hi):
-        return INCONCLUSIVE
-    if lo > threshold:
-        return HOLDS
-    return FAILS if hi < threshold else INCONCLUSIVE
-
-
-def within(ci: Interval, margin: float = EQUIVALENT) -> str:
-    """A claim "the difference is negligible" (equivalence within ±``margin``) on its interval: HOLDS when the
-    whole interval lies inside ±margin, FAILS when it lies wholly outside (above +margin or below −margin),
-    INCONCLUSIVE otherwise (or when undefined: NaN). Unlike "the interval contains 0", a noisy estimate
-    cannot pass: its wide interval leaves the margin."""
-    _, lo, hi = ci
-    if math.isnan(lo) or math.isnan(hi):
-        return INCONCLUSIVE
-    if -margin <= lo and hi <= margin:
-        return HOLDS
-    return FAILS if lo > margin or hi < -margin else INCONCLUSIVE
-
-
-def fewer(events_a: int, runs_a: int, events_b: int, runs_b: int, alpha: float = 1 - LEVEL) -> str:
-    """A claim "events (divergence, failure) are rarer in group a than in group b" on counts of runs: HOLDS
-    when Fisher's exact test (one-sided) gives p < ``alpha``, FAILS when a has at least b's rate, INCONCLUSIVE
-    otherwise (fewer, but too few runs to tell). Counts must satisfy 0 ≤ events ≤ runs."""
-    for name, k, n in (("a", events_a, runs_a), ("b", events_b, runs_b)):
-        if not 0 <= k <= n:
-            raise ValueError(f"events_{name} must lie in [0, runs_{name}], got {k} of {n}")
-    if runs_a == 0 or runs_b == 0:
-        return INCONCLUSIVE
-    if events_a * runs_b >= events_b * runs_a:
-        return FAILS
-    table = [[events_a, runs_a - events_a], [events_b, runs_b - events_b]]
-    p = float(stats.fisher_exact(table, alternative="less").pvalue)
-    return HOLDS if p < alpha else INCONCLUSIVE
-
-
-def every(verdicts: Sequence[str]) -> str:
-    """A claim made of several parts (e.g. one per geometry): FAILS when any part fails, INCONCLUSIVE when
-    none fails but one is inconclusive (or there are no parts), HOLDS when every part holds."""
-    if FAILS in verdicts:
-        return FAILS
-    return HOLDS if verdicts and all(v == HOLDS for v in verdicts) else INCONCLUSIVE
-
-
-def provided(verdict: str, condition: bool) -> str:
-    """``verdict``, or INCONCLUSIVE when the runs it rests on do not meet ``condition`` (e.g. they did not
-    learn: a rule must not hold, nor fail, on runs that learned nothing)."""
-    return verdict if condition else INCONCLUSIVE
-
-
-def bootstrap_diff(a: np.ndarray, b: np.ndarray, *, n: int, seed: int = 0) -> tuple[float, float, float]:
-    """Paired test-set bootstrap of mean(a) − mean(b) for per-query outcomes: (diff, lo95, hi95).
-
-    a, b: [Nq] outcomes of the same queries; n resamples of the queries with replacement.
-    """
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(a), size=(n, len(a)))
-    diffs = a[idx].mean(1) - b[idx].mean(1)
-    return float(a.mean() - b.mean()), float(np.percentile(diffs, 2.5)), float(np.percentile(diffs, 97.5))
-
-
-def nearest_labels(
-    query: np.ndarray, reference: np.ndarray, reference_labels: np.ndarray, similarity: str
-) -> np.ndarray:
-    """Label [Nq] of each query's most similar reference row (ties to the lower index, as geojax.metrics).
-
-    Used where a per-query outcome is needed (bootstrap, per-class recall); each caller checks its mean
-    against geojax.metrics' 1-NN figure of the same run.
-    """
-    nn = metrics.nearest_neighbors(query, reference, k=1, similarity=similarity)
-    return np.asarray(reference_labels)[np.asarray(nn)[:, 0]]
-
-
-def count_interval(counts: Sequence[float], level: float = LEVEL) -> Interval:
-    """:func:`t_interval` of per-seed counts (e.g. classes lost, paired by seed), with undefined (NaN) bounds
-    where the finite counts are all the same: the t interval of identical counts has zero width, which says
-    the seeds agree, not that their mean is known (any rule on it is inconclusive)."""
-    finite = [v for v in counts if math.isfinite(v)]
-    m, lo, hi = t_interval(finite, level)
-    if len(set(finite)) <= 1:
-        return m, math.nan, math.nan
-    return m, lo, hi
-
-
-def interval_text(ci: Interval, seeds: int, *, unit: str = "pts", over: str = "paired seeds") -> str:
-    """An interval of a difference of fractions as the page states it: 'Δ +1.2 pts, 95% CI [+0.4, +2.0] over
-    3 paired seeds'; 'Δ +1.2 pts (1 paired seed: no interval)' where its bounds are undefined, '–' for no
-    estimate."""
-    m, lo, hi = ci
-    if math.isnan(m):
-        return "–"
-    head = f"Δ {100 * m:+.1f} {unit}"
-    if math.isnan(lo) or math.isnan(hi):
-        return f"{head} ({seeds} {over.removesuffix('s') if seeds == 1 else over}: no interval)"
-    return f"{head}, 95% CI [{100 * lo:+.1f}, {100 * hi:+.1f}] over {seeds} {over}"

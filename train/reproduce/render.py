@@ -14,7 +14,9 @@ from typing import Any
 
 from train.app import report
 from train.helpers import files, tables
-from train.reproduce.common import ABOVE_BASELINE, EQUIVALENT, LEARNED, PAPERS, Run, version_text
+from train.reproduce.common import PAPERS
+from train.reproduce.records import Run, version_text
+from train.reproduce.rules import ABOVE_BASELINE, EQUIVALENT, LEARNED
 
 
 def _cell(text: str) -> str:
@@ -125,8 +127,9 @@ def records_table(records: Sequence[Mapping[str, Any]]) -> str:
 
 
 def _sizes(scale: Mapping[str, Any]) -> str:
-    return f"Sizes (scale {scale['name']}, train/reproduce/common.py SCALES): " + ", ".join(
-        f"{k} {v}" for k, v in scale.items() if k != "name"
+    return (
+        f"Sizes (scale {scale['name']}, train/reproduce/common.py SCALES, each paper module's SIZES): "
+        + ", ".join(f"{k} {v}" for k, v in scale.items() if k != "name")
     )
 
 
@@ -217,7 +220,7 @@ def paper_section(res: Mapping[str, Any], *, sizes: bool = False, current: Mappi
 
 
 RULES = (
-    "How the verdicts are judged (train/reproduce/common.py). 'mean ± sd' over seeds uses the sample "
+    "How the verdicts are judged (train/reproduce/rules.py). 'mean ± sd' over seeds uses the sample "
     "standard deviation (ddof = 1). A comparison is judged on a 95 % interval of the difference, never on "
     "bare means: Student's t over paired per-seed differences where the runs pair by seed, Welch's interval "
     "where they do not, a paired bootstrap over the test queries where one fit meets another (Hong, Meng & "

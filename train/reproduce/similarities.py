@@ -11,27 +11,21 @@ import numpy as np
 
 from geojax import similarity as similarity_lib
 from train.helpers import plots
-from train.reproduce.common import (
+from train.reproduce.common import PAPERS, Context, run_analysis, scale_note, train_recipe
+from train.reproduce.records import Claim, Findings, Run
+from train.reproduce.render import runs_table
+from train.reproduce.rules import (
     EQUIVALENT,
     LEARNED,
-    PAPERS,
     Arms,
-    Claim,
-    Context,
-    Findings,
-    Run,
     bootstrap_diff,
     learned,
     mean_sd,
     nearest_labels,
     provided,
-    run_analysis,
-    scale_note,
     t_interval,
-    train_recipe,
     within,
 )
-from train.reproduce.render import runs_table
 
 PAPER = PAPERS["003"]
 # Feeney & Hughes 2024 give no training sizes: SupContrast's CIFAR-10 recipe (the app's *_cifar10 presets:
@@ -223,7 +217,7 @@ def judge(result: dict[str, Any], runs: list[Run]) -> tuple[list[Claim], list[tu
     return claims(numbers(result)), [("Runs", runs_table(runs))]
 
 
-# The runs each claim rests on (common.gate): every seed of both arms worth having.
+# The runs each claim rests on (rules.gate): every seed of both arms worth having.
 ARMS = {
     "SINCERE ≈ SupCon": Arms(("supcon-cosine-seed*", "sincere-cosine-seed*")),
     "cosine ≈ negative arc length": Arms(("sincere-cosine-seed*", "sincere-negarclength-seed*")),

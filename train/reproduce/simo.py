@@ -4,6 +4,7 @@ term (the paper's ablation) classes collapse."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -13,30 +14,23 @@ import numpy as np
 
 from geojax import similarity as similarity_lib
 from train.helpers import tables
-from train.reproduce.common import (
+from train.reproduce.common import PAPERS, Context, data_tag, run_analysis, scale_note, train_recipe
+from train.reproduce.records import Claim, Findings, Run
+from train.reproduce.render import runs_table
+from train.reproduce.rules import (
     ABOVE_BASELINE,
     FAILS,
     HOLDS,
     INCONCLUSIVE,
-    PAPERS,
     Arms,
-    Claim,
-    Context,
-    Findings,
     Interval,
-    Run,
     above,
     count_interval,
-    data_tag,
     learned,
     mean,
     mean_sd,
     nearest_labels,
-    run_analysis,
-    scale_note,
-    train_recipe,
 )
-from train.reproduce.render import runs_table
 
 PAPER = PAPERS["004"]
 SIMO_SIMILARITY = "neg_euclidean"  # SimO is defined on Euclidean distances; retrieval ranks by them too
@@ -45,6 +39,23 @@ SIMO_SIMILARITY = "neg_euclidean"  # SimO is defined on Euclidean distances; ret
 # it), with class-subsampled batches and with random ones alike.
 SIMO_NORM = "none"
 DIM = 16  # the preset's D
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Sizes:
+    """Bouhsine et al. 2024's sizes at one scale (``SIZES[scale.name]``)."""
+
+    simo_dims: tuple[int, ...]  # embedding dimensions of the SimO ablation …
+    simo_seeds: int  # … and its training seeds per dimension and variant
+
+
+SIZES: dict[str, Sizes] = {
+    "paper": Sizes(simo_dims=(16, 4), simo_seeds=3),
+    "gpu": Sizes(simo_dims=(16, 4), simo_seeds=3),
+    "cpu": Sizes(simo_dims=(16,), simo_seeds=3),  # D = 4 too would take the sweep past 6 hours on two cores
+    "quick": Sizes(simo_dims=(16,), simo_seeds=1),
+    "tiny": Sizes(simo_dims=(8,), simo_seeds=1),
+}
 # The controls, at D = 16 and seed 0 (run name → overrides): SimO with the scale's batch norm, then the same
 # with random batches in place of the recipe's class-subsampled ones, then the loss control: the SimO runs'
 # recipe and encoder (without batch norm) with SupCon on the cosine in place of SimO.
@@ -146,13 +157,14 @@ def run(
     dict[int, dict[str, list[tuple[Run, dict[str, Any] | None]]]], list[tuple[Run, dict[str, Any] | None]]
 ]:
     """Training: the 'simo_cifar10' preset (Bouhsine et al. 2024's loss on SupContrast's CIFAR-10 recipe) at
-    each D of scale.simo_dims (the preset's D = 16, geojax's choice: the paper names none; and a smaller one
-    where classes have less room to stay apart), with and without its orthogonality term, scale.simo_seeds
+    each D of SIZES' simo_dims (the preset's D = 16, geojax's choice: the paper names none; and a smaller
+    one where classes have less room to stay apart), with and without its orthogonality term, simo_seeds
     seeds each, the encoder without batch norm where the scale gives it one (:data:`SIMO_NORM`), and then the
     controls (:data:`CONTROLS`). Returns per D and variant the runs with their embeddings, and the
     control runs with theirs (none at a scale that keeps the encoder's own normalisation); embeddings are
     None where a finished run's directory holds none (its analyses are then read from its analysis.json)."""
     own = {"norm": SIMO_NORM} if ctx.scale.norm == "batch" else {}
+    sizes = SIZES[ctx.scale.name]
     runs = {
         dim: {
             label: [
@@ -167,11 +179,11 @@ def run(
                     simo_orthogonality=orthogonality,
                     **own,
                 )
-                for seed in range(ctx.scale.simo_seeds)
+                for seed in range(sizes.simo_seeds)
             ]
             for label, orthogonality in ((FULL, True), (ABLATION, False))
         }
-        for dim in ctx.scale.simo_dims
+        for dim in sizes.simo_dims
     }
     recipe = {"preset": "simo_cifar10", "dim": DIM, "similarity": SIMO_SIMILARITY, "seed": 0}
     controls = [
@@ -235,7 +247,7 @@ def numbers(result: dict[str, Any]) -> dict[str, Any]:
 
 def collapse_interval(full: list[int], ablation: list[int]) -> Interval:
     """The 95% t-interval of the classes the ablation loses (distinguishable with SimO − without, paired by
-    training seed; common.count_interval: undefined where every seed loses as many); undefined (NaN) when a
+    training seed; rules.count_interval: undefined where every seed loses as many); undefined (NaN) when a
     seed is missing from either."""
     if len(full) != len(ablation):
         return math.nan, math.nan, math.nan
@@ -406,7 +418,7 @@ def judge(result: dict[str, Any], runs: list[Run]) -> tuple[list[Claim], list[tu
     return claims(details), [("Runs", runs_table(runs))]
 
 
-# The runs each claim rests on (common.gate): every seed of the arms worth having.
+# The runs each claim rests on (rules.gate): every seed of the arms worth having.
 ARMS = {
     **{
         f"SimO separates the classes, but for one confusable pair (D={d})": Arms((f"simo-D{d}-seed*",))

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from collections.abc import Sequence
@@ -13,19 +14,17 @@ import jax
 from train import evaluate
 from train.app import config
 from train.helpers import plots
-from train.reproduce.common import (
+from train.reproduce.common import PAPERS, Context, run_analysis, scale_note, train_recipe, train_seeds
+from train.reproduce.records import Claim, Findings, Run
+from train.reproduce.render import raw_pixel_line, raw_pixels, records_table, runs_table
+from train.reproduce.rules import (
     ABOVE_BASELINE,
     EQUIVALENT,
     FAILS,
     HOLDS,
     LEARNED,
-    PAPERS,
     Arms,
-    Claim,
-    Context,
-    Findings,
     Interval,
-    Run,
     above,
     every,
     fewer,
@@ -34,14 +33,9 @@ from train.reproduce.common import (
     mean,
     mean_sd,
     provided,
-    run_analysis,
-    scale_note,
     t_interval,
-    train_recipe,
-    train_seeds,
     within,
 )
-from train.reproduce.render import raw_pixel_line, raw_pixels, records_table, runs_table
 
 PAPER = PAPERS["000"]
 # Stowell 2026's recipe is the app's CIFAR preset of each geometry (config.STOWELL_2026), run on the chosen
@@ -49,6 +43,28 @@ PAPER = PAPERS["000"]
 RECIPE = config.STOWELL_2026
 NO_CLIP = 1e30  # a clamp at 1e30 = no clipping
 PLOT = "reproduce_000_quantised"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Sizes:
+    """Stowell 2026's sizes at one scale (``SIZES[scale.name]``)."""
+
+    torus_seeds: int  # training seeds per geometry in the sphere vs torusN comparison
+    unstable_dims: tuple[int, ...]  # the torusC stability test: the low dimensions D
+    unstable_steps: int  # … steps per run (the instabilities arise early in training, Stowell 2026 §3.1)
+    unstable_seeds: int  # … seeds per dimension and clipping setting
+    pq_iters: int  # k-means iterations of the quantised report's product quantiser
+
+
+SIZES: dict[str, Sizes] = {
+    "paper": Sizes(
+        torus_seeds=3, unstable_dims=(2, 4, 8), unstable_steps=1000, unstable_seeds=3, pq_iters=25
+    ),
+    "gpu": Sizes(torus_seeds=3, unstable_dims=(2, 4, 8), unstable_steps=1000, unstable_seeds=3, pq_iters=25),
+    "cpu": Sizes(torus_seeds=3, unstable_dims=(2, 4, 8), unstable_steps=300, unstable_seeds=2, pq_iters=25),
+    "quick": Sizes(torus_seeds=2, unstable_dims=(2,), unstable_steps=150, unstable_seeds=2, pq_iters=10),
+    "tiny": Sizes(torus_seeds=1, unstable_dims=(2,), unstable_steps=3, unstable_seeds=1, pq_iters=2),
+}
 
 
 def preset(geometry: str) -> str:
@@ -73,16 +89,16 @@ RECIPE_KOLEO = config.PRESETS["supcon_sphere_cpu"]["koleo"]
 
 
 def run(ctx: Context) -> dict[str, Any]:
-    """Training: sphere and torusN with the paper's recipe (scale.torus_seeds seeds each), the recipe control
-    (at a scale with its own small encoder), and torusC at each of scale.unstable_dims with and without
+    """Training: sphere and torusN with the paper's recipe (SIZES' torus_seeds seeds each), the recipe control
+    (at a scale with its own small encoder), and torusC at each of SIZES' unstable_dims with and without
     clipping. Returns the runs (the sphere / torusN runs with their embeddings where the run directory holds
     them: :func:`analyse` quantises them, or reads their stored quantised reports)."""
-    s = ctx.scale
+    s, sizes = ctx.scale, SIZES[ctx.scale.name]
     main: dict[str, list[tuple[Run, dict[str, Any] | None]]] = {
         geometry: train_seeds(
             ctx,
             f"{geometry}-D{RECIPE['dim']}",
-            s.torus_seeds,
+            sizes.torus_seeds,
             need_embeddings=False,
             preset=preset(geometry),
             **({"koleo": RECIPE_KOLEO} if s.recipe else {}),
@@ -98,7 +114,7 @@ def run(ctx: Context) -> dict[str, Any]:
             ctx, CONTROL, need_embeddings=False, preset=preset("sphere"), augment="crop_flip"
         )[0]
     unstable: dict[tuple[int, str], list[Run]] = {}
-    for dim in s.unstable_dims:
+    for dim in sizes.unstable_dims:
         for label, clip in (("clip 100", RECIPE["clip"]), ("no clip", NO_CLIP)):
             unstable[(dim, label)] = [
                 train_recipe(
@@ -108,11 +124,11 @@ def run(ctx: Context) -> dict[str, Any]:
                     preset=preset("torus_c"),
                     dim=dim,
                     clip=clip,
-                    steps=s.unstable_steps,
+                    steps=sizes.unstable_steps,
                     log_every=1,
                     seed=seed,
                 )[0]
-                for seed in range(s.unstable_seeds)
+                for seed in range(sizes.unstable_seeds)
             ]
     return {"main": main, "unstable": unstable, "control": control}
 
@@ -251,13 +267,13 @@ def analyse(ctx: Context, trained: dict[str, Any]) -> dict[str, Any]:
     """The numbers behind the claims: P@1 per geometry and seed, the paired torusN − sphere difference with
     its t interval, torusC's stability per D and clipping, and the quantised reports of every seed of each
     geometry (:func:`quantise`; the first seed's are drawn to the plot)."""
-    main = trained["main"]
+    main, sizes = trained["main"], SIZES[ctx.scale.name]
     chance = 1.0 / ctx.dataset.num_classes
     quant = [
         rep
         for i, geometry in enumerate(GEOMETRIES)
         for run_, emb in main[geometry]
-        if _own_embeddings(run_) and (rep := quantise(run_, emb, i, ctx.scale.pq_iters)) is not None
+        if _own_embeddings(run_) and (rep := quantise(run_, emb, i, sizes.pq_iters)) is not None
     ]
     first = main["sphere"][0][0]
     raw = raw_pixels(ctx.runs)
@@ -265,7 +281,7 @@ def analyse(ctx: Context, trained: dict[str, Any]) -> dict[str, Any]:
         {g: [r.metric("precision_at_1") for r, _ in runs] for g, runs in main.items()},
         stability(trained["unstable"], chance),
         quant,
-        dims=list(ctx.scale.unstable_dims),
+        dims=list(sizes.unstable_dims),
         steps=first.steps,
         epochs=first.epochs,
         chance=chance,
@@ -562,7 +578,7 @@ def first_reports(quant: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def findings(ctx: Context) -> Findings:
     """Train, analyse, judge; the claims with their tables, details, plot and notes."""
-    s = ctx.scale
+    sizes = SIZES[ctx.scale.name]
     trained = run(ctx)
     n = analyse(ctx, trained)
     quant = n["quantised"]
@@ -593,9 +609,9 @@ def findings(ctx: Context) -> Findings:
             + ", ".join(f"{k}={v}" for k, v in RECIPE.items())
             + f"), on {ctx.dataset.name}: {steps} steps = {epochs:.3g} epochs (the paper: 100). "
             + scale_note(ctx)
-            + f" torusC runs: the same recipe at D ∈ {{{', '.join(map(str, s.unstable_dims))}}}, "
-            f"{s.unstable_steps} steps (the paper places the instabilities at the start of training, §3.1), "
-            "every step's gradient norm logged; 'no clip' clamps at 1e30.",
+            + f" torusC runs: the same recipe at D ∈ {{{', '.join(map(str, sizes.unstable_dims))}}}, "
+            f"{sizes.unstable_steps} steps (the paper places the instabilities at the start of training, "
+            "§3.1), every step's gradient norm logged; 'no clip' clamps at 1e30.",
             RUN_STATES,
             *([control_note(trained["control"], n["p_at_1"]["sphere"])] if trained["control"] else []),
         ],
@@ -630,7 +646,7 @@ def judge(result: dict[str, Any], runs: list[Run]) -> tuple[list[Claim], list[tu
     return claims(n), detail_tables(n, runs)
 
 
-# The runs each claim rests on (common.gate): the sphere and torusN arms must be worth having (raw-pixel 1-NN
+# The runs each claim rests on (rules.gate): the sphere and torusN arms must be worth having (raw-pixel 1-NN
 # + 3 points in every seed); torusC's stability claims need clipped runs that learn (at least one).
 _MAIN = Arms(tuple(f"{g}-D{RECIPE['dim']}-seed*" for g in GEOMETRIES))
 ARMS = {
