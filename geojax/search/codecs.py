@@ -86,7 +86,7 @@ class Codec(abc.ABC):
 
     @property
     def is_trained(self) -> bool:
-        """Whether the codec can encode: True for codecs without parameters."""
+        """True when the codec can encode, as codecs without parameters always can."""
         return True
 
     @property
@@ -360,7 +360,7 @@ class BinaryCodec(Codec):
 
     @property
     def is_trained(self) -> bool:
-        """Whether the codec can encode: always for 'sign', after :meth:`train` for 'itq' and 'tp'."""
+        """True when the codec can encode (always for 'sign', after :meth:`train` for 'itq' and 'tp')."""
         return self.method == "sign" or self.model is not None
 
     def train(self, x: ArrayLike, *, key: jax.Array | None = None) -> None:
@@ -498,7 +498,7 @@ class PQCodec(Codec):
             [N, m] NumPy array.
 
         Raises:
-            ValueError: ``codes`` is malformed (:meth:`Codec.check_codes`) or an entry lies outside [0,
+            ValueError: ``codes`` is malformed (``Codec.check_codes``) or an entry lies outside [0,
                 2^nbits).
         """
         codes = super().check_codes(codes, name)

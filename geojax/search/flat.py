@@ -100,7 +100,7 @@ class IndexFlat:
     ``IndexFlat`` shape. ``train(x)`` fits the codec (codecs without parameters are trained already),
     ``add(x, ids=None)`` encodes and appends vectors, ``add_codes`` appends codes made elsewhere,
     ``search(q, k)`` encodes the queries and returns ``(distances [Q, k], ids [Q, k] int32)`` as
-    ``jax.Array``s, ascending, ties to the lower id: int32 for torus and binary codes, float32 for PQ. The
+    arrays, ascending, ties to the lower id: int32 for torus and binary codes, float32 for PQ. The
     distances are those of :func:`geojax.search.torus_topk`, :func:`geojax.search.hamming_topk` and
     :func:`geojax.search.pq_topk`. Memory and multi-process rules: the module docstring.
 

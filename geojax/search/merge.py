@@ -4,7 +4,7 @@
 On CPU the selection is two ``lax.top_k`` calls, not a sort: XLA:CPU sorts a row with a comparator called
 per comparison (a two-key ``lax.sort`` of 80 candidates took about 11 µs per query here, ``lax.top_k`` about
 1.3 µs). ``lax.top_k`` ranks float32 by the integer order of their bits (negative patterns mirrored, a total
-order that includes the NaN patterns), so any int32 key fed through :func:`_as_topk_key` is ranked exactly at
+order that includes the NaN patterns), so any int32 key fed through ``_as_topk_key`` is ranked exactly at
 float32 speed; distances become such keys by :func:`order_bits`. The first ``top_k`` takes the k smallest
 distances (ties by position); the k-th of them, t, splits the answer into the rows closer than t (all among
 those k) and the lowest ids of the rows at exactly t, which the second ``top_k`` finds by id (run only when
@@ -56,7 +56,7 @@ def _as_topk_key(v: jax.Array) -> jax.Array:
 
 
 def _from_topk_key(f: jax.Array) -> jax.Array:
-    """The int32 ``v`` of :func:`_as_topk_key`'s ``f`` (the mirroring is its own inverse)."""
+    """The int32 ``v`` of ``_as_topk_key``'s ``f`` (the mirroring is its own inverse)."""
     bits = lax.bitcast_convert_type(f, jnp.int32)
     return jnp.where(bits < 0, bits ^ _INT_MAX, bits)
 

@@ -391,7 +391,7 @@ def blocked(queries, rows, cols, aux, *, kernel, prepare, n, k, group, query_blo
         queries: [q, ...] queries in the kernel's operand form.
         rows: [blocks, s·c, W] database rows of :func:`layout`.
         cols: [blocks, s, W, c/group, group] database columns of :func:`layout`.
-        aux: the kernel's extra data (PQ: codebooks; else :data:`NO_AUX`).
+        aux: the kernel's extra data (PQ: codebooks; else ``NO_AUX``).
         kernel: the distance kernel.
         prepare: ``prepare(aux, query_block)`` → the kernel's per-query data (PQ: lookup tables).
         n: the real database rows (the rest is padding).
