@@ -370,7 +370,7 @@ def _without_cache(argv: Sequence[str]) -> list[str]:
     """The command line less ``--compilation-cache DIR``: where compiled programs were kept changes no result,
     and the folder is often one of a machine that is gone.
 
-    >>> _without_cache(["001", "--compilation-cache", "/tmp/c", "--jobs", "4", "--compilation-cache=x"])
+    >>> _without_cache(["001", "--compilation-cache", "jax-cache", "--jobs", "4", "--compilation-cache=x"])
     ['001', '--jobs', '4']
     """
     out: list[str] = []
