@@ -230,7 +230,6 @@ UNANNOTATED = {
     "geojax.search.ivf.IndexIVF.from_state",
     "geojax.search.placement.pad_rows",
     "geojax.search.placement.put_shards",
-    "geojax.search.scan.blocked",
 }
 
 

@@ -15,7 +15,7 @@ from tests import test_idx
 from tests.subprocess_env import child_env
 from train.app import cli, config
 from train.app import data as data_lib
-from train.reproduce import common, plan
+from train.reproduce import atlas, common, papers, plan, simo
 from train.reproduce.__main__ import list_runs, main
 
 ROOT = os.path.join(os.path.dirname(__file__), os.pardir)
@@ -39,7 +39,7 @@ def test_gpu_scale_trains_each_papers_share_of_its_recipes_epochs():
     """At the gpu scale a run trains its paper's share of the recipe's epochs (Korman 2021: 1/75 of MSimCLR's
     100 and MTriplet's 300), with the recipe's own network and ten steps per dispatch; a recipe given in steps
     keeps them."""
-    assert common.SCALES["gpu"].fractions["001"] == pytest.approx(1 / 75)
+    assert common.SCALES["gpu"].shares and atlas.PAPER.fractions["gpu"] == pytest.approx(1 / 75)
     lines = list_runs("001", scale=common.SCALES["gpu"], data_spec="digits", out="o")
     configs = [config.from_args(line.split()[3:]) for line in lines]
     digits = data_lib.load("digits")
@@ -55,10 +55,22 @@ def test_gpu_scale_trains_each_papers_share_of_its_recipes_epochs():
     assert os.path.dirname(configs[0].workdir) == os.path.join("o", "runs", "digits", "gpu", "001")
     steps_only = config.make(preset="supcon")
     assert common.run_steps(steps_only, 60_000, None, 0.5) == steps_only.steps
-    unsized = dataclasses.replace(common.SCALES["gpu"], fractions={"001": 1 / 75})
-    ctx = common.Context(scale=unsized, data="digits", dataset=None, runs_dir="", out="", paper="004")
-    with pytest.raises(ValueError, match="no share of epochs for paper '004'"):
-        _ = ctx.fraction
+    unsized = dataclasses.replace(simo.PAPER, fractions={})
+    kw = dict(data="digits", dataset=None, runs_dir="", out="", paper=unsized)
+    with pytest.raises(ValueError, match="paper '004' sets none there"):
+        _ = common.Context(scale=common.SCALES["gpu"], **kw).fraction
+    assert common.Context(scale=common.SCALES["paper"], **kw).fraction is None  # every epoch: no share needed
+
+
+def test_every_paper_that_trains_sets_its_share_at_each_scale_of_shares():
+    """Each paper's module holds its record, selector order is the papers' order, and every paper that trains
+    sets its share of epochs at every scale that trains shares (and only there)."""
+    assert list(papers.PAPERS) == ["000", "001", "002", "003", "004"]
+    assert all(papers.MODULES[key].PAPER is paper for key, paper in papers.PAPERS.items())
+    shares = {name for name, scale in common.SCALES.items() if scale.shares}
+    assert shares == {"gpu"}
+    for paper in papers.PAPERS.values():
+        assert set(paper.fractions) == (shares if paper.trains else set()), paper.key
 
 
 def test_plan_counts_steps_compiles_and_jobs():

@@ -16,7 +16,7 @@ import pytest
 from train.app import config, report
 from train.app import data as data_lib
 from train.helpers import plots, results, version
-from train.reproduce import atlas, common, records, render, rules, similarities, simo, torus
+from train.reproduce import atlas, common, papers, records, render, rules, similarities, simo, tables, torus
 from train.reproduce.__main__ import _compilation_cache, main, scale_record
 
 CLAIM_KEYS = {"claim", "ours", "paper", "source", "rule", "verdict"}
@@ -111,7 +111,7 @@ def test_markdown_holds_every_seed_and_claim(outputs):
         assert f"## {res['title']}" in text
         assert f"`{res['command']}`" in text
         for c in res["claims"]:
-            assert f"| {common.PAPERS[seed].citation} | {c['claim']} | {c['verdict']} |" in text
+            assert f"| {papers.PAPERS[seed].citation} | {c['claim']} | {c['verdict']} |" in text
     assert "Seed 0" not in text and "seed 0" not in text  # papers are cited by author and year
     assert "![reproduce_" not in text  # no plot referenced that these seeds did not write
 
@@ -135,8 +135,11 @@ def test_scale_record_holds_every_papers_sizes_in_the_recorded_order():
         record = scale_record(scale)
         assert list(record) == list(records.SIZE_ORDER), name
         assert record["atlas_seeds"] == atlas.SIZES[name].atlas_seeds and record["seeds"] == scale.seeds
+        # the gpu scale's share of epochs of each paper that trains (its module's PAPER), as results hold them
+        shares = {"000": 1 / 25, "001": 1 / 75, "003": 1 / 100, "004": 1 / 10} if name == "gpu" else None
+        assert record["fractions"] == shares, name
     with pytest.raises(ValueError, match="named twice"):
-        records.scale_record(common.SCALES["tiny"], [simo.SIZES["tiny"], simo.SIZES["tiny"]])
+        records.scale_record(common.SCALES["tiny"], [simo.SIZES["tiny"], simo.SIZES["tiny"]], None)
 
 
 def test_claim_and_run_records():
@@ -451,14 +454,14 @@ def test_runs_table_marks_divergence():
         ),
         records.Run(name="bad", overrides={}, seed=1, steps=5, epochs=1.0, diverged=True, error="nan"),
     ]
-    lines = render.runs_table(runs).splitlines()
+    lines = tables.runs_table(runs).splitlines()
     assert lines[0].startswith("| run | seed | steps | epochs | P@1 |") and lines[1].startswith("|:---|---:|")
     assert lines[2] == "| ok | 0 | 5 | 1 | 0.8750 | – | – | – | – | – | 1.2 |"
     assert lines[3].startswith("| bad (DIVERGED) | 1 | 5 | 1 | – |")
     assert len(lines) == 4  # no report with the raw-pixel baseline: no raw-pixel row
     runs[0].report["baseline_raw_1nn"] = {"precision_at_1": 0.85, "knn_accuracy": 0.86}
-    last = render.runs_table(runs).splitlines()[-1]
-    assert last.startswith(f"| {render.RAW} | – | 0 | – | 0.8500 | 0.8600 |")
+    last = tables.runs_table(runs).splitlines()[-1]
+    assert last.startswith(f"| {tables.RAW} | – | 0 | – | 0.8500 | 0.8600 |")
 
 
 def test_target_noise_against_a_loop_and_plots(tmp_path):
@@ -545,7 +548,8 @@ def test_render_mode_rejudges_stored_results_without_training(outputs, tmp_path,
     assert set(judged) == set(results)
     page = (folder / "reproduction.md").read_text(encoding="utf-8")
     for key in results:
-        assert (f"| {common.PAPERS[key].citation} | {common.PAPERS[key].recipe} |" in page) is (key != "002")
+        paper = papers.PAPERS[key]
+        assert (f"| {paper.citation} | {paper.recipe} |" in page) is (key != "002")
     for seed, res in results.items():
         assert judged[seed]["claims"] == res["claims"] and judged[seed]["tables"] == res["tables"], seed
         assert judged[seed]["judged"]["code_version"] == report.code_version()

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from train.app import cli, config
-from train.reproduce import atlas, common, simo, torus
+from train.reproduce import atlas, common, papers, simo, torus
 from train.reproduce.__main__ import MODULES, context, main
 
 
@@ -49,7 +49,7 @@ def _trained(monkeypatch, argv: list[str], test_fraction: float) -> dict[str, co
 
     monkeypatch.setattr(cli, "run", record)
     scale, spec, out = (argv[argv.index(flag) + 1] for flag in ("--scale", "--data", "--out"))
-    for key, paper in common.PAPERS.items():
+    for key, paper in papers.PAPERS.items():
         if paper.trains:
             ctx = context(
                 key, scale=common.SCALES[scale], data_spec=spec, out=out, test_fraction=test_fraction

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from geojax import quantize, search
-from geojax.search import scan
+from geojax.search import _kernels, scan
 
 
 def naive_topk(dist: np.ndarray, k: int):
@@ -102,7 +102,7 @@ def test_torus_bits_topk_equals_numpy(bits, n, k, p, width):
 def test_torus_bits_wide_codes_fall_back_to_bytes(bits):
     # Past 2,047 (4-bit) or 4,095 (2-bit) uint32 words the 16-bit SWAR lanes could overflow: the scan must
     # switch to one byte per coordinate and stay exact at the largest distances.
-    width = 4 * scan._word_limit(bits) + 4
+    width = 4 * _kernels._word_limit(bits) + 4
     rng = np.random.default_rng(bits)
     db = rng.integers(0, 256, (6, width), dtype=np.uint8)
     antipode = {4: 0x88, 2: 0xAA}[bits]  # every coordinate half a turn away from 0

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from geojax import quantize, search
-from geojax.search import scan
+from geojax.search import _kernels, _select, scan
 
 
 def naive_topk(dist: np.ndarray, k: int):
@@ -65,7 +65,7 @@ def test_hamming_blocks_and_boundaries(monkeypatch, select, n):
     if select is not None:
         monkeypatch.setattr(scan, "SELECT", select)
     c, s, group, blocks = scan.plan(n, 3, 512, 5, scan.SELECT, 8)
-    assert group == scan._GROUP and (select is None or blocks > 1)
+    assert group == _select._GROUP and (select is None or blocks > 1)
     step = c * s  # rows per selection block: exact ties straddle its boundaries and those of sub-chunks
     pairs = [(a, b) for a, b in [(step - 1, step), (c - 1, c), (0, n - 1), (step + 1, 2 * step + 1)] if b < n]
     rng = np.random.default_rng(n)
@@ -104,7 +104,7 @@ def test_pq_equals_numpy_adc(monkeypatch, select, n):
     queries[0] = np.asarray(quantize.pq_decode(pq, codes[5:6]))[0]
     ref = pq_numpy(queries, codebooks, codes)
     ref_d, ref_i = naive_topk(ref, 6)
-    assert scan.plan(n, 6, 1024, 4, scan.SELECT, 8)[2] == scan._GROUP
+    assert scan.plan(n, 6, 1024, 4, scan.SELECT, 8)[2] == _select._GROUP
     found = search.pq_topk(queries, pq, codes, 6, chunk=1024, query_block=4)
     check(found, ref_d, ref_i, rtol=1e-5)
     assert list(np.asarray(found[1])[0, :2]) == [5, 1030]
@@ -115,8 +115,8 @@ def test_selection_blocks_bounded_in_bytes(monkeypatch):
     # A selection block's codes stay within _BLOCK_BYTES (cache-sized), whatever the minima allow.
     for n, row_bytes in [(1_000_000, 64), (1_000_000, 32), (10_000_000, 8)]:
         c, s, _, _ = scan.plan(n, 10, 16384, 256, scan.SELECT, row_bytes)
-        assert s * c * row_bytes <= scan._BLOCK_BYTES
-    monkeypatch.setattr(scan, "_BLOCK_BYTES", 4096)
+        assert s * c * row_bytes <= _select._BLOCK_BYTES
+    monkeypatch.setattr(_select, "_BLOCK_BYTES", 4096)
     n = 5000
     c, s, _, blocks = scan.plan(n, 3, 128, 5, scan.SELECT, 8)
     assert s * c * 8 <= 4096 and blocks > 1
@@ -161,9 +161,9 @@ def test_pq_tables_do_not_depend_on_the_batch():
     rng = np.random.default_rng(4)
     codebooks = rng.normal(size=(8, 256, 8)).astype(np.float32)
     queries = rng.normal(size=(1000, 64)).astype(np.float32)
-    whole = np.asarray(scan._pq_tables(codebooks, queries))
+    whole = np.asarray(_kernels._pq_tables(codebooks, queries))
     parts = np.concatenate(
-        [np.asarray(scan._pq_tables(codebooks, queries[i : i + 7])) for i in range(0, 1000, 7)], 2
+        [np.asarray(_kernels._pq_tables(codebooks, queries[i : i + 7])) for i in range(0, 1000, 7)], 2
     )
     np.testing.assert_array_equal(whole, parts)
     direct = ((queries.reshape(1000, 8, 1, 8) - codebooks[None]) ** 2).sum(-1).transpose(1, 2, 0)
@@ -179,11 +179,11 @@ def check_pq_scan_ranks_by_its_own_tables():
     codebooks = rng.normal(size=(m, ks, ds)).astype(np.float32)
     codes = rng.integers(0, ks, (n, m)).astype(np.uint8)
     queries = rng.normal(size=(40, m * ds)).astype(np.float32)
-    tables = np.asarray(scan._pq_tables(codebooks, queries))  # [m, K, Q]
+    tables = np.asarray(_kernels._pq_tables(codebooks, queries))  # [m, K, Q]
     ref = tables[0][codes[:, 0]].T
     for j in range(1, m):
         ref = ref + tables[j][codes[:, j]].T  # float32, in sub-space order, as the kernels add
-    assert scan.plan(n, k, 4096, 32, scan.SELECT, m)[2] == scan._GROUP  # the grouped path, fused kernels
+    assert scan.plan(n, k, 4096, 32, scan.SELECT, m)[2] == _select._GROUP  # the grouped path, fused kernels
     pq = quantize.PQ(codebooks=codebooks, objective=np.zeros((m, 0)))
     check(search.pq_topk(queries, pq, codes, k), *naive_topk(ref, k))
 

@@ -728,7 +728,7 @@ def _group_leaders(
     """Each group of m consecutive rows' leader: its smallest distance (as an order key) and the id of its
     first row at that distance, over the first ``rows`` rows.
 
-    Unlike the flat scan's ``scan._group_minima`` (minima only: there a row's position is its id), the
+    Unlike the flat scan's ``_select._group_minima`` (minima only: there a row's position is its id), the
     leader's id is kept, since groups of different blocks are ranked against each other by (minimum, id).
 
     dist [c, n] distances, rows [c, 1] filled rows, ids [c, n] (ascending within a row) → (keys [c, n/m]

@@ -5,8 +5,9 @@
 The selectors name the papers: ``000`` Stowell 2026 (torus embeddings, :mod:`.torus`), ``001`` Korman 2021
 (atlas target spaces, :mod:`.atlas`), ``002`` Hong, Meng & Yuan 2018 (Tensorized Projection vs ITQ,
 :mod:`.binary`), ``003`` Feeney & Hughes 2024 (similarities × supervised contrastive losses,
-:mod:`.similarities`), ``004`` Bouhsine et al. 2024 (the SimO loss, :mod:`.simo`). What they share is in
-:mod:`.common` (the papers, the scales, the run helper), :mod:`.records` (claim and run records) and
-:mod:`.rules` (the statistics and verdict rules), the Markdown in :mod:`.render`, the command line in
-``__main__.py``.
+:mod:`.similarities`), ``004`` Bouhsine et al. 2024 (the SimO loss, :mod:`.simo`), each module holding its
+paper's record; :mod:`.papers` lists them (a new paper is a new module and its entry there). What they share
+is in :mod:`.common` (the paper record, the scales, the run helper), :mod:`.records` (claim and run records),
+:mod:`.rules` (the statistics and verdict rules) and :mod:`.tables` (the tables of a paper's section), the
+page's Markdown in :mod:`.render`, the command line in ``__main__.py``.
 """

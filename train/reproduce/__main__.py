@@ -71,20 +71,20 @@ from jax.experimental.compilation_cache import compilation_cache
 
 from train.app import config, data, report
 from train.helpers import files
-from train.reproduce import atlas, binary, plan, records, render, similarities, simo, torus
-from train.reproduce.common import PAPERS, SCALES, Context, Scale, data_tag, fraction_text, is_finished
+from train.reproduce import atlas, papers, plan, records, render
+from train.reproduce.common import SCALES, Context, Scale, data_tag, fraction_text, is_finished
+from train.reproduce.papers import MODULES, PAPERS
 from train.reproduce.records import Claim, Findings, Run, clean
 from train.reproduce.rules import NOT_TESTABLE, RECIPES_TRIED, gate
 
-MODULES = {m.PAPER.key: m for m in (torus, atlas, binary, similarities, simo)}
 RUNNERS: dict[str, Callable[[Context], Findings]] = {key: m.findings for key, m in MODULES.items()}
 
 
 def scale_record(scale: Scale) -> dict[str, Any]:
-    """The result JSON's record of ``scale``: its shared sizes and every paper's own at it (the SIZES of each
-    paper module that has some), :func:`records.scale_record`."""
+    """The result JSON's record of ``scale``: its shared sizes, every paper's share of epochs at it and every
+    paper's own sizes (the SIZES of each paper module that has some), :func:`records.scale_record`."""
     own = [m.SIZES[scale.name] for m in MODULES.values() if hasattr(m, "SIZES")]
-    return records.scale_record(scale, own)
+    return records.scale_record(scale, own, papers.fractions(scale))
 
 
 def context(
@@ -107,7 +107,7 @@ def context(
         dataset=ds,
         runs_dir=os.path.join(out, "runs", tag or "digits", scale.name, key),
         out=out,
-        paper=key,
+        paper=PAPERS[key],
         test_fraction=test_fraction,
         tag="_".join(t for t in (tag, "" if scale.name == "cpu" else scale.name) if t),
         listing=listing,
@@ -253,10 +253,9 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     ap = argparse.ArgumentParser(prog="python -m train.reproduce", description=__doc__.split("\n\n")[0])
     ap.add_argument(
         "paper",
-        help="000 (Stowell 2026) | 001 (Korman 2021) | 002 (Hong, Meng & Yuan 2018) | "
-        "003 (Feeney & Hughes 2024) | 004 (Bouhsine et al. 2024) | all | render (no training: re-judge the "
-        "JSON results in --out with the current rules and render reproduction.md; --data adds what needs "
-        "only that data set, e.g. Korman 2021's 2-d PCA probe)",
+        help="".join(f"{key} ({p.citation}) | " for key, p in PAPERS.items())
+        + "all | render (no training: re-judge the JSON results in --out with the current rules and render "
+        "reproduction.md; --data adds what needs only that data set, e.g. Korman 2021's 2-d PCA probe)",
     )
     ap.add_argument(
         "--scale",

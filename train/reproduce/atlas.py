@@ -13,12 +13,22 @@ import numpy as np
 from train.app import config, data, probe
 from train.app.data import Dataset
 from train.helpers import plots
-from train.reproduce.common import PAPERS, Context, recipe_encoder, scale_note, train_recipe, train_seeds
+from train.reproduce.common import Context, Paper, recipe_encoder, scale_note, train_recipe, train_seeds
 from train.reproduce.records import Claim, Findings, Run
-from train.reproduce.render import records_table, runs_table
 from train.reproduce.rules import Arms, above, mean_sd, welch_interval
+from train.reproduce.tables import records_table, runs_table
 
-PAPER = PAPERS["001"]
+PAPER = Paper(
+    key="001",
+    citation="Korman 2021",
+    title="Atlas / manifold target spaces: MSimCLR and MTriplet (Korman 2021, arXiv 2106.07062)",
+    recipe="no clipping; A.1's crop, jitter, grayscale without a flip (crop area 0.08–1, SimCLR's); "
+    "the heads of the public code; probe 20 epochs (geojax's; the paper gives none, its public code: "
+    "100); MTriplet from scratch on a ResNet-18 (the paper: ImageNet-pretrained GoogLeNet, 227 px)",
+    # gpu: MSimCLR 100 → 1.33 epochs, MTriplet 300 → 4; the sweep 441 s expected on one H100, 474 s measured
+    # on an H200
+    fractions={"gpu": 1 / 75},
+)
 CLAIM_CHARTS = (1, 16)  # the claim: n = 16 beats n = 1 (every scale's first two chart counts)
 ATLAS_DIM = 2
 PLOT = "reproduce_001_charts"

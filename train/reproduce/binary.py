@@ -17,10 +17,15 @@ from train.app import report
 from train.reproduce import common
 from train.reproduce.common import Context
 from train.reproduce.records import Claim, Findings, Run
-from train.reproduce.render import records_table
 from train.reproduce.rules import EQUIVALENT, above, bootstrap_diff, every, interval_text, within
+from train.reproduce.tables import records_table
 
-PAPER = common.PAPERS["002"]
+PAPER = common.Paper(
+    key="002",
+    citation="Hong, Meng & Yuan 2018",
+    title="Tensorized Projection vs ITQ binary embedding (Hong, Meng & Yuan, AAAI 2018)",
+    trains=False,
+)
 # Paper-size parameter counts (Tables 1-2): d = 4096 → b bits, 6 cores of 4s, TT-rank 4.
 PAPER_TT = (
     ("4096 → 1024 bits (Table 1)", (2, 4, 4, 4, 4, 2), 1088),

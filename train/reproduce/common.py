@@ -1,6 +1,7 @@
-"""What every paper's reproduction shares: the papers, the scales and the run helper (each run's config, its
-training or reading back, its per-run analyses). The records are in :mod:`.records`, the statistics and
-verdict rules in :mod:`.rules`."""
+"""What every paper's reproduction shares: the paper record, the scales and the run helper (each run's
+config, its training or reading back, its per-run analyses). Each paper's record is in its own module, the
+papers in :mod:`.papers`, the records of a result in :mod:`.records`, the statistics and verdict rules in
+:mod:`.rules`."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import os
 import shlex
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -62,8 +63,10 @@ STAND_IN = "resnet18"
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Paper:
-    """A reproduced paper: its command-line selector, how the text cites it, the section title, and whether
-    its reproduction trains models (Hong, Meng & Yuan 2018's only fits codes to the pixels)."""
+    """A reproduced paper: its command-line selector, how the text cites it, the section title, whether its
+    reproduction trains models (Hong, Meng & Yuan 2018's only fits codes to the pixels), and its share of
+    its recipes' epochs at each scale that trains a share (:attr:`Scale.shares`: the gpu scale). Each paper's
+    module holds its own (``PAPER``)."""
 
     key: str  # python -m train.reproduce <key>; also the reproduce_<key>.json file name
     citation: str  # author and year
@@ -71,48 +74,9 @@ class Paper:
     trains: bool = True
     recipe: str = ""  # where the recipe's values come from and how it deviates, in one line (the page's
     # recipe table; the comments in train/app/presets.py give the detail)
-
-
-PAPERS: dict[str, Paper] = {
-    p.key: p
-    for p in (
-        Paper(
-            key="000",
-            citation="Stowell 2026",
-            title="Torus embeddings (Stowell 2026, arXiv 2603.03135)",
-            recipe="best epoch on 10 % held out of training (the public code selects on the test set); PQ on "
-            "the 8-bit values; CIFAR-stem ResNet-18 from scratch (the code: ImageNet ResNet-18, pretrained, "
-            "224 px)",
-        ),
-        Paper(
-            key="001",
-            citation="Korman 2021",
-            title="Atlas / manifold target spaces: MSimCLR and MTriplet (Korman 2021, arXiv 2106.07062)",
-            recipe="no clipping; A.1's crop, jitter, grayscale without a flip (crop area 0.08–1, SimCLR's); "
-            "the heads of the public code; probe 20 epochs (geojax's; the paper gives none, its public code: "
-            "100); MTriplet from scratch on a ResNet-18 (the paper: ImageNet-pretrained GoogLeNet, 227 px)",
-        ),
-        Paper(
-            key="002",
-            citation="Hong, Meng & Yuan 2018",
-            title="Tensorized Projection vs ITQ binary embedding (Hong, Meng & Yuan, AAAI 2018)",
-            trains=False,
-        ),
-        Paper(
-            key="003",
-            citation="Feeney & Hughes 2024",
-            title="SupCon vs SINCERE, cosine vs negative arc length (Feeney & Hughes 2024, blog)",
-            recipe="the authors' fork: ResNet-50, SGD 0.9 with weight decay 1e-4, lr 0.65 / 0.35, τ 0.1 / "
-            "0.05, batch 512, 800 epochs",
-        ),
-        Paper(
-            key="004",
-            citation="Bouhsine et al. 2024",
-            title="SimO loss and its orthogonality ablation (Bouhsine et al. 2024)",
-            recipe="D = 16, batch 128, AdamW: geojax's choices",
-        ),
-    )
-}
+    fractions: Mapping[str, float] = dataclasses.field(default_factory=dict)  # scale name → the share of its
+    # recipes' epochs each run trains there (recipes given in epochs). Pinned: a changed share changes every
+    # run's config, and the runs trained with the old one are no longer read back.
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -123,7 +87,7 @@ class Scale:
 
     Every run is a paper's recipe (an app preset) on the chosen data with this scale's encoder; it trains the
     recipe's epochs, or ``images`` training images (steps × batch) where those are fewer, or (the ``gpu``
-    scale) its paper's share ``fractions[paper]`` of the recipe's epochs.
+    scale, ``shares``) its paper's share of the recipe's epochs (:attr:`Paper.fractions`).
 
     What every paper shares is here; each paper's own sizes at a scale (its seeds per arm, dimensions, fit
     iterations) are its module's ``SIZES[scale.name]``.
@@ -138,9 +102,9 @@ class Scale:
     images: int | None  # at most this many training images per run (None: the recipe's epochs)
     recipe: dict[str, Any] | None = None  # the training recipe of every supervised run (labels=class), at its
     # own length (CPU_RECIPE); None: each paper's own
-    fractions: dict[str, float] | None = None  # per paper, the share of its recipes' epochs each run trains
-    # (recipes given in epochs; None: all of them). Pinned: a changed share changes every run's config, and
-    # the runs trained with the old one are no longer read back.
+    shares: bool = False  # each run trains its paper's share of its recipes' epochs (Paper.fractions at
+    # this scale; a paper that sets none is refused); False: all of them. The result JSON records the shares
+    # themselves, per paper, as ``fractions``.
     probe_epochs: int | None  # linear / piecewise-linear probe epochs (None: the recipe's)
     steps_per_call: int  # training steps per dispatch (an accelerator idles between short steps)
     replicas: bool  # train a configuration's seeds as one program (seeds=S), where only seed 0's embeddings
@@ -172,13 +136,11 @@ SCALES: dict[str, Scale] = {
         width=None,
         norm=None,
         images=None,
-        # Each paper's share of its epochs, chosen so that its whole sweep (every run, three seeds, the
-        # evaluation) fits one 9-minute command on one H100 (train.reproduce.plan's estimate, printed by
-        # --print, with --jobs 4 as benchmarks/gpu_sweep.sh runs it): Korman 2021 1/75 (MSimCLR 100 → 1.33
-        # epochs, MTriplet 300 → 4; 441 s expected, 474 s measured on an H200); Stowell 2026 1/25 (100 → 4
-        # epochs; its torusC runs are fixed at unstable_steps: 471 s); Feeney & Hughes 2024 1/100 (394 s);
-        # Bouhsine et al. 2024 1/10 (363 s).
-        fractions={"001": 1 / 75, "000": 1 / 25, "003": 1 / 100, "004": 1 / 10},
+        # Each paper's share of its epochs (its module's PAPER.fractions["gpu"]), chosen so that its whole
+        # sweep (every run, three seeds, the evaluation) fits one 9-minute command on one H100
+        # (train.reproduce.plan's estimate, printed by --print, with --jobs 4 as benchmarks/gpu_sweep.sh runs
+        # it).
+        shares=True,
         probe_epochs=None,
         steps_per_call=10,
         replicas=False,
@@ -236,7 +198,7 @@ class Context:
     dataset: data.Dataset
     runs_dir: str
     out: str
-    paper: str = ""  # the reproduced paper's key (PAPERS), which picks its share of epochs (Scale.fractions)
+    paper: Paper | None = None  # the reproduced paper (its share of epochs where the scale trains shares)
     test_fraction: float = 0.25  # held-out fraction of digits / npz data (train.app.data's seeded split)
     tag: str = ""  # output file-name suffix of this data set ("" for digits, see data_tag)
     runs: list[Run] = dataclasses.field(default_factory=list)
@@ -245,14 +207,15 @@ class Context:
     @property
     def fraction(self) -> float | None:
         """The share of its recipes' epochs each run of this paper trains at this scale (None: all)."""
-        if self.scale.fractions is None:
+        if not self.scale.shares:
             return None
-        if self.paper not in self.scale.fractions:
+        if self.paper is None or self.scale.name not in self.paper.fractions:
+            key = None if self.paper is None else self.paper.key
             raise ValueError(
-                f"scale {self.scale.name!r} sets no share of epochs for paper {self.paper!r} "
-                f"(it has {sorted(self.scale.fractions)})"
+                f"scale {self.scale.name!r} trains each paper's share of its epochs, and paper {key!r} sets "
+                "none there (its PAPER's fractions)"
             )
-        return self.scale.fractions[self.paper]
+        return self.paper.fractions[self.scale.name]
 
     def file(self, stem: str, ext: str) -> str:
         """An output file name of this data set: ``<stem>.<ext>`` for digits, ``<stem>_<tag>.<ext>`` else."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -147,7 +147,8 @@ def clean(v: Any) -> Any:
 
 
 # The order in which a result JSON records its scale's sizes (the results written so far all have it): the
-# shared ones (common.Scale) and each paper's own (its module's SIZES); a size not named here follows them.
+# shared ones (common.Scale, with the papers' shares of epochs as ``fractions``) and each paper's own (its
+# module's SIZES); a size not named here follows them.
 SIZE_ORDER = (
     *("name", "encoder", "width", "norm", "images", "recipe", "fractions", "probe_epochs", "steps_per_call"),
     *("replicas", "seeds", "charts", "atlas_seeds", "torus_seeds", "unstable_dims", "unstable_steps"),
@@ -156,11 +157,14 @@ SIZE_ORDER = (
 )
 
 
-def scale_record(shared: Any, own: Sequence[Any]) -> dict[str, Any]:
-    """The result JSON's ``scale``: the fields of ``shared`` (a common.Scale) and of each paper's own sizes at
-    that scale (``own``: dataclasses, e.g. each module's ``SIZES[scale.name]``), in SIZE_ORDER. A size two of
-    them name is refused."""
+def scale_record(shared: Any, own: Sequence[Any], fractions: Mapping[str, float] | None) -> dict[str, Any]:
+    """The result JSON's ``scale``: the fields of ``shared`` (a common.Scale), its ``shares`` recorded as
+    ``fractions`` (per paper, the share of its recipes' epochs each run trains at that scale; None: all of
+    them), and the fields of each paper's own sizes at that scale (``own``: dataclasses, e.g. each module's
+    ``SIZES[scale.name]``), in SIZE_ORDER. A size two of them name is refused."""
     record = dataclasses.asdict(shared)
+    del record["shares"]
+    record["fractions"] = None if fractions is None else dict(fractions)
     for sizes in own:
         fields = dataclasses.asdict(sizes)
         if clash := sorted(record.keys() & fields.keys()):

@@ -11,9 +11,8 @@ import numpy as np
 
 from geojax import similarity as similarity_lib
 from train.helpers import plots
-from train.reproduce.common import PAPERS, Context, run_analysis, scale_note, train_recipe
+from train.reproduce.common import Context, Paper, run_analysis, scale_note, train_recipe
 from train.reproduce.records import Claim, Findings, Run
-from train.reproduce.render import runs_table
 from train.reproduce.rules import (
     EQUIVALENT,
     LEARNED,
@@ -26,8 +25,16 @@ from train.reproduce.rules import (
     t_interval,
     within,
 )
+from train.reproduce.tables import runs_table
 
-PAPER = PAPERS["003"]
+PAPER = Paper(
+    key="003",
+    citation="Feeney & Hughes 2024",
+    title="SupCon vs SINCERE, cosine vs negative arc length (Feeney & Hughes 2024, blog)",
+    recipe="the authors' fork: ResNet-50, SGD 0.9 with weight decay 1e-4, lr 0.65 / 0.35, τ 0.1 / "
+    "0.05, batch 512, 800 epochs",
+    fractions={"gpu": 1 / 100},  # the sweep 394 s expected on one H100
+)
 # Feeney & Hughes 2024 give no training sizes: SupContrast's CIFAR-10 recipe (the app's *_cifar10 presets:
 # D = 128, batch 512, SimCLR views, 100 epochs), on the chosen data with the scale's encoder and length.
 VARIANTS: dict[str, dict[str, Any]] = {  # label → config keys

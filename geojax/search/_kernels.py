@@ -1,0 +1,164 @@
+"""The distance kernels of the exact scans (:mod:`geojax.search.scan`): wraparound L1 and squared L2 on packed
+torus codes (Stowell 2026, §4), Hamming distance on packed bits, and PQ's asymmetric distance by lookup
+tables (Jégou et al. 2011, eq. 13).
+
+Every kernel is ``kernel(qdata [b, W, ...], rows, shared) -> [b, n]`` distances. With shared=True, rows are
+one database chunk stored column-major [W, n] (every query of the block against every row: the loops run
+along contiguous rows, which vectorises); with shared=False, rows are [b, n, W], row i's for query i; with
+shared=BLOCKS, rows are (blocks [B, W, n] of column-major rows, numbers [b, m]): query i against blocks
+numbers[i] → [b, m, n] (inverted lists), each column read straight from the blocks, not copied out first.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+_F32 = jnp.float32
+_MAX_UNROLL = 128
+BLOCKS = "blocks"  # the kernels' third layout: per-query blocks of column-major rows
+
+
+def _sum_columns(term, q: jax.Array, rows: jax.Array, shared: bool, acc_dtype) -> jax.Array:
+    """Σ_w term(q[:, w], rows' column w), unrolled for narrow codes, a fori_loop for wide ones.
+
+    Shared rows [W, *S] give [b, *S]; per-query rows [b, n, W] give [b, n]; per-query blocks
+    (blocks [B, W, n], numbers [b, m]) (shared = BLOCKS) give [b, m, n].
+    """
+    width = q.shape[1]
+
+    def column(w):
+        qw = lax.dynamic_index_in_dim(q, w, axis=1, keepdims=False)
+        if shared == BLOCKS:
+            blocks, numbers = rows
+            return term(qw[:, None, None], blocks[numbers, w]).astype(acc_dtype)
+        if shared:
+            qw = qw.reshape(qw.shape[0], *([1] * (rows.ndim - 1)))
+            return term(qw, lax.dynamic_index_in_dim(rows, w, axis=0, keepdims=True)).astype(acc_dtype)
+        return term(qw[:, None], lax.dynamic_index_in_dim(rows, w, axis=2, keepdims=False)).astype(acc_dtype)
+
+    if width <= _MAX_UNROLL:
+        total = column(0)
+        for w in range(1, width):
+            total = total + column(w)
+        return total
+    return lax.fori_loop(1, width, lambda w, acc: acc + column(w), column(0))
+
+
+def _wrap_byte_distance(a: jax.Array, b: jax.Array) -> jax.Array:
+    """Per-byte flat-torus distance min((a−b) mod 256, (b−a) mod 256) on uint8 (overflow is the torus)."""
+    return jnp.minimum(a - b, b - a)
+
+
+def _lane_mask(bits: int, lane_bit: int) -> int:
+    """uint32 mask with bit ``lane_bit`` of every ``bits``-bit lane set."""
+    return sum(1 << (i + lane_bit) for i in range(0, 32, bits))
+
+
+def _wrap_word_distance(a: jax.Array, b: jax.Array, bits: int = 8) -> jax.Array:
+    """Per-lane flat-torus distance of 32/bits codes packed in a uint32 word (SWAR), summed into two
+    16-bit lanes.
+
+    d = a − b per ``bits``-bit lane without borrows between lanes; min(d, 2^b − d) = (d XOR (2^b − 1)·s) + s
+    with s = d ≥ 2^(b−1), which never carries out of a lane; then neighbouring lanes are added pairwise
+    until bytes 0+1 and 2+3 sit in the low and high 16 bits. One word adds at most 2^(b−1)·16/b to a
+    16-bit lane (256 for bytes, 32 for nibbles, 16 for 2-bit lanes).
+    """
+    hi, low = jnp.uint32(_lane_mask(bits, bits - 1)), jnp.uint32(_lane_mask(bits, 0))
+    d = ((a | hi) - (b & ~hi)) ^ ((a ^ ~b) & hi)
+    s = (d >> (bits - 1)) & low
+    r = (d ^ (s * jnp.uint32((1 << bits) - 1))) + s
+    width = bits
+    while width < 16:
+        keep = jnp.uint32(sum(((1 << width) - 1) << i for i in range(0, 32, 2 * width)))
+        r = (r & keep) + ((r >> width) & keep)
+        width *= 2
+    return r
+
+
+def _word_limit(bits: int) -> int:
+    """Most uint32 words whose lane sums cannot overflow a 16-bit lane (255 bytes, 2,047 for nibbles …)."""
+    return 0xFFFF // ((1 << (bits - 1)) * 16 // bits)
+
+
+def _torus_words_kernel(q: jax.Array, rows: jax.Array, shared: bool, *, bits: int = 8) -> jax.Array:
+    """Wraparound L1 on packed b-bit codes viewed as uint32 words (≤ :func:`_word_limit` words)."""
+    lanes = _sum_columns(functools.partial(_wrap_word_distance, bits=bits), q, rows, shared, jnp.uint32)
+    return ((lanes & jnp.uint32(0xFFFF)) + (lanes >> 16)).astype(jnp.int32)
+
+
+def _torus_bytes_kernel(q: jax.Array, rows: jax.Array, shared: bool, *, p: int, shift: int = 0) -> jax.Array:
+    """Wraparound Lp^p on uint8 codes, one byte column at a time, int32 sums. b-bit codes come shifted left
+    by ``shift`` = 8 − b, so that uint8 overflow wraps them at 2^b; the distance is shifted back."""
+
+    def term(a, b):
+        d = jnp.right_shift(_wrap_byte_distance(a, b), jnp.uint8(shift)).astype(jnp.int32)
+        return d if p == 1 else d * d
+
+    return _sum_columns(term, q, rows, shared, jnp.int32)
+
+
+# One object per (bits, p), so that jit's static-argument cache hits on repeated calls.
+_TORUS_WORDS_KERNELS = {b: functools.partial(_torus_words_kernel, bits=b) for b in (2, 4, 8)}
+_TORUS_BYTES_KERNELS = {
+    (b, p): functools.partial(_torus_bytes_kernel, p=p, shift=8 - b) for b in (2, 4, 8) for p in (1, 2)
+}
+
+
+def _hamming_kernel(q: jax.Array, rows: jax.Array, shared: bool) -> jax.Array:
+    """Hamming distance of uint32 words: Σ popcount(a XOR b), int32."""
+    return _sum_columns(lambda a, b: lax.population_count(a ^ b), q, rows, shared, jnp.uint32).astype(
+        jnp.int32
+    )
+
+
+def _pq_kernel(tables: jax.Array, rows: jax.Array, shared: bool) -> jax.Array:
+    """Asymmetric distance Σ_j T[j, code_j, q] (Jégou et al. 2011 eq. 13), j = 0 … m−1 in order.
+
+    tables: [m, K, b], queries last, so that one code's entries for consecutive queries are contiguous (the
+    scan's loop over queries then reads a row of the table); shared rows: codes [m, *S] → [b, *S];
+    blocks (shared = BLOCKS): (codes [B, m, n], numbers [b, g]) → [b, g, n]; otherwise [b, n, m] → [b, n].
+    """
+    codes = rows if shared == BLOCKS else rows.astype(jnp.int32)
+    total = None
+    for j in range(tables.shape[0]):
+        if shared == BLOCKS:
+            blocks, numbers = codes
+            b, g = numbers.shape
+            column = blocks[numbers, j].astype(jnp.int32).reshape(b, -1)
+            part = jnp.take_along_axis(tables[j].T, column, axis=1).reshape(b, g, -1)
+        elif shared:
+            part = jnp.moveaxis(jnp.take(tables[j], codes[j], axis=0), -1, 0)
+        else:
+            part = jnp.take_along_axis(tables[j].T, codes[:, :, j], axis=1)
+        total = part if total is None else total + part
+    return total
+
+
+@jax.jit
+def _pq_tables(codebooks: jax.Array, queries: jax.Array) -> jax.Array:
+    """Squared distances of each query sub-vector to every centroid (Jégou et al. 2011 eq. 13's tables).
+
+    Summed as Σ_t (q_t − c_t)² in coordinate order, one coordinate per trip of a loop, so a query's table has
+    the same bits in any batch of queries and in any search that uses it (a dot product's rounding changes
+    with the batch's shape, which would let an inverted-file search, the flat scan and a recomputation rank
+    near-equal rows differently). The loop also makes the tables an array written once per query block:
+    unrolled, XLA fused the sum into the scan's table reads and recomputed 3·D/m operations for every entry
+    read (1,000 × 1M PQ(8×8) codes: 4.6× slower), in a rounding of its own.
+
+    codebooks: [m, K, D/m], queries: [b, D] → [m, K, b] float32.
+    """
+    m, _, ds = codebooks.shape
+    qs = queries.astype(_F32).reshape(queries.shape[0], m, ds).transpose(1, 2, 0)  # [m, D/m, b]
+    centroids = codebooks.astype(_F32)
+
+    def term(t):
+        q_t = lax.dynamic_index_in_dim(qs, t, axis=1, keepdims=False)[:, None, :]  # [m, 1, b]
+        diff = q_t - lax.dynamic_index_in_dim(centroids, t, axis=2, keepdims=True)  # [m, K, b]
+        return diff * diff
+
+    zeros = jnp.zeros((m, codebooks.shape[1], queries.shape[0]), _F32)
+    return lax.fori_loop(0, ds, lambda t, total: total + term(t), zeros)
