@@ -6,7 +6,10 @@ references expect (XLA's default there passes them through TF32 or bf16), GPU re
 has four devices.
 """
 
+import atexit
 import os
+import shutil
+import tempfile
 
 # Most tests' time is XLA compiling small programs: the CPU backend's cheaper LLVM passes (the same programs,
 # less optimised machine code) cut it by a quarter to a third.
@@ -20,6 +23,18 @@ FLAGS = " ".join(
 )
 os.environ.setdefault("XLA_FLAGS", FLAGS)
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # pytest-xdist's workers share a GPU
+
+# Many tests compile the same programs in other processes: pytest-xdist's workers, the `python -m train`
+# and benchmark subprocesses, the notebooks' kernels, a sweep's seeds. One JAX persistent compilation cache
+# for the session, which every one of them inherits from the environment, compiles each program once. The
+# process that starts the session makes it (pytest-xdist's controller, before its workers) and removes it on
+# exit; a cache folder the caller set is used as it is and kept.
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    SESSION_CACHE = tempfile.mkdtemp(prefix="geojax-tests-xla-cache-")
+    atexit.register(shutil.rmtree, SESSION_CACHE, ignore_errors=True)
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = SESSION_CACHE
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
 import jax  # noqa: E402
 import pytest  # noqa: E402

@@ -11,6 +11,7 @@ channels has 2c parameters (scale, bias) and 2c running statistics, counted apar
 from __future__ import annotations
 
 import math
+import shlex
 
 import jax.numpy as jnp
 import pytest
@@ -180,26 +181,22 @@ def test_every_preset_builds_the_papers_network(preset, shape):
     check_network(cfg, shape)
 
 
-def paper_scale_configs(tmp_path, monkeypatch) -> list[config.Config]:
-    """The config of every run of ``python -m train.reproduce all --scale paper`` (recorded, not trained)."""
-    from train.app import cli
+def paper_scale_configs() -> list[config.Config]:
+    """The config of every run of ``python -m train.reproduce all --scale paper``: its ``--print`` lines,
+    which are the sweep's runs (tests/test_reproduce_print.py), read back as configs (nothing trained)."""
     from train.reproduce import common
-    from train.reproduce.__main__ import RUNNERS, run_paper
+    from train.reproduce.__main__ import RUNNERS, list_runs
 
-    asked = []
-
-    def record(cfg, **kwargs):
-        asked.append(cfg)
-        raise FloatingPointError("recorded, not trained")
-
-    monkeypatch.setattr(cli, "run", record)
-    for key in RUNNERS:
-        run_paper(key, scale=common.SCALES["paper"], data_spec="digits", out=str(tmp_path), command="c")
-    return asked
+    lines = [
+        line
+        for key in RUNNERS
+        for line in list_runs(key, scale=common.SCALES["paper"], data_spec="digits", out="docs")
+    ]
+    return [config.from_args(shlex.split(line)[3:]) for line in lines]
 
 
-def test_every_paper_scale_run_builds_the_papers_network(tmp_path, monkeypatch):
-    configs = paper_scale_configs(tmp_path, monkeypatch)
+def test_every_paper_scale_run_builds_the_papers_network():
+    configs = paper_scale_configs()
     assert len(configs) > 10 and {c.width for c in configs} == {None}
     # Each recipe's own network: the papers' ResNet-18 (Stowell 2026; Korman 2021 A.1 for MNIST and
     # Fashion-MNIST; Bouhsine et al. 2024's preset), the ResNet-50 of Feeney & Hughes's SupContrast fork.

@@ -21,10 +21,10 @@ def _max_diff(a, b) -> float:
 @pytest.mark.parametrize("devices", [1, pytest.param(4, marks=pytest.mark.multidevice)])
 def test_each_replica_is_the_single_seed_run_with_its_seed(devices, tmp_path):
     kw = dict(TINY, devices=devices, ema=0.5, koleo=0.1)
-    several = cli.run(config.make(seed=3, seeds=3, workdir=str(tmp_path / "three"), **kw))
-    stacked = loop.train(config.make(seed=3, seeds=3, workdir=str(tmp_path / "three"), **kw)).state
-    assert several["per_seed"] and len(several["per_seed"]) == 3
-    for index, seed in enumerate((3, 4, 5)):
+    several = cli.run(config.make(seed=3, seeds=2, workdir=str(tmp_path / "two"), **kw))
+    stacked = loop.train(config.make(seed=3, seeds=2, workdir=str(tmp_path / "two"), **kw)).state
+    assert several["per_seed"] and len(several["per_seed"]) == 2
+    for index, seed in enumerate((3, 4)):
         single_dir = str(tmp_path / f"one-{seed}")
         single = cli.run(config.make(seed=seed, workdir=single_dir, **kw))
         alone = loop.train(config.make(seed=seed, workdir=single_dir, **kw)).state
@@ -37,9 +37,9 @@ def test_each_replica_is_the_single_seed_run_with_its_seed(devices, tmp_path):
     p1 = [r["precision_at_1"] for r in several["per_seed"]]
     assert several["precision_at_1"] == pytest.approx(np.mean(p1))
     assert several["precision_at_1_std"] == pytest.approx(np.std(p1, ddof=1))
-    with open(tmp_path / "three" / "metrics.jsonl") as f:
+    with open(tmp_path / "two" / "metrics.jsonl") as f:
         last = [json.loads(line) for line in f][-1]
-    assert len(last["loss_per_seed"]) == 3 and last["loss"] == pytest.approx(np.mean(last["loss_per_seed"]))
+    assert len(last["loss_per_seed"]) == 2 and last["loss"] == pytest.approx(np.mean(last["loss_per_seed"]))
 
 
 @pytest.mark.slow
