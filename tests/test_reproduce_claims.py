@@ -167,6 +167,29 @@ def test_torus_equivalence_rule(changes, verdict):
     assert torus.claims(_torus_numbers(**changes))[0].verdict == verdict
 
 
+def test_torus_claims_name_the_koleo_weight_their_runs_trained_with():
+    """The sphere / torusN claim states the weight of its runs (a scale's own recipe: 0.1), and the torusC
+    stability claims the paper's 1.0, which their runs keep; a stored result's runs give it back."""
+    first, clipping, needs = torus.claims(_torus_numbers(koleo=0.1))[:3]
+    assert "KoLeo 0.1," in first.ours and "KoLeo 1.0" not in first.ours
+    assert "KoLeo 1.0)" in clipping.claim and "KoLeo 1.0)" in needs.claim
+    stored = {
+        "details": {
+            "stability": [],
+            "p_at_1": {"sphere": [0.9], "torus_n": [0.89]},
+            "quantised": [],
+            "recipe": {},
+        },
+        "data": {"classes": 10},
+        "runs": [
+            {"name": "sphere-D16-seed0", "overrides": {"koleo": 0.1}, "seed": 0, "steps": 9, "epochs": 1}
+        ],
+    }
+    assert torus.numbers(stored)["koleo"] == 0.1
+    stored["runs"][0]["overrides"] = {}
+    assert torus.numbers(stored)["koleo"] == torus.RECIPE["koleo"]
+
+
 def test_torus_stability_rules_need_runs_that_learn():
     # The old rules: clipping "prevents divergence" (0 vs 4 diverged) while every clipped run sits at chance.
     chance_rows = [_row(2, "clip 100", [0.1, 0.1, 0.1]), _row(2, "no clip", [0.1], diverged=2)]

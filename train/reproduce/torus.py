@@ -232,9 +232,11 @@ def _numbers(
     epochs: float,
     chance: float,
     raw: float = math.nan,
+    koleo: float = RECIPE["koleo"],
 ) -> dict[str, Any]:
     """What the claims are judged on, from the P@1 per geometry and seed, the stability rows, the quantised
-    reports (every seed's) and the raw pixels' P@1 (NaN: not known)."""
+    reports (every seed's), the raw pixels' P@1 (NaN: not known) and the KoLeo weight the sphere and torusN
+    runs trained with."""
     deltas = [t - sp for t, sp in zip(p1["torus_n"], p1["sphere"], strict=True)]
     return {
         "p_at_1": p1,
@@ -249,6 +251,7 @@ def _numbers(
         "steps": steps,
         "epochs": epochs,
         "chance": chance,
+        "koleo": koleo,
     }
 
 
@@ -295,6 +298,7 @@ def analyse(ctx: Context, trained: dict[str, Any]) -> dict[str, Any]:
         epochs=first.epochs,
         chance=chance,
         raw=math.nan if raw is None else raw["precision_at_1"],
+        koleo=first.overrides.get("koleo", RECIPE["koleo"]),
     )
 
 
@@ -325,6 +329,7 @@ def numbers(result: dict[str, Any]) -> dict[str, Any]:
         epochs=first.get("epochs", d["recipe"].get("epochs", math.nan)),
         chance=chance,
         raw=math.nan if raw is None else raw["precision_at_1"],
+        koleo=first["overrides"].get("koleo", RECIPE["koleo"]),
     )
 
 
@@ -353,7 +358,7 @@ def claims(n: dict[str, Any]) -> list[Claim]:
             claim="torusN ≈ sphere (P@1)",
             ours=f"sphere {mean_sd(p1['sphere'])}, torusN {mean_sd(p1['torus_n'])}; Δ {100 * gap:+.1f} pts, "
             f"95% CI [{100 * gap_lo:+.1f}, {100 * gap_hi:+.1f}] over {len(deltas)} paired seeds "
-            f"(D={RECIPE['dim']}, KoLeo {RECIPE['koleo']}, {steps} steps = {epochs:.3g} epochs)",
+            f"(D={RECIPE['dim']}, KoLeo {n['koleo']:g}, {steps} steps = {epochs:.3g} epochs)",
             paper="no number: hypersphere generally strongest, torusN competitive (CIFAR-100, D=16 among "
             "others, 100 epochs, several KoLeo weights)",
             source="Fig. 3; §5 'Results using CIFAR'",
