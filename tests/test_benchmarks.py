@@ -181,6 +181,7 @@ def test_write_result_keeps_figures_strict_json(tmp_path):
         write_result("../x", {}, argv=[], folder=tmp_path)
 
 
+@pytest.mark.slow
 def test_losses_quick(tmp_path):
     argv = ("--quick", "--repeats", "1", "--out", str(tmp_path))
     out = _run_script("losses", *argv)
@@ -274,6 +275,7 @@ def _fake_run(folder: Path, geometry: str, dim: int, rows: int, queries: int, se
     return str(folder)
 
 
+@pytest.mark.slow
 def test_ivf_learned_quick(tmp_path):
     torus = _fake_run(tmp_path / "torus", "torus_n", 16, 1200, 20, 0)
     sphere = _fake_run(tmp_path / "sphere", "sphere", 16, 1200, 20, 1)
@@ -404,6 +406,7 @@ def test_train_step_quick(tmp_path):
             assert abs(float(row["images/s"]) / float(row["replica-steps/s"]) / per_step - 1) < 0.01
 
 
+@pytest.mark.slow
 def test_train_step_quick_data_parallel_over_cpu_devices(tmp_path):
     # --cpu-devices 2: the host split into two one-thread XLA devices, the step data-parallel over them.
     args = ("--quick", "--models", "mlp", "--steps", "4", "--repeats", "1", "--steps-per-call", "2")
@@ -417,6 +420,7 @@ def test_train_step_quick_data_parallel_over_cpu_devices(tmp_path):
     assert abs(float(ours["view-images/s"]) / float(ours["steps/s"]) / 128 - 1) < 0.01
 
 
+@pytest.mark.slow
 def test_train_step_refuses_a_batch_the_cpu_devices_do_not_divide():
     args = ("--quick", "--models", "mlp", "--steps", "2", "--repeats", "1", "--cpu-devices", "3")
     proc = _script("train_step", *args)
@@ -630,6 +634,7 @@ def test_ivf_summaries_compare_each_pair_at_its_own_settings():
     assert ivf.ratios({"sweep": rows}) == {"c: ours / theirs": pytest.approx((400 / 900 * 300 / 100) ** 0.5)}
 
 
+@pytest.mark.slow
 def test_search_check_reruns_the_stored_command_and_fails_on_a_fallen_ratio(tmp_path):
     # A stored file whose Hamming ratio any run beats and whose wrap-L1 ratio none does: --check reruns its
     # command, exits 1 naming only the wrap-L1 row (both without faiss: nothing to compare), writes nothing.

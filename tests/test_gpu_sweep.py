@@ -186,6 +186,7 @@ def test_damaged_or_foreign_committed_reports_are_refused_and_the_run_trains_aga
     assert common.is_finished(cfg)  # the same run, whole: read back
 
 
+@pytest.mark.slow
 def test_dry_run_of_the_prepared_script(tmp_path, monkeypatch):
     """benchmarks/gpu_sweep.sh at the tiny scale on the CPU: plan, sweep (two runs at a time as processes),
     and the packed results, which unpack to run directories that a sweep reads back without training."""

@@ -195,6 +195,7 @@ def paper_scale_configs() -> list[config.Config]:
     return [config.from_args(shlex.split(line)[3:]) for line in lines]
 
 
+@pytest.mark.slow
 def test_every_paper_scale_run_builds_the_papers_network():
     configs = paper_scale_configs()
     assert len(configs) > 10 and {c.width for c in configs} == {None}

@@ -4,7 +4,7 @@ and must match it; each runs top to bottom at tiny size (nbclient, python3 kerne
 The sync tests are fast. The execution tests are marked ``slow``: the cell tagged ``parameters`` is followed
 by an injected cell holding tiny values (papermill-style, without papermill); each notebook must run without
 error and produce its key outputs (figures, tables). The selected notebooks execute two at a time (one kernel
-per core). Select with ``pytest -q tests/test_notebooks.py``.
+per core). The default run leaves them out; run them with ``pytest -q -m slow tests/test_notebooks.py``.
 """
 
 from __future__ import annotations

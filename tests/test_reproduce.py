@@ -491,6 +491,7 @@ def test_target_noise_against_a_loop_and_plots(tmp_path):
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".tmp-")]
 
 
+@pytest.mark.slow
 def test_a_sweep_rerun_reads_back_finished_runs_and_resumes_the_interrupted_one(tmp_path, monkeypatch):
     from train.app import cli
 
@@ -726,6 +727,7 @@ def test_paper_scale_runs_each_papers_recipe_with_its_own_network(tmp_path, monk
     assert by_preset["simo_cifar10"].probe_epochs == 1  # Bouhsine et al. 2024: one probe epoch
 
 
+@pytest.mark.slow
 def test_seeds_as_one_program_equal_seeds_one_by_one(tmp_path):
     """A scale that trains replicas gives each seed the record its own run directory would give (the same
     metrics; seed 0's embeddings), from one several-seeds program."""

@@ -114,6 +114,7 @@ def test_print_refuses_render_and_bad_input(capsys):
     assert "paper must be one of" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_run_started_by_hand_with_its_line_is_the_sweeps_run(tmp_path, capsys, monkeypatch):
     """Both runs of Bouhsine et al. 2024's tiny reproduction started by hand with their printed lines (as
     ``python -m train`` runs them): the sweep then trains nothing, reads their reports back and finds what a

@@ -10,6 +10,7 @@ import sys
 import time
 
 import numpy as np
+import pytest
 from subprocess_env import child_env
 from test_multiprocess import _free_port
 from test_search_kernels import naive_topk, torus_numpy
@@ -54,6 +55,7 @@ def _run_two(workdir: str, worker: str = "index_worker.py") -> None:
         assert p.returncode == 0, f"process {i} exited {p.returncode}:\n{text[-3000:]}"
 
 
+@pytest.mark.slow
 def test_two_processes_equal_one(tmp_path):
     rng = np.random.default_rng(0)
     db = rng.integers(0, 256, (1013, 12), dtype=np.uint8)
@@ -83,6 +85,7 @@ def test_two_processes_equal_one(tmp_path):
     np.testing.assert_array_equal(np.asarray(search.torus_topk(queries, held, k)[1]), ref_i)
 
 
+@pytest.mark.slow
 def test_two_processes_ivf_equal_one(tmp_path):
     rng = np.random.default_rng(1)
     centres = rng.random((12, 6), dtype=np.float32)
