@@ -269,21 +269,28 @@ def test_public_signature_is_annotated(module, name, node):
     assert not _unannotated(node), f"{module}.{name}: no annotation for {_unannotated(node)}"
 
 
-def test_examples_run():
-    finder = doctest.DocTestFinder(exclude_empty=True)
+def _doctests(name: str) -> list[doctest.DocTest]:
+    """The doctests with examples of module ``name``'s own geojax definitions."""
+    found = doctest.DocTestFinder(exclude_empty=True).find(importlib.import_module(name))
+    return [test for test in found if test.examples and test.name.split(".")[0] == "geojax"]
+
+
+# One test per module that holds examples, so pytest-xdist spreads their running over its workers.
+EXAMPLE_MODULES = [name for name in MODULES if _doctests(name)]
+
+
+def test_the_docstrings_hold_enough_examples():
+    examples = sum(len(test.examples) for name in EXAMPLE_MODULES for test in _doctests(name))
+    assert examples >= MIN_EXAMPLES, f"only {examples} doctest examples found"
+
+
+@pytest.mark.parametrize("name", EXAMPLE_MODULES)
+def test_examples_run(name):
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
-    attempted, failed, names, report = 0, 0, [], []
-    for name in MODULES:
-        module = importlib.import_module(name)
-        for test in finder.find(module):
-            if test.examples and test.name.split(".")[0] == "geojax":
-                result = runner.run(test, out=report.append)
-                if result.failed:
-                    names.append(test.name)
-                attempted += result.attempted
-                failed += result.failed
-    assert failed == 0, f"{failed} doctest examples failed in {names}:\n" + "".join(report)
-    assert attempted >= MIN_EXAMPLES, f"only {attempted} doctest examples ran"
+    report: list[str] = []
+    tests = _doctests(name)
+    failed = [test.name for test in tests if runner.run(test, out=report.append).failed]
+    assert not failed, f"doctest examples failed in {failed}:\n" + "".join(report)
 
 
 # --- The training application: train/app and train/helpers (the app documented as the library is) ----------
