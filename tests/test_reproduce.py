@@ -212,6 +212,14 @@ def test_code_hash_follows_the_code_files(tmp_path):
     assert version.code_hash(tmp_path) == before
     (tmp_path / "train" / "g.py").write_text("def g(a):\n    return a\n\n\ng.__doc__ = 'From elsewhere.'\n")
     assert version.code_hash(tmp_path) == before  # documentation by reference
+    checked = "import typing\nif typing.TYPE_CHECKING:\n    from os import PathLike\n"
+    (tmp_path / "train" / "b.py").write_text(checked + "y = 2\n")  # imports for the type checker alone
+    assert version.code_hash(tmp_path) == before
+    (tmp_path / "train" / "b.py").write_text(checked + "    y = 3\ny = 2\n")  # … but a statement under it
+    assert version.code_hash(tmp_path) != before
+    (tmp_path / "train" / "b.py").write_text(checked + "else:\n    y = 3\ny = 2\n")
+    assert version.code_hash(tmp_path) != before
+    (tmp_path / "train" / "b.py").write_text("import os\ny = 2\n")
     (tmp_path / "geojax" / "a.py").write_text("x = 2\n")
     assert version.code_hash(tmp_path) != before
     assert set(report.code_version()) == {"code_hash", "commit", "dirty"}

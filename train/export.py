@@ -26,7 +26,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
@@ -39,6 +39,9 @@ from train.app import config, loop
 from train.app.errors import UsageError
 from train.csearch import reader
 from train.helpers import files
+
+if TYPE_CHECKING:
+    from train.app.config_types import RunConfig
 
 ENCODER_FILE = "encoder.jaxexport"
 CODES_FILE = "codes.gjt"
@@ -101,7 +104,7 @@ def run_encoder(rundir: str, *, bits: int | None = None) -> Encoder:
     return jax.jit(_encoder(run, _bits(run.config, bits)))
 
 
-def _bits(cfg: config.Config, bits: int | None) -> int:
+def _bits(cfg: RunConfig, bits: int | None) -> int:
     chosen = getattr(cfg, "qat_bits", None) if bits is None else bits
     return 8 if chosen is None else int(chosen)
 

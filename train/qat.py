@@ -30,12 +30,15 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from geojax import manifolds, metrics, quantize
 from train.app import config, loop, step
 from train.evaluate import TORUS_L1_SIMILARITY
 from train.helpers import files, plots, tables
+
+if TYPE_CHECKING:
+    from train.app.config_types import RunConfig
 
 BITS = (8, 4, 2)
 # (name, qat_bits, qat_noise): the float model gives the post-training rows of every b.
@@ -83,7 +86,7 @@ def train_setting(
     """
     warm = steps - max(1, round(qat_fraction * steps))
 
-    def cfg_for(name: str, **keys: Any) -> config.Config:
+    def cfg_for(name: str, **keys: Any) -> RunConfig:
         return config.make(
             dataset=dataset,
             test_fraction=0.2 if dataset.startswith("npz:") else 0.25,

@@ -15,6 +15,7 @@ import json
 import os
 import sys
 import time
+from typing import TYPE_CHECKING
 
 import jax
 import numpy as np
@@ -23,8 +24,11 @@ from train.app import config, loop, report, step
 from train.app.errors import UsageError
 from train.helpers import plots
 
+if TYPE_CHECKING:
+    from train.app.config_types import RunConfig
 
-def run(cfg: config.Config, *, stop_at: int | None = None) -> dict | None:
+
+def run(cfg: RunConfig, *, stop_at: int | None = None) -> dict | None:
     """Train ``cfg``, evaluate it and write its run directory (config, metrics, curve, embeddings, report).
 
     Rerunning a config whose ``workdir`` holds a finished run evaluates it again without training.

@@ -5,8 +5,9 @@ The keys every run has are declared here; the keys of a choice are declared besi
 selects, with its registration (:mod:`train.app.registry`): a loss's in :mod:`train.app.objective`, an
 optimiser's in :mod:`train.app.optim`, a sampler's and a data source's in :mod:`train.app.data`, an encoder's
 and a geometry's in :mod:`train.app.model`. ``Config`` is built from those declarations (and rebuilt when a
-user registers a choice of their own). Each key carries its type, default, one line of help, its group, its
-range and — when it only means something for some choices — the choice it belongs to
+user registers a choice of their own); a type checker reads it as ``RunConfig`` (train/app/config_types.pyi,
+generated from the same declarations: every key a typed field). Each key carries its type, default, one line
+of help, its group, its range and — when it only means something for some choices — the choice it belongs to
 (:class:`~train.app.registry.When`): ``margin`` belongs to ``loss=triplet``, ``momentum`` to
 ``optimizer=sgd|rmsprop``, ``charts`` to ``geometry=atlas``. From that one table follow:
 
@@ -31,7 +32,7 @@ import dataclasses
 import logging
 import types
 import typing
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from geojax.manifolds import TORUS_GEOMETRIES
 from geojax.parallel import MODES
@@ -39,6 +40,9 @@ from geojax.similarity import SimilarityName
 from train.app import model, objective, optim, registry  # noqa: F401  (their registrations declare keys)
 from train.app.data import Augmentation, check_dataset_name, dataset_source
 from train.app.errors import UsageError
+
+if TYPE_CHECKING:
+    from train.app.config_types import RunConfig
 
 # The papers' recipes live in train/app/presets.py; re-exported here (config.PRESETS is presets.PRESETS, the
 # one dict) for the code that reads them as config.X.
@@ -360,7 +364,7 @@ def _build() -> None:
     _TYPES = typing.get_type_hints(Config)
 
 
-Config: type
+Config: type[RunConfig]  # the type checker's view of it: train/app/config_types.pyi
 KEYS: dict[str, Key]
 FIELDS: dict[str, dataclasses.Field]
 DEFAULTS: dict[str, Any]
@@ -427,7 +431,7 @@ def _parse(name: str, text: str) -> Any:
         raise UsageError(f"{name} must be a {base.__name__}, got {text!r}") from None
 
 
-def from_args(args: list[str]) -> Config:
+def from_args(args: list[str]) -> RunConfig:
     """Build a config from ``key=value`` strings: preset values first, then the explicit overrides.
 
     A key may carry leading dashes and dashes for underscores (``--batch-size=128``); ``none`` / ``null``
@@ -477,7 +481,7 @@ def preset_values(name: str) -> dict[str, Any]:
     return {**PRESETS[name], "preset": name}
 
 
-def applies(name: str, cfg: Config) -> bool:
+def applies(name: str, cfg: RunConfig) -> bool:
     """Whether the run ``cfg`` uses key ``name`` (every key without a :class:`When` is used).
 
     Args:
@@ -510,7 +514,7 @@ def preset_unused(name: str) -> list[str]:
     return [k for k in values if not applies(k, cfg)]
 
 
-def unused_message(name: str, cfg: Config) -> str:
+def unused_message(name: str, cfg: RunConfig) -> str:
     """The line refusing a key the run does not use: ``margin applies to loss=triplet, not loss='supcon'``.
 
     Args:
@@ -545,7 +549,7 @@ def _length(preset: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]
     return preset
 
 
-def make(**overrides: Any) -> Config:
+def make(**overrides: Any) -> RunConfig:
     """Config of ``preset`` (default supcon_torus_n) with ``overrides`` (the user's keys) applied, validated.
 
     A preset key the user's choices make unused returns to its default with one log line; the user's
@@ -588,7 +592,7 @@ def make(**overrides: Any) -> Config:
     return cfg
 
 
-def from_saved(values: dict[str, Any]) -> Config:
+def from_saved(values: dict[str, Any]) -> RunConfig:
     """The config of a run directory's config.json: unknown keys refused, unused ones back to their defaults.
 
     Args:
@@ -622,7 +626,7 @@ def used(values: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in values.items() if k in FIELDS and applies(k, cfg)}
 
 
-def _check_types(cfg: Config) -> None:
+def _check_types(cfg: RunConfig) -> None:
     for name, kind in _TYPES.items():
         value = getattr(cfg, name)
         allowed = choices(name)
@@ -641,7 +645,7 @@ def _check_types(cfg: Config) -> None:
                 raise UsageError(f"{name} must be a {base.__name__}, got {value!r}")
 
 
-def validate(cfg: Config) -> None:
+def validate(cfg: RunConfig) -> None:
     """Raise :class:`UsageError` naming the key for a bad value or a combination that has no meaning.
 
     Checked: each value's type and range, ``0 ≤ lr_min ≤ lr``, the data set's name, an even ``dim`` for

@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -37,9 +37,11 @@ from tqdm.auto import tqdm
 
 from geojax import metrics, parallel
 from train.app import checkpoint, config, data, optim, report, step
-from train.app.config import Config
 from train.app.errors import UsageError
 from train.helpers import files
+
+if TYPE_CHECKING:
+    from train.app.config_types import RunConfig
 
 DEVICE_FEED_BYTES = 1 << 30  # the automatic feed holds training images up to this size on each device
 
@@ -88,7 +90,7 @@ class TrainResult(NamedTuple):
     """
 
     workdir: str
-    config: Config  # with ``steps`` resolved from ``epochs``
+    config: RunConfig  # with ``steps`` resolved from ``epochs``
     graphdef: nnx.GraphDef
     state: step.State
     dataset: data.Dataset
@@ -110,7 +112,7 @@ def _recipe(values: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in config.used(values).items() if k not in config.RUN_KEYS + config.LENGTH_KEYS}
 
 
-def check_workdir(cfg: Config) -> dict[str, Any] | None:
+def check_workdir(cfg: RunConfig) -> dict[str, Any] | None:
     """Check, before any work, that ``cfg.workdir`` can hold this run.
 
     A run directory may hold the same recipe (the keys its run uses, less the ``run`` keys and the length):
@@ -166,7 +168,7 @@ def _newest(directory: str, like: step.State, steps: int, what: str) -> tuple[st
     return restored, start
 
 
-def _init_from(cfg: Config, like: step.State) -> tuple[step.State, int]:
+def _init_from(cfg: RunConfig, like: step.State) -> tuple[step.State, int]:
     """The newest checkpoint of run directory ``cfg.init_from`` restored into ``like``'s structure, and its
     step: a new run's starting point (before its own workdir is touched)."""
     source = os.path.join(cfg.init_from, "checkpoints")
@@ -182,7 +184,7 @@ def _init_from(cfg: Config, like: step.State) -> tuple[step.State, int]:
     return restored
 
 
-def _prepare_workdir(cfg: Config) -> str:
+def _prepare_workdir(cfg: RunConfig) -> str:
     """Create (or reuse) the run directory and write config.json."""
     workdir = cfg.workdir or _fresh_workdir()
     os.makedirs(workdir, exist_ok=True)
@@ -200,7 +202,7 @@ def _trim_log(path: str, upto: int) -> None:
     files.write_text(path, "".join(lines))
 
 
-def join_processes(cfg: Config) -> None:
+def join_processes(cfg: RunConfig) -> None:
     """Start JAX's distributed runtime when the config or JAX's environment names a multi-process run.
 
     The config's ``coordinator``, ``num_processes`` and ``process_id`` come first, then
@@ -237,7 +239,7 @@ def join_processes(cfg: Config) -> None:
     jax.distributed.initialize(address, count, index)
 
 
-def feed_kind(cfg: Config, images: np.ndarray) -> str:
+def feed_kind(cfg: RunConfig, images: np.ndarray) -> str:
     """``cfg.feed``, or by default ``device`` when ``images`` fit in DEVICE_FEED_BYTES under shard_map.
 
     A several-seeds run always uses ``device``: its replicas draw their own batches on the devices.
@@ -342,13 +344,13 @@ def _stop_signals() -> Iterator[list[int]]:
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-def _check_data(cfg: Config, ds: data.Dataset) -> None:
+def _check_data(cfg: RunConfig, ds: data.Dataset) -> None:
     """What would fail only after training, checked before it."""
     if cfg.knn_k > len(ds.train_y):
         raise UsageError(f"knn_k must be at most the {len(ds.train_y)} training images, got {cfg.knn_k}")
 
 
-def _checkpoint_every(cfg: Config) -> int:
+def _checkpoint_every(cfg: RunConfig) -> int:
     return cfg.checkpoint_every or max(1, cfg.steps // 10)
 
 
@@ -370,7 +372,7 @@ class _Selector:
     each replica's weights of its best evaluation kept (on device and in ``best/``), the history in
     ``selection.json``. A resumed run keeps the evaluations up to its checkpoint's step."""
 
-    def __init__(self, cfg: Config, workdir: str, graphdef: nnx.GraphDef, val: data.Dataset, start: int):
+    def __init__(self, cfg: RunConfig, workdir: str, graphdef: nnx.GraphDef, val: data.Dataset, start: int):
         self.cfg, self.graphdef, self.val = cfg, graphdef, val
         self.per_epoch = step.steps_per_epoch(cfg, len(val.train_y))
         self.every = cfg.val_every or self.per_epoch
@@ -445,7 +447,7 @@ class _Selector:
         }
 
 
-def train(cfg: Config, *, stop_at: int | None = None) -> TrainResult:
+def train(cfg: RunConfig, *, stop_at: int | None = None) -> TrainResult:
     """Train (resuming from the workdir's latest checkpoint) until ``cfg.steps`` or ``stop_at``.
 
     Everything that can reject the run (data, devices, the run directory) is checked before the run
@@ -625,7 +627,7 @@ def _select(selector: _Selector, state: step.State, done: int, ckpt, lead: bool,
         files.write_json(selector.path, selector.record())
 
 
-def _say_resume(cfg: Config, saved: dict[str, Any], start: int) -> None:
+def _say_resume(cfg: RunConfig, saved: dict[str, Any], start: int) -> None:
     """Tell the user that a run resumes, and what raising ``steps`` does to a finished run's schedule."""
     before = saved.get("steps")
     if before is not None and cfg.steps > before and start >= before:

@@ -6,7 +6,7 @@ select the code by the value."""
 from __future__ import annotations
 
 import typing
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import jax.numpy as jnp
 from flax import nnx
@@ -15,6 +15,9 @@ from geojax import models, parallel
 from geojax.manifolds import GEOMETRIES, TORUS_GEOMETRIES
 from train.app import registry
 from train.app.registry import POSITIVE_INT, Key, When
+
+if TYPE_CHECKING:
+    from train.app.config_types import RunConfig
 
 Norm = Literal["batch", "group", "none"]
 Head = Literal["stowell", "supcontrast", "linear"]
@@ -55,7 +58,7 @@ for _name in models.PROJECTIONS:
     registry.register("projection", _name, keys=() if _name == "none" else (PROJECTION_DIM,))
 
 
-def compute_dtype(cfg: Any) -> Any:
+def compute_dtype(cfg: RunConfig) -> Any:
     """Layer compute dtype for ``cfg.precision`` (parameters, loss and embeddings stay float32).
 
     Args:
@@ -68,7 +71,7 @@ def compute_dtype(cfg: Any) -> Any:
 
 
 def build_model(
-    cfg: Any, image_shape: tuple[int, int, int], *, axis_name: str | None = parallel.AXIS
+    cfg: RunConfig, image_shape: tuple[int, int, int], *, axis_name: str | None = parallel.AXIS
 ) -> models.EmbeddingModel:
     """The encoder + head (+ projection) of ``cfg`` for images of ``image_shape``, initialised from the seed.
 

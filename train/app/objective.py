@@ -5,7 +5,7 @@ uses and the library function it calls; :class:`Objective` finds them by the con
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
 
@@ -15,6 +15,9 @@ from geojax import similarity as similarity_lib
 from geojax.manifolds import GEOMETRIES
 from train.app import registry
 from train.app.registry import NON_NEGATIVE, NON_NEGATIVE_INT, POSITIVE, POSITIVE_INT, Key, When
+
+if TYPE_CHECKING:
+    from train.app.config_types import RunConfig
 
 NO_OVERLAP = 1e3  # d_M where two atlas points share no chart (finite, so losses stay finite)
 
@@ -221,7 +224,7 @@ class Objective:
     chart_dim: int = 1
 
     @classmethod
-    def from_config(cls, cfg: Any) -> Objective:
+    def from_config(cls, cfg: RunConfig) -> Objective:
         """The objective of a run: its loss with its keys, and the regularisers whose weight is positive.
 
         Args:

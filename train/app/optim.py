@@ -3,12 +3,15 @@ optax constructor it calls (:mod:`train.app.registry`)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import optax
 
 from train.app import registry
 from train.app.registry import NON_NEGATIVE, Key
+
+if TYPE_CHECKING:
+    from train.app.config_types import RunConfig
 
 
 def _coupled(l2: float) -> list[optax.GradientTransformation]:
@@ -139,7 +142,7 @@ registry.register("schedule", "cosine", keys=(LR_MIN,), calls=cosine)
 registry.register("schedule", "constant", calls=constant)
 
 
-def schedule(cfg: Any) -> optax.Schedule:
+def schedule(cfg: RunConfig) -> optax.Schedule:
     """Linear warm-up (``warmup`` steps, capped at steps/2), then the registered ``cfg.schedule``.
 
     Args:
@@ -154,7 +157,7 @@ def schedule(cfg: Any) -> optax.Schedule:
     return make(cfg.lr, warmup, cfg.steps, **registry.option_kwargs(cfg, "schedule"))
 
 
-def make_optimizer(cfg: Any) -> optax.GradientTransformation:
+def make_optimizer(cfg: RunConfig) -> optax.GradientTransformation:
     """optax.chain(clip_by_global_norm(c) | clip(c), [l2·w added to the gradient,] optimiser).
 
     PyTorch's order, clipping the loss's gradient before SGD / RMSprop adds its coupled weight decay (``l2``,

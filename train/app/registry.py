@@ -19,9 +19,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from train.app.errors import UsageError
+
+if TYPE_CHECKING:
+    from train.app.config_types import RunConfig
 
 
 @dataclass(frozen=True)
@@ -93,7 +96,7 @@ class When:
     kind: Callable[[Any], Any] | None = None
     label: str | None = None
 
-    def holds(self, cfg: Any) -> bool:
+    def holds(self, cfg: RunConfig) -> bool:
         """Whether the run ``cfg`` makes the choice: its value of ``choice`` (through ``kind``) is listed.
 
         Args:
@@ -343,7 +346,7 @@ def _owners(choice: str, name: str) -> When:
     return When(choice, tuple(opt.value for opt in owners), kind, label)
 
 
-def kwargs(cfg: Any, keys_: tuple[Key, ...]) -> dict[str, Any]:
+def kwargs(cfg: RunConfig, keys_: tuple[Key, ...]) -> dict[str, Any]:
     """``{arg: value}`` of ``keys_`` in ``cfg``, the keys without an ``arg`` and the None values left out.
 
     A None value is left out so that the callee uses its own default.
@@ -358,7 +361,7 @@ def kwargs(cfg: Any, keys_: tuple[Key, ...]) -> dict[str, Any]:
     return {k.arg: getattr(cfg, k.name) for k in keys_ if k.arg and getattr(cfg, k.name) is not None}
 
 
-def option_kwargs(cfg: Any, choice: str) -> dict[str, Any]:
+def option_kwargs(cfg: RunConfig, choice: str) -> dict[str, Any]:
     """The keyword arguments of what ``cfg``'s value of ``choice`` calls.
 
     Args:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import numpy as np
@@ -17,13 +17,15 @@ from geojax import manifolds, metrics
 from geojax import similarity as similarity_lib
 from geojax.models import Outputs
 from train.app import probe
-from train.app.config import Config
 from train.app.data import Dataset
 from train.helpers import files
 from train.helpers.version import code_version
 
+if TYPE_CHECKING:
+    from train.app.config_types import RunConfig
 
-def write_embeddings(path: str, cfg: Config, query: Outputs, reference: Outputs, ds: Dataset) -> None:
+
+def write_embeddings(path: str, cfg: RunConfig, query: Outputs, reference: Outputs, ds: Dataset) -> None:
     """WORKDIR/embeddings.npz, what the evaluation tools read.
 
     It holds ``query`` [M, D] and ``reference`` [N, D] float32 extrinsic embeddings, their int32 labels
@@ -66,7 +68,7 @@ def _neg_compressed_distance(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarr
     return -similarity_lib.compressed_manifold_distance(a[0], a[1], b[0], b[1])
 
 
-def retrieval_inputs(cfg: Config, out: Outputs) -> tuple[Any, Any]:
+def retrieval_inputs(cfg: RunConfig, out: Outputs) -> tuple[Any, Any]:
     """What ranks ``out`` at retrieval: its rows and the similarity of the run's geometry.
 
     The similarity is :func:`geojax.similarity.retrieval_similarity`'s choice; an atlas trained on d_M
@@ -125,7 +127,7 @@ def raw_baseline(ds: Dataset, knn_k: int, *, within_test: bool = False) -> dict[
     return dict(_RAW_BASELINES[key])
 
 
-def retrieval_report(cfg: Config, query: Outputs, reference: Outputs, ds: Dataset) -> dict[str, Any]:
+def retrieval_report(cfg: RunConfig, query: Outputs, reference: Outputs, ds: Dataset) -> dict[str, Any]:
     """Retrieval metrics of test vs train, circular variance, the raw-pixel baseline and the run's probe.
 
     With ``classes=disjoint`` the test images are ranked among themselves, each against the rest. An atlas

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
@@ -33,15 +33,17 @@ from jax.sharding import PartitionSpec as P
 from geojax import memory as memory_lib
 from geojax import models, parallel
 from train.app import data, registry
-from train.app.config import Config
 from train.app.model import build_model, compute_dtype
 from train.app.objective import Objective
 from train.app.optim import make_optimizer
 
+if TYPE_CHECKING:
+    from train.app.config_types import RunConfig
+
 State = dict[str, Any]
 
 
-def steps_per_epoch(cfg: Config, n_train: int) -> int:
+def steps_per_epoch(cfg: RunConfig, n_train: int) -> int:
     """Steps in one pass over ``n_train`` training images (whole batches, as a drop-last loader).
 
     Args:
@@ -54,7 +56,7 @@ def steps_per_epoch(cfg: Config, n_train: int) -> int:
     return max(1, n_train // cfg.batch_size)
 
 
-def resolve(cfg: Config, n_train: int) -> Config:
+def resolve(cfg: RunConfig, n_train: int) -> RunConfig:
     """``cfg`` with ``steps`` set from ``epochs`` (when given) for a training set of ``n_train`` images.
 
     Args:
@@ -71,7 +73,7 @@ def resolve(cfg: Config, n_train: int) -> Config:
 
 
 def init_state(
-    cfg: Config, image_shape: tuple[int, int, int], *, axis_name: str | None = parallel.AXIS
+    cfg: RunConfig, image_shape: tuple[int, int, int], *, axis_name: str | None = parallel.AXIS
 ) -> tuple[nnx.GraphDef, State]:
     """(graphdef, state) of a fresh run: parameters, other variables, optimiser state, step 0.
 
@@ -99,7 +101,7 @@ def init_state(
     return graphdef, state
 
 
-def _key_rows_like(cfg: Config, image_shape: tuple[int, int, int]) -> Any:
+def _key_rows_like(cfg: RunConfig, image_shape: tuple[int, int, int]) -> Any:
     """Shapes and dtypes of the key rows (:meth:`Objective.key_rows`) of one image's views: what a step's
     cross-batch memory stores per row."""
     objective = Objective.from_config(cfg)
@@ -110,7 +112,7 @@ def _key_rows_like(cfg: Config, image_shape: tuple[int, int, int]) -> Any:
     return jax.eval_shape(rows, jax.ShapeDtypeStruct((1, *image_shape), jnp.float32))
 
 
-def init_replicas(cfg: Config, image_shape: tuple[int, int, int]) -> tuple[nnx.GraphDef, State]:
+def init_replicas(cfg: RunConfig, image_shape: tuple[int, int, int]) -> tuple[nnx.GraphDef, State]:
     """(graphdef, state) of ``cfg.seeds`` fresh runs with seeds ``cfg.seed …``, stacked on a leading axis.
 
     Each replica is exactly the state of the single run with its seed.
@@ -142,7 +144,7 @@ def replica(state: State, index: int) -> State:
     return jax.tree.map(lambda x: x[index], {k: v for k, v in state.items() if k != "seed"})
 
 
-def ema_decay(cfg: Config, n_train: int) -> float | None:
+def ema_decay(cfg: RunConfig, n_train: int) -> float | None:
     """Per-step decay of the weights' EMA: ``cfg.ema`` per epoch, i.e. ema^(1/steps per epoch).
 
     Args:
@@ -199,7 +201,7 @@ class Views:
 
 
 def make_loss(
-    cfg: Config, graphdef: nnx.GraphDef, axis_name: str | None = parallel.AXIS
+    cfg: RunConfig, graphdef: nnx.GraphDef, axis_name: str | None = parallel.AXIS
 ) -> Callable[..., tuple[jax.Array, tuple[dict, Any, Any]]]:
     """The training loss ``loss(params, rest, batch, key, memory=None) -> (total, (terms, rest, enqueue))``.
 
@@ -250,7 +252,7 @@ def enqueue(memory: memory_lib.Memory, rows: Any, labels: jax.Array, on: jax.Arr
 
 
 def make_step(
-    cfg: Config,
+    cfg: RunConfig,
     graphdef: nnx.GraphDef,
     tx: optax.GradientTransformation,
     axis_name: str | None = parallel.AXIS,
@@ -311,7 +313,7 @@ def make_step(
     return step
 
 
-def make_batches(cfg: Config) -> data.Batches:
+def make_batches(cfg: RunConfig) -> data.Batches:
     """The run's batches (sampler, global batch size, seed, labels) as :class:`data.Batches`.
 
     Args:

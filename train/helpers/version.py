@@ -28,13 +28,15 @@ def code_statements(source: str) -> list[str]:
     The syntax tree less docstrings and type annotations, written field by field with empty fields left out
     (so the same on Python 3.11 and 3.12, whose trees differ only by fields that are empty here). Comments,
     blank lines, formatting, docstrings (also those a module assigns to ``f.__doc__``), annotations and which
-    module imports what change nothing a run computes, and nothing here.
+    module imports what (also under ``if TYPE_CHECKING:``, for the type checker alone) change nothing a run
+    computes, and nothing here.
 
     Args:
         source: a module's Python source.
 
     Returns:
-        One text per top-level statement that is not an import or a ``__doc__`` assignment, in order.
+        One text per top-level statement that is not an import (nor a block of them under ``if
+        TYPE_CHECKING:``) or a ``__doc__`` assignment, in order.
 
     Raises:
         SyntaxError: ``source`` is not valid Python.
@@ -43,6 +45,9 @@ def code_statements(source: str) -> list[str]:
         >>> documented = "x: int = 1  # one\\n\\n\\ndef f(a: float) -> float:\\n    'Doc.'\\n    return a + x"
         >>> plain = "import os\\nx: float = 1\\ndef f(a):\\n    return a + x"
         >>> code_statements(documented) == code_statements(plain)
+        True
+        >>> checked = "import typing\nif typing.TYPE_CHECKING:\n    from os import PathLike\ny = 1"
+        >>> code_statements(checked) == code_statements("y = 1")
         True
         >>> code_statements("y = 1") == code_statements("y = 2")
         False
@@ -66,11 +71,21 @@ def code_statements(source: str) -> list[str]:
 
 
 def _imports_or_documents(stmt: ast.stmt) -> bool:
-    """An import, or a module-level assignment of a definition's ``__doc__`` (documentation by reference)."""
+    """An import, a block of imports for the type checker alone (``if TYPE_CHECKING:`` with no ``else``), or a
+    module-level assignment of a definition's ``__doc__`` (documentation by reference)."""
     if isinstance(stmt, (ast.Import, ast.ImportFrom)):
         return True
+    if isinstance(stmt, ast.If) and not stmt.orelse and _type_checking(stmt.test):
+        return all(isinstance(s, (ast.Import, ast.ImportFrom)) for s in stmt.body)
     targets = stmt.targets if isinstance(stmt, ast.Assign) else []
     return bool(targets) and all(isinstance(t, ast.Attribute) and t.attr == "__doc__" for t in targets)
+
+
+def _type_checking(test: ast.expr) -> bool:
+    """``TYPE_CHECKING`` or ``typing.TYPE_CHECKING``."""
+    if isinstance(test, ast.Attribute):
+        return test.attr == "TYPE_CHECKING" and isinstance(test.value, ast.Name) and test.value.id == "typing"
+    return isinstance(test, ast.Name) and test.id == "TYPE_CHECKING"
 
 
 def _fields(node: Any) -> str:

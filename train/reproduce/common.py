@@ -14,7 +14,7 @@ import shlex
 import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -23,6 +23,9 @@ from train.app import cli, config, data, loop, report, step
 from train.app.errors import UsageError
 from train.helpers import files
 from train.reproduce.records import Run, clean, version_text
+
+if TYPE_CHECKING:
+    from train.app.config_types import RunConfig
 
 # The cpu scale's share of the papers' epochs: 180,000 training images per run (3 epochs of Fashion-MNIST's
 # 60,000, each image in the recipe's views) on the small CNN with batch norm, each seed its own program (three
@@ -273,7 +276,7 @@ def run_keys(ctx: Context, overrides: dict[str, Any]) -> dict[str, Any]:
     return keys | {k: v for k, v in optional.items() if v is not None and config.applies(k, cfg)}
 
 
-def scale_recipe(scale: Scale, cfg: config.Config) -> dict[str, Any]:
+def scale_recipe(scale: Scale, cfg: RunConfig) -> dict[str, Any]:
     """The training keys ``scale`` gives a run of ``cfg`` (a preset plus its changes): its recipe for a
     supervised run (labels=class; a batch sampler that composes batches by class keeps its batch size), none
     for a self-supervised one (its two views and its paper's optimiser: what it learns from) or at a scale
@@ -283,13 +286,13 @@ def scale_recipe(scale: Scale, cfg: config.Config) -> dict[str, Any]:
     return {k: v for k, v in scale.recipe.items() if k != "batch_size" or cfg.sampler == "random"}
 
 
-def recipe_encoder(cfg: config.Config) -> str:
+def recipe_encoder(cfg: RunConfig) -> str:
     """The network a recipe's paper trains: its preset's encoder, or STAND_IN where the preset's is the app's
     MLP (a recipe whose paper network geojax does not build: Korman 2021's MTriplet)."""
     return STAND_IN if cfg.encoder == "mlp" else cfg.encoder
 
 
-def training_images(cfg: config.Config, dataset: data.Dataset) -> int:
+def training_images(cfg: RunConfig, dataset: data.Dataset) -> int:
     """Images a run of ``cfg`` trains on: ``dataset``'s training split (its first half of the classes with
     ``classes=disjoint``), less the validation split that ``select_best`` holds out of it
     (train.app.data.disjoint_classes and hold_out, as the training loop carves them)."""
@@ -302,7 +305,7 @@ def training_images(cfg: config.Config, dataset: data.Dataset) -> int:
     return len(data.hold_out(labels_only, cfg.val_fraction)[0].train_y)
 
 
-def run_steps(cfg: config.Config, n_train: int, images: int | None, fraction: float | None = None) -> int:
+def run_steps(cfg: RunConfig, n_train: int, images: int | None, fraction: float | None = None) -> int:
     """Steps of a run: the recipe's (its epochs over ``n_train`` images, or its steps), at most ``images``
     training images (steps × batch, at least one step) when given; with a ``fraction``, that share of a
     recipe given in epochs (rounded, at least one step; a recipe given in steps keeps them)."""
@@ -496,7 +499,7 @@ def _sha256(path: str) -> str:
 REPORT_KEYS = ("precision_at_1", "timing")  # what every finished run's report.json holds
 
 
-def is_finished(cfg: config.Config) -> bool:
+def is_finished(cfg: RunConfig) -> bool:
     """Whether ``cfg.workdir`` holds this run finished: its report.json beside the config.json of this
     config (``train.app.loop.check_workdir``) at its steps.
 

@@ -31,8 +31,12 @@ import dataclasses
 import logging
 import shlex
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from train.app import config
+
+if TYPE_CHECKING:
+    from train.app.config_types import RunConfig
 
 # µs per view-image of 32×32 pixels on one H100 in benchmarks.train_step's step, per precision.
 VIEW_IMAGE_US = {"bf16": 12.5e3 / (512 * 2), "fp32": 7.3e3 / (128 * 2) / (28 * 28 / (32 * 32))}
@@ -47,7 +51,7 @@ CPU_VIEW_IMAGE_MS = 0.64
 CPU_FLOOR_MS = 13.0
 
 
-def _gpu_step_ms(cfg: config.Config, image_shape: Sequence[int]) -> float:
+def _gpu_step_ms(cfg: RunConfig, image_shape: Sequence[int]) -> float:
     """Expected milliseconds of one training step of ``cfg`` in the app on one H100-class GPU, for images of
     ``image_shape`` (H, W, C)."""
     if cfg.encoder not in NETWORK_COST:
@@ -60,7 +64,7 @@ def _gpu_step_ms(cfg: config.Config, image_shape: Sequence[int]) -> float:
     return max(STEP_FLOOR_MS, work * APP_FACTOR)
 
 
-def _cpu_step_ms(cfg: config.Config, image_shape: Sequence[int]) -> float:
+def _cpu_step_ms(cfg: RunConfig, image_shape: Sequence[int]) -> float:
     """Expected milliseconds of one training step of ``cfg`` on two CPU cores (the small CNN in fp32)."""
     if cfg.encoder != "cnn" or cfg.precision != "fp32":
         raise ValueError(
@@ -78,7 +82,7 @@ class Machine:
     pass, and the time one command may take."""
 
     name: str
-    step_ms: Callable[[config.Config, Sequence[int]], float]
+    step_ms: Callable[[RunConfig, Sequence[int]], float]
     compile_s: float
     cached_s: float
     speedup: dict[int, float]  # runs at a time → speed-up over the runs one by one
@@ -123,7 +127,7 @@ class RunPlan:
         return self.fixed_s + self.steps * self.step_ms / 1e3
 
 
-def shapes(cfg: config.Config) -> tuple[tuple[str, object], ...]:
+def shapes(cfg: RunConfig) -> tuple[tuple[str, object], ...]:
     """What decides a run's compiled programs: its config less its seed, length, run directory and the
     run keys (runs equal in these share one compilation through the persistent cache)."""
     skip = {"seed", "workdir", *config.RUN_KEYS, *config.LENGTH_KEYS}
