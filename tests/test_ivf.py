@@ -14,7 +14,9 @@ from geojax.search import (
     IndexIVF,
     PQCodec,
     TorusCodec,
+    coarse,
     ivf,
+    ivf_scan,
     merge,
     read_index,
     write_index,
@@ -139,7 +141,7 @@ def test_torus_quantiser_wraps_around():
     index.train(x)
     index.add(x)
     near_zero = np.abs(((x + 0.5) % 1.0) - 0.5).max(1) < 0.25
-    lists = ivf.assign(index.codec.coarse(index.codec.encode(x)), index.centroids)
+    lists = coarse.assign(index.codec.coarse(index.codec.encode(x)), index.centroids)
     assert len(set(lists[near_zero])) == 1 and len(set(lists[~near_zero])) == 1
     assert lists[near_zero][0] != lists[~near_zero][0]
     c = np.asarray(index.centroids).reshape(2, 8, 2)
@@ -174,7 +176,7 @@ def test_fewer_candidates_than_k_give_minus_one():
     rng = np.random.default_rng(5)
     x = clustered_angles(rng, 200, 8, np.array([[0.0] * 8, [0.5] * 8]), spread=0.02)
     index = built(TorusCodec(8), x, 2, nprobe=1)
-    probed = int(ivf.assign(index.codec.coarse_queries(x[:1]), index.centroids)[0])
+    probed = int(coarse.assign(index.codec.coarse_queries(x[:1]), index.centroids)[0])
     n = int(index.list_sizes[probed])
     assert 0 < n < 150
     d, i = (np.asarray(a) for a in index.search(x[:1], 150))
@@ -259,9 +261,12 @@ def test_the_block_chosen_from_the_lists_gives_the_results_of_any_fixed_block():
     sizes = auto.list_sizes
     mean = sizes[sizes > 0].mean() / 4  # rows per list on each of the 4 devices
     want = int(min(1024, max(32, 2 ** np.ceil(np.log2(mean)))))
-    assert ivf.auto_block(sizes, 4) == want and auto._layout().blocks.shape[2] == want
-    assert ivf.auto_block(np.array([0, 5000 * 4]), 4) == 1024 and ivf.auto_block(np.zeros(3, int), 2) == 32
-    assert ivf.auto_block(np.array([300, 0, 500]), 2) == 256  # 200 rows per list on a device
+    assert ivf_scan.auto_block(sizes, 4) == want and auto._layout().blocks.shape[2] == want
+    assert (
+        ivf_scan.auto_block(np.array([0, 5000 * 4]), 4) == 1024
+        and ivf_scan.auto_block(np.zeros(3, int), 2) == 32
+    )
+    assert ivf_scan.auto_block(np.array([300, 0, 500]), 2) == 256  # 200 rows per list on a device
     q = x[[0, 3, 11, 200, 699]]
     for block in (8, 64):
         fixed = built(codec, x, 9, block=block, nprobe=3)

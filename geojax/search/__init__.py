@@ -7,7 +7,9 @@
 - :mod:`geojax.search.merge`: the (distance, id) top-k merge every index ends with;
 - :mod:`geojax.search.placement`: rows on a device mesh over one or several processes;
 - :mod:`geojax.search.flat`: ``IndexFlat``, the exact index sharded over devices and processes;
-- :mod:`geojax.search.ivf`: ``IndexIVF``, inverted lists with a coarse quantiser in the code's geometry;
+- :mod:`geojax.search.ivf`: ``IndexIVF``, inverted lists with a coarse quantiser in the code's geometry
+  (:mod:`geojax.search.coarse`: the k-means; :mod:`geojax.search.ivf_scan`: the lists' blocks on the devices
+  and the search program);
 - :mod:`geojax.search.io`: ``write_index`` / ``read_index``, one versioned, atomic file format.
 
 Every index: ``train(x)``, ``add(x, ids=None)``, ``add_codes(codes, ids=None)``, ``search(q, k)`` →

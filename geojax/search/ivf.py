@@ -1,31 +1,31 @@
 """The inverted-file index (Jégou et al. 2011 §IV; Sivic & Zisserman 2003): a coarse quantiser files every
 row in one of ``nlist`` lists, and a search scans only the ``nprobe`` lists nearest each query.
 
-Coarse quantiser. Lloyd's k-means on the codec's coarse features (:mod:`geojax.search.codecs`), in the
-embedding's own geometry: on the torus the features are the Clifford pairs (cos 2πt_k, sin 2πt_k) of the
-code's angles and each centroid pair is scaled back to unit length after the mean, i.e. circular means of
-the angles, with assignment by Σ_k 2 − 2 cos 2πΔ_k, an increasing function of the wraparound distance Δ_k
-in every coordinate; on the sphere features and centroids are unit vectors (spherical k-means); otherwise
-Euclidean k-means. Rows are filed by their *codes'* features, so ``add(x)`` and ``add_codes(encode(x))``
-agree; a trained index grows without retraining.
+Coarse quantiser (:mod:`geojax.search.coarse`). Lloyd's k-means on the codec's coarse features
+(:mod:`geojax.search.codecs`), in the embedding's own geometry: on the torus the features are the Clifford
+pairs (cos 2πt_k, sin 2πt_k) of the code's angles and each centroid pair is scaled back to unit length after
+the mean, i.e. circular means of the angles, with assignment by Σ_k 2 − 2 cos 2πΔ_k, an increasing function of
+the wraparound distance Δ_k in every coordinate; on the sphere features and centroids are unit vectors
+(spherical k-means); otherwise Euclidean k-means. Rows are filed by their *codes'* features, so ``add(x)`` and
+``add_codes(encode(x))`` agree; a trained index grows without retraining.
 
-Lists as padded blocks. Each list is a run of blocks of ``block`` rows, rows in ascending id order (the last
-block padded with empty slots). The blocks are dealt round-robin over the mesh's ``db_axis`` devices, so
-every device holds about 1/devices of every list. A search is one jitted program over a batch of queries:
-the nearest ``nprobe`` centroids, then the (query, block) pairs of the probed lists that each device holds,
-scanned a chunk of pairs at a time (the work is the pairs that exist: no query padded to the one that probes
-the most blocks; the number of pairs is a static shape, rounded up within 25 %, so few shapes compile), the
-distances by the codec's flat-scan kernel, which reads each code column of the probed blocks where it lies
-(blocks column-major, ``scan.BLOCKS``; no copy of the blocks first). The selection is in groups (the flat
-scan's argument, carried to rows of many blocks): each pair gives, per group of :func:`group_rows`
-consecutive rows, the group's smallest distance and the id of its first row at it (rows ascend by id in a
-block); each query takes its k best groups by (minimum, id) over all its pairs, whose rows hold its k
-nearest (a row outside them is beaten by k group minima, distinct rows each ahead of it by distance or, at
-equal distance, by id); those rows' distances are recomputed and ranked by (distance, id), on the device and
-then over the devices (:func:`geojax.search.merge.merge_topk`, two ``lax.top_k`` calls on int32 order keys).
-``lax.top_k`` once per pair over its whole block instead cost 3–4 ns per row on this CPU, more than most
-kernels, and a sort of each query's candidates about 11 µs per query.
-With ``nprobe = nlist`` every row is a candidate: the result is exactly the flat index's, ties included.
+Lists as padded blocks (:mod:`geojax.search.ivf_scan`). Each list is a run of blocks of ``block`` rows, rows
+in ascending id order (the last block padded with empty slots). The blocks are dealt round-robin over the
+mesh's ``db_axis`` devices, so every device holds about 1/devices of every list. A search is one jitted
+program over a batch of queries: the nearest ``nprobe`` centroids, then the (query, block) pairs of the probed
+lists that each device holds, scanned a chunk of pairs at a time (the work is the pairs that exist: no query
+padded to the one that probes the most blocks; the number of pairs is a static shape, rounded up within 25 %,
+so few shapes compile), the distances by the codec's flat-scan kernel, which reads each code column of the
+probed blocks where it lies (blocks column-major, ``scan.BLOCKS``; no copy of the blocks first). The selection
+is in groups (the flat scan's argument, carried to rows of many blocks): each pair gives, per group of
+:func:`~geojax.search.ivf_scan.group_rows` consecutive rows, the group's smallest distance and the id of its
+first row at it (rows ascend by id in a block); each query takes its k best groups by (minimum, id) over all
+its pairs, whose rows hold its k nearest (a row outside them is beaten by k group minima, distinct rows each
+ahead of it by distance or, at equal distance, by id); those rows' distances are recomputed and ranked by
+(distance, id), on the device and then over the devices (:func:`geojax.search.merge.merge_topk`, two
+``lax.top_k`` calls on int32 order keys). ``lax.top_k`` once per pair over its whole block instead cost 3–4 ns
+per row on this CPU, more than most kernels, and a sort of each query's candidates about 11 µs per query. With
+``nprobe = nlist`` every row is a candidate: the result is exactly the flat index's, ties included.
 
 Several processes (``jax.distributed``) form one index as they form one :class:`geojax.search.IndexFlat`:
 every process calls ``train`` (with the same vectors, so every process holds the same quantiser), ``add``,
@@ -46,32 +46,27 @@ its row of group minima and ids (8 bytes per group of its probed blocks) and, fo
 from __future__ import annotations
 
 import functools
-import math
 import zlib
-from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
 from jax.experimental import multihost_utils
 from jax.sharding import PartitionSpec as P
 from jax.typing import ArrayLike
 
 from geojax import _checks
-from geojax.search import codecs, placement, scan
+from geojax.search import codecs, placement
+from geojax.search.coarse import _nearest_lists, assign, kmeans
 from geojax.search.codecs import Codec
 from geojax.search.flat import check_ids, check_k
-from geojax.search.merge import merge_topk, order_bits, select_topk
+from geojax.search.ivf_scan import _build_layout, _Layout, _shard_search, group_rows
+from geojax.search.merge import merge_topk
 from geojax.search.placement import NO_ID
 
-_ASSIGN_ROWS = 8192  # rows per block of the coarse assignment
 _ADD_ROWS = 1 << 16  # rows encoded and filed per step of an add
 _CHUNK_CODES = 4 << 20  # block bytes read per chunk of (query, block) pairs of a search
 _CHUNK_DISTANCES = 512 << 10  # distance bytes per chunk (with PQ's lookup tables, within the L2 cache)
-_MIN_BLOCK, _MAX_BLOCK = 32, 1024  # the range of block sizes chosen from the lists' sizes
-_MAX_GROUP = 32  # rows per group of a search's selection
-_EMPTY = np.int32(np.iinfo(np.int32).max)  # the order key of no row (above every distance's)
 
 
 def _round_up(n: int) -> int:
@@ -80,104 +75,6 @@ def _round_up(n: int) -> int:
         return max(1, int(n))
     step = 1 << (int(n).bit_length() - 3)
     return -(-int(n) // step) * step
-
-
-@functools.partial(jax.jit, static_argnames=("nprobe",))
-def _nearest_lists(features: jax.Array, centroids: jax.Array, nprobe: int) -> jax.Array:
-    """[n, nprobe] int32: the lists whose centroids are nearest (squared Euclidean on the features), nearest
-    first, ties to the lower list."""
-    score = 2.0 * features @ centroids.T - jnp.sum(jnp.square(centroids), axis=1)
-    return lax.top_k(score, nprobe)[1]
-
-
-def assign(features: jax.Array, centroids: jax.Array) -> np.ndarray:
-    """The nearest list of each row of ``features``.
-
-    Squared Euclidean on the features, ties to the lower list; computed in blocks of 8,192 rows.
-
-    Args:
-        features: [n, F] float32 coarse features.
-        centroids: [nlist, F] float32 centroids.
-
-    Returns:
-        [n] int32 NumPy array of list indices.
-
-    Example:
-        >>> import jax.numpy as jnp
-        >>> from geojax.search import ivf
-        >>> ivf.assign(jnp.array([[0.0, 0.0], [1.0, 1.0], [0.9, 1.0]]), jnp.array([[0.0, 0.0], [1.0, 1.0]]))
-        array([0, 1, 1], dtype=int32)
-    """
-    parts = [
-        _nearest_lists(features[i : i + _ASSIGN_ROWS], centroids, 1)[:, 0]
-        for i in range(0, features.shape[0], _ASSIGN_ROWS)
-    ]
-    return np.asarray(jnp.concatenate(parts)) if parts else np.zeros(0, np.int32)
-
-
-def _project(centroids: jax.Array, geometry: str) -> jax.Array:
-    """Centroids back on the geometry: unit pairs on the torus (circular means), unit rows on the sphere."""
-    if geometry == "euclidean":
-        return centroids
-    shape = centroids.shape
-    grouped = centroids.reshape(shape[0], -1, 2) if geometry == "torus" else centroids
-    norm = jnp.linalg.norm(grouped, axis=-1, keepdims=True)
-    if geometry == "torus":  # an empty direction (all angles cancel) keeps angle 0
-        unit = jnp.where(norm > 0, grouped / jnp.where(norm > 0, norm, 1.0), jnp.array([1.0, 0.0]))
-    else:
-        unit = grouped / jnp.where(norm > 0, norm, 1.0)
-    return unit.reshape(shape)
-
-
-@functools.partial(jax.jit, static_argnames=("nlist", "iters", "geometry"))
-def kmeans(features: jax.Array, key: jax.Array, *, nlist: int, iters: int, geometry: str) -> jax.Array:
-    """Lloyd's k-means on ``features``, each mean put back on the geometry (module docstring).
-
-    ``nlist`` distinct rows as the start, ``iters`` rounds of assignment and mean (empty lists keep their
-    centroid). On the torus each centroid pair is scaled back to unit length (circular means; an empty
-    direction keeps angle 0), on the sphere each centroid row (spherical k-means); otherwise Euclidean.
-    Jitted.
-
-    Args:
-        features: [n, F] float32 coarse features, n ≥ nlist.
-        key: a JAX PRNG key for the start.
-        nlist: the number of centroids.
-        iters: the rounds of assignment and mean.
-        geometry: 'euclidean', 'sphere' or 'torus'.
-
-    Returns:
-        [nlist, F] float32 centroids.
-
-    References:
-        Sivic & Zisserman 2003, "Video Google"; Jégou, Douze & Schmid 2011, "Product Quantization for Nearest
-        Neighbor Search" (IEEE TPAMI 33(1)), §IV.
-
-    Example:
-        >>> import jax
-        >>> import jax.numpy as jnp
-        >>> from geojax.search import ivf
-        >>> features = jnp.array([[0.0, 0.0], [1.0, 1.0], [0.9, 1.0]])
-        >>> print(ivf.kmeans(features, jax.random.key(0), nlist=2, iters=3, geometry="euclidean"))
-        [[0.   0.  ]
-         [0.95 1.  ]]
-    """
-    n = features.shape[0]
-    start = features[jax.random.choice(key, n, (nlist,), replace=False)]
-    rows = -(-n // _ASSIGN_ROWS) * _ASSIGN_ROWS
-    padded = jnp.pad(features, ((0, rows - n), (0, 0))).reshape(
-        -1, min(rows, _ASSIGN_ROWS), features.shape[1]
-    )
-    real = (jnp.arange(rows) < n).astype(jnp.float32)
-
-    def step(c, _):
-        a = lax.map(lambda f: _nearest_lists(f, c, 1)[:, 0], padded).reshape(rows)
-        sums = jax.ops.segment_sum(padded.reshape(rows, -1) * real[:, None], a, nlist)
-        counts = jax.ops.segment_sum(real, a, nlist)
-        mean = jnp.where(counts[:, None] > 0, sums / jnp.maximum(counts, 1.0)[:, None], c)
-        return _project(mean, geometry), None
-
-    centroids, _ = lax.scan(step, _project(start, geometry), None, length=iters)
-    return centroids
 
 
 class IndexIVF:
@@ -620,256 +517,6 @@ class IndexIVF:
         index._ids = list(np.split(arrays["ids"].astype(np.int32), cuts))
         index.ntotal, index._next_id = int(meta["ntotal"]), int(meta["next_id"])
         return index
-
-
-class _Layout:
-    """Device arrays of the dealt blocks: table [shards·nlist, most blocks] (local block numbers, −1 for
-    none), blocks [shards·B_max, W', block] (the scan's operand, column-major per block), ids
-    [shards·B_max, block] (NO_ID empty), fill [shards·B_max] (each block's rows, the first ones of the block);
-    counts [shards, nlist] on the host: blocks of each list on each shard."""
-
-    def __init__(self, table, blocks, ids, fill, counts) -> None:
-        self.table, self.blocks, self.ids, self.fill, self.counts = table, blocks, ids, fill, counts
-
-
-def auto_block(sizes: np.ndarray, shards: int) -> int:
-    """Rows per block for lists dealt over devices: a list then mostly fills one block.
-
-    The power of two at or above the mean rows per non-empty list on a device, within [32, 1024] (fewer,
-    fuller blocks scan faster; smaller ones waste less on short lists).
-
-    Args:
-        sizes: [nlist] rows per list.
-        shards: the devices the lists' blocks are dealt over.
-
-    Returns:
-        The block size, a power of two in [32, 1024].
-
-    Example:
-        >>> import numpy as np
-        >>> from geojax.search import ivf
-        >>> ivf.auto_block(np.array([300, 0, 500]), 2)  # 200 rows per list on a device
-        256
-    """
-    filled = sizes[sizes > 0]
-    mean = float(filled.mean()) / shards if len(filled) else 1.0
-    return int(min(_MAX_BLOCK, max(_MIN_BLOCK, 1 << max(0, math.ceil(math.log2(max(mean, 1.0)))))))
-
-
-def _build_layout(index: IndexIVF) -> _Layout:
-    shards, nlist = index.shards, index.nlist
-    sizes = index.list_sizes
-    b = index.block or auto_block(sizes, shards)
-    nblocks = -(-sizes // b)  # blocks per list
-    # Block j of list l goes to shard j mod shards, as that shard's next block.
-    counts = np.stack([(nblocks - s + shards - 1) // shards for s in range(shards)])  # [shards, nlist]
-    most_blocks = max(1, int(counts.sum(1).max()))
-    most_per_list = max(1, int(counts.max()))
-    width = index.codec.width
-    codes = np.zeros((shards, most_blocks, b, width), index.codec.code_dtype)
-    ids = np.full((shards, most_blocks, b), NO_ID, np.int32)
-    table = np.full((shards, nlist, most_per_list), -1, np.int32)
-    first = np.concatenate([np.zeros((shards, 1), np.int64), np.cumsum(counts, 1)], 1)  # [shards, nlist + 1]
-    for lst in np.flatnonzero(sizes):
-        n = int(sizes[lst])
-        pos = np.arange(n)
-        j = pos // b
-        shard = j % shards
-        local = first[shard, lst] + j // shards
-        codes[shard, local, pos % b] = index._codes[lst]
-        ids[shard, local, pos % b] = index._ids[lst]
-        for s in range(shards):
-            table[s, lst, : counts[s, lst]] = first[s, lst] + np.arange(counts[s, lst])
-
-    put = functools.partial(placement.put_shards, index.mesh, index.db_axis, index._shard_of)
-    spec = index.codec.scan
-    operand = [
-        np.asarray(spec.operand(jnp.asarray(codes[s].reshape(most_blocks * b, width))))
-        .reshape(most_blocks, b, -1)
-        .transpose(0, 2, 1)  # each block column-major: the kernel's loops run along its rows
-        for s in range(shards)
-    ]
-    op_width = operand[0].shape[1]
-    return _Layout(
-        put(lambda s: table[s], (shards * nlist, most_per_list)),
-        put(lambda s: np.ascontiguousarray(operand[s]), (shards * most_blocks, op_width, b)),
-        put(lambda s: ids[s], (shards * most_blocks, b)),
-        put(lambda s: np.sum(ids[s] < NO_ID, axis=1, dtype=np.int32), (shards * most_blocks,)),
-        counts,
-    )
-
-
-def group_rows(block: int, per_query: int, k: int) -> int:
-    """Rows per group of a search's selection: a power of two near √(block·per_query/k).
-
-    Nearest on a log scale, in [1, 32] and at most ``block``: about as many groups per query as rows
-    recomputed for its k best groups.
-
-    Args:
-        block: rows per block.
-        per_query: the most blocks a query scans on a device.
-        k: neighbours per query.
-
-    Returns:
-        A power of two dividing ``block``.
-
-    Example:
-        >>> from geojax.search import ivf
-        >>> ivf.group_rows(1024, 1, 10), ivf.group_rows(1024, 8, 100), ivf.group_rows(32, 4, 1)
-        (8, 8, 16)
-    """
-    target = math.sqrt(block * per_query / k)
-    return int(min(block, _MAX_GROUP, 1 << max(0, round(math.log2(max(target, 1.0))))))
-
-
-def _group_leaders(
-    dist: jax.Array, rows: jax.Array, ids: jax.Array, m: int, packed: bool
-) -> tuple[jax.Array, jax.Array]:
-    """Each group of m consecutive rows' leader: its smallest distance (as an order key) and the id of its
-    first row at that distance, over the first ``rows`` rows.
-
-    Unlike the flat scan's ``_select._group_minima`` (minima only: there a row's position is its id), the
-    leader's id is kept, since groups of different blocks are ranked against each other by (minimum, id).
-
-    dist [c, n] distances, rows [c, 1] filled rows, ids [c, n] (ascending within a row) → (keys [c, n/m]
-    int32, the empty key where a group has no row; ids [c, n/m]). ``packed``: integer distances below
-    2^31/m, ranked with their place in the group as one int32 (one reduction instead of two).
-    """
-    c, n = dist.shape
-    filled = jnp.arange(n) < rows
-    if packed:
-        key = jnp.where(filled, dist * m + jnp.arange(n, dtype=jnp.int32) % m, _EMPTY)
-        least = jnp.min(key.reshape(c, n // m, m), axis=2)
-        minima, first = jnp.where(least == _EMPTY, _EMPTY, least // m), least % m
-    else:
-        grouped = jnp.where(filled, order_bits(dist), _EMPTY).reshape(c, n // m, m)
-        minima = jnp.min(grouped, axis=2)
-        first = jnp.min(jnp.where(grouped == minima[:, :, None], jnp.arange(m), m), axis=2)
-    return minima, jnp.take_along_axis(ids, jnp.arange(0, n, m) + first, axis=1)
-
-
-def _shard_search(
-    queries,
-    probe,
-    table,
-    blocks,
-    ids,
-    fill,
-    aux,
-    *,
-    spec: scan.Scan,
-    axis: str,
-    k: int,
-    pairs: int,
-    per_query: int,
-    chunk: int,
-    group: int,
-    platform: str,
-):
-    """One device: the top-k of every query over its blocks of the probed lists, then over all devices of
-    ``axis`` by (distance, id), ranked as suits ``platform`` (the mesh's; :func:`merge.select_topk`).
-
-    The work is the (query, block) pairs that exist on this device, at most ``pairs`` of them, scanned
-    ``chunk`` pairs at a time, whatever the number of blocks each query needs (no query padded to the
-    busiest). Each pair gives, for every group of ``group`` consecutive rows of its block, the group's
-    smallest distance and the id of its first row at that distance, into its query's row of a group table
-    (``per_query`` blocks wide). Each query's k best groups by (minimum, id) hold its k nearest rows: a row
-    outside them is beaten by the k group minima, distinct rows, each ahead of it by distance or, at equal
-    distance, by id (rows ascend by id in a block, so a group's first row at its minimum has the group's
-    lowest id there). Those k·group rows are recomputed and ranked by (distance, id)
-    (:func:`geojax.search.merge.merge_topk`).
-
-    queries [Q, ...] (the codec's scan queries), probe [Q, nprobe] lists, table [nlist, most] this device's
-    block numbers per list (−1: none), blocks [B_max, W', block] operand rows (column-major per block), ids
-    [B_max, block], fill [B_max] rows per block.
-    """
-    nq = queries.shape[0]
-    b = blocks.shape[2]
-    groups = b // group
-    slots = table[probe].reshape(nq, -1)  # [Q, nprobe·most], −1 where a list has no more blocks here
-    real = slots >= 0
-    rank = jnp.cumsum(real, axis=1) - 1  # each real slot's place among its query's
-    # The real pairs in (query, probe) order, then empty ones (index −1) up to a multiple of chunk.
-    (flat,) = jnp.nonzero(real.reshape(-1), size=pairs + (-pairs % chunk), fill_value=-1)
-    ok = flat >= 0
-    safe = jnp.maximum(flat, 0)
-    pair_query = safe // slots.shape[1]
-    pair_block = jnp.maximum(slots.reshape(-1)[safe], 0)
-    pair_rank = rank.reshape(-1)[safe]
-    prepared = spec.prepare(aux, spec.operand(queries))  # once per query (PQ: its lookup tables)
-    big = jnp.iinfo(jnp.int32).max if spec.integer else jnp.inf
-    packed = spec.integer and spec.exact  # below 2^24: room for the place in a group (≤ 2^5 = _MAX_GROUP)
-
-    def one_chunk(args):
-        pq, pb, pok = args  # [chunk] each
-        rows = jnp.where(pok, fill[pb], 0)[:, None]  # a block's rows are its first ones; none for empty pairs
-        qdata = jnp.take(prepared, pq, axis=spec.query_axis)
-        dist = spec.kernel(qdata, (blocks, pb[:, None]), scan.BLOCKS)[:, 0]
-        return _group_leaders(dist, rows, ids[pb], group, packed)
-
-    minima, first_ids = _over_filled_chunks(
-        one_chunk, (pair_query, pair_block, ok), jnp.sum(real), chunk, groups
-    )
-    # Each pair's groups into its query's row, at its rank's columns; empty pairs fall outside (dropped).
-    row = jnp.where(ok, pair_query, nq)
-    col = jnp.where(ok, pair_rank, 0)[:, None] * groups + jnp.arange(groups)
-    table_keys = jnp.full((nq, per_query * groups), _EMPTY, jnp.int32)
-    table_keys = table_keys.at[row[:, None], col].set(minima.reshape(-1, groups), mode="drop")
-    table_ids = jnp.full((nq, per_query * groups), NO_ID, jnp.int32)
-    table_ids = table_ids.at[row[:, None], col].set(first_ids.reshape(-1, groups), mode="drop")
-    query_blocks = jnp.full((nq, per_query), -1, jnp.int32).at[row, pair_rank].set(pair_block, mode="drop")
-
-    # The k best groups of each query, their rows recomputed.
-    kg = min(k, per_query * groups)
-    best = select_topk(table_keys, table_ids, kg, ordered=False, platform=platform)  # [Q, kg] group slots
-    block_of = jnp.take_along_axis(query_blocks, best // groups, axis=1)  # −1: no block there
-    block_of = jnp.repeat(block_of, group, axis=1)  # [Q, kg·group]
-    at = ((best % groups)[:, :, None] * group + jnp.arange(group)).reshape(nq, kg * group)
-    number = jnp.maximum(block_of, 0)
-    dist = spec.kernel(prepared, blocks[number, :, at], False)  # [Q, kg·group]
-    there = (block_of >= 0) & (at < fill[number])
-    d = jnp.where(there, dist, big)
-    i = jnp.where(there, ids[number, at], NO_ID)
-    keep = min(k, kg * group)
-    d, i = merge_topk(d, i, keep, platform=platform)
-    if keep < k:  # fewer candidates than k on this device
-        d = jnp.pad(d, ((0, 0), (0, k - keep)), constant_values=big)
-        i = jnp.pad(i, ((0, 0), (0, k - keep)), constant_values=NO_ID)
-    if lax.axis_size(axis) > 1:
-        d, i = merge_topk(
-            lax.all_gather(d, axis, axis=1, tiled=True),
-            lax.all_gather(i, axis, axis=1, tiled=True),
-            k,
-            platform=platform,
-        )
-    found = i < NO_ID
-    return jnp.where(found, d, big), jnp.where(found, i, -1)
-
-
-def _over_filled_chunks(
-    one_chunk: Callable[[tuple], tuple[jax.Array, jax.Array]],
-    pairs: tuple[jax.Array, ...],
-    real: jax.Array,
-    chunk: int,
-    groups: int,
-) -> tuple[jax.Array, jax.Array]:
-    """``one_chunk`` over only the chunks of ``chunk`` pairs that hold some of the ``real`` pairs (which come
-    first): a loop whose trip count is known on the device, so that the empty pairs that pad the search to
-    its compiled size (up to a quarter of them, more on a device that holds fewer of the probed blocks) are
-    not scanned.
-
-    pairs: arrays [P] (P a multiple of chunk) → (keys, ids) [P/chunk, chunk, groups], the empty key and
-    NO_ID in the chunks not scanned.
-    """
-    split = tuple(x.reshape(-1, chunk) for x in pairs)
-    shape = (split[0].shape[0], chunk, groups)
-
-    def body(c, acc):
-        keys, ids = one_chunk(tuple(x[c] for x in split))
-        return acc[0].at[c].set(keys), acc[1].at[c].set(ids)
-
-    empty = (jnp.full(shape, _EMPTY, jnp.int32), jnp.full(shape, NO_ID, jnp.int32))
-    return lax.fori_loop(0, (real + chunk - 1) // chunk, body, empty)
 
 
 def _merge_processes(d: jax.Array, i: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
