@@ -17,7 +17,7 @@ from train.app import config, report
 from train.app import data as data_lib
 from train.helpers import plots, results, version
 from train.reproduce import atlas, common, papers, records, render, rules, similarities, simo, tables, torus
-from train.reproduce.__main__ import _compilation_cache, main, scale_record
+from train.reproduce.__main__ import _compilation_cache, gated, main, scale_record
 
 CLAIM_KEYS = {"claim", "ours", "paper", "source", "rule", "verdict"}
 
@@ -761,3 +761,48 @@ def test_seeds_as_one_program_equal_seeds_one_by_one(tmp_path):
     assert sum(r.wall_s for r, _ in one) <= elapsed + 0.05  # … which sum to it, not to twice it
     assert one[1][1] is None
     np.testing.assert_allclose(one[0][1]["query"], apart[0][1]["query"], atol=1e-4)
+
+
+def test_recipe_trials_are_read_back_with_their_changes_and_end_the_notes_of_an_untestable_claim(tmp_path):
+    runs_dir = tmp_path / "runs" / "fashion_mnist" / "cpu" / "004"
+
+    def trial(name: str, p1: float, **changes) -> None:
+        folder = runs_dir / common.TRIALS / name
+        folder.mkdir(parents=True)
+        cfg = {"lr": 0.001, "sampler": "class_subsampled", "steps": 1404, "workdir": str(folder), **changes}
+        (folder / "config.json").write_text(json.dumps(cfg))
+        rep = {"precision_at_1": p1, "baseline_raw_1nn": {"precision_at_1": 0.85}}
+        (folder / "report.json").write_text(json.dumps(rep))
+
+    assert common.recipe_trials(str(runs_dir)) == []
+    trial("random", 0.23, sampler="random")
+    with pytest.raises(ValueError, match="no 'base' run"):
+        common.recipe_trials(str(runs_dir))
+    trial("base", 0.70)
+    trial("sphere", 0.881, geometry="sphere")  # 88.1 ≥ 85.0 + 3: worth having
+    trial("b64", 0.75, batch_size=64, steps=2808)
+    found = common.recipe_trials(str(runs_dir))
+    assert [t["name"] for t in found] == ["b64", "base", "random", "sphere"]
+    assert found[0]["changes"] == {"batch_size": 64, "steps": 2808} and found[1]["changes"] == {}
+    note = rules.trials_note(found)
+    assert note.startswith(rules.TRIALS_NOTE) and "(1,404/2,808 steps; P@1, raw pixels 85.0)" in note
+    assert "batch_size=64 (2,808 steps): 75.0; the sweep's recipe (1,404 steps): 70.0" in note
+    assert "geometry=sphere (1,404 steps): 88.1. 1 of 4 reached raw-pixel 1-NN + 3 points" in note
+    # gated: a claim whose runs are short of the bar is not testable, and the notes end with the scale's
+    # recipes and then these trials, once however often it is judged; a testable claim's notes have neither.
+    claim = records.Claim(
+        claim="SimO separates the classes, but for one confusable pair (D=16)",
+        ours="x",
+        paper="y",
+        source="§5",
+        rule="r",
+        verdict=rules.HOLDS,
+    )
+    run = records.Run(name="simo-D16-seed0", overrides={}, seed=0, steps=1, epochs=1.0)
+    notes, details = ["own note"], {"recipe_trials": found}
+    for p1, verdict, ends in ((0.70, rules.NOT_TESTABLE, 2), (0.90, rules.HOLDS, 0)):
+        run.report = {"precision_at_1": p1, "baseline_raw_1nn": {"precision_at_1": 0.85}}
+        for _ in range(2):
+            (out,) = gated("004", [claim], [run], 10, notes, details)
+        assert out.verdict == verdict
+        assert notes == ["own note", rules.RECIPES_TRIED, note][: 1 + ends]

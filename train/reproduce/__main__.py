@@ -72,10 +72,18 @@ from jax.experimental.compilation_cache import compilation_cache
 from train.app import config, data, report
 from train.helpers import files
 from train.reproduce import atlas, papers, plan, records, render
-from train.reproduce.common import SCALES, Context, Scale, data_tag, fraction_text, is_finished
+from train.reproduce.common import (
+    SCALES,
+    Context,
+    Scale,
+    data_tag,
+    fraction_text,
+    is_finished,
+    recipe_trials,
+)
 from train.reproduce.papers import MODULES, PAPERS
 from train.reproduce.records import Claim, Findings, Run, clean
-from train.reproduce.rules import NOT_TESTABLE, RECIPES_TRIED, gate
+from train.reproduce.rules import NOT_TESTABLE, RECIPES_TRIED, TRIALS_NOTE, gate, trials_note
 
 RUNNERS: dict[str, Callable[[Context], Findings]] = {key: m.findings for key, m in MODULES.items()}
 
@@ -150,7 +158,9 @@ def run_paper(
     ctx = context(key, scale=scale, data_spec=data_spec, out=out, test_fraction=test_fraction)
     ds = ctx.dataset
     found = RUNNERS[key](ctx)
-    found.claims = gated(key, found.claims, ctx.runs, ds.num_classes, found.notes)
+    trials = recipe_trials(ctx.runs_dir)
+    found.details |= {"recipe_trials": trials} if trials else {}
+    found.claims = gated(key, found.claims, ctx.runs, ds.num_classes, found.notes, found.details)
     result = {
         "claims": [c.to_json() for c in found.claims],
         "tables": [list(t) for t in found.tables],
@@ -183,14 +193,18 @@ def run_paper(
     return result
 
 
-def gated(key: str, claims: list[Claim], runs: list[Run], classes: int, notes: list[str]) -> list[Claim]:
+def gated(
+    key: str, claims: list[Claim], runs: list[Run], classes: int, notes: list[str], details: dict[str, Any]
+) -> list[Claim]:
     """Paper ``key``'s claims through :func:`rules.gate` (its module's ARMS); where one is not testable, the
-    recipes tried end ``notes`` (once; taken out where none is)."""
+    recipes tried end ``notes`` (once; taken out where none is): the scale's, then the paper's own recipe
+    trials (``details['recipe_trials']``, :func:`common.recipe_trials`) where it has some."""
     out = gate(claims, MODULES[key].ARMS, runs, classes)
-    if RECIPES_TRIED in notes:
-        notes.remove(RECIPES_TRIED)
+    trials = details.get("recipe_trials") or []
+    notes[:] = [n for n in notes if n != RECIPES_TRIED and not n.startswith(TRIALS_NOTE)]
     if any(c.verdict == NOT_TESTABLE for c in out):
         notes.append(RECIPES_TRIED)  # last, whatever the paper's own notes' order
+        notes.extend([trials_note(trials)] if trials else [])
     return out
 
 
@@ -230,7 +244,11 @@ def judge_stored(out: str, *, data_spec: str | None = None) -> list[dict[str, An
             result["details"] = atlas.numbers(result)
         runs = [Run.from_json(r) for r in result["runs"]]
         claims, tables = MODULES[result["seed"]].judge(result, runs)
-        claims = gated(result["seed"], claims, runs, result["data"]["classes"], result["notes"])
+        tag, scale = result["data"].get("tag") or "digits", result["scale"]["name"]
+        trials = recipe_trials(os.path.join(out, "runs", tag, scale, result["seed"]))
+        result["details"] |= {"recipe_trials": trials} if trials else {}
+        classes = result["data"]["classes"]
+        claims = gated(result["seed"], claims, runs, classes, result["notes"], result["details"])
         result |= {
             "claims": [c.to_json() for c in claims],
             "tables": [list(t) for t in tables],

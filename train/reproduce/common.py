@@ -456,6 +456,39 @@ def train_recipe(
     return run, emb
 
 
+TRIALS = "recipe-trials"  # a sub-folder of a paper's runs: the recipes tried before the sweep's, one run each
+
+
+def recipe_trials(runs_dir: str) -> list[dict[str, Any]]:
+    """The recipes tried for a paper's runs before its sweep's own, committed as run directories (each its
+    config.json and report.json, trained by hand with the sweep's ``python -m train`` line and one change)
+    under ``runs_dir/recipe-trials``, in name order: each one's name, the keys it changes from the one named
+    ``base`` (the sweep's recipe at the trials' length), its steps, P@1 and the raw pixels' 1-NN under the
+    same protocol. [] where none were committed."""
+    folder = os.path.join(runs_dir, TRIALS)
+    if not os.path.isdir(folder):
+        return []
+    found = {}
+    for name in sorted(os.listdir(folder)):
+        paths = [os.path.join(folder, name, f) for f in ("config.json", "report.json")]
+        if all(os.path.isfile(p) for p in paths):
+            with open(paths[0], encoding="utf-8") as f, open(paths[1], encoding="utf-8") as g:
+                found[name] = (json.load(f), json.load(g))
+    if "base" not in found:
+        raise ValueError(f"{folder} holds no 'base' run (the sweep's recipe) to compare the others with")
+    base = found["base"][0]
+    return [
+        {
+            "name": name,
+            "changes": {k: v for k, v in cfg.items() if k != "workdir" and base.get(k) != v},
+            "steps": cfg["steps"],
+            "p_at_1": rep["precision_at_1"],
+            "raw": rep["baseline_raw_1nn"]["precision_at_1"],
+        }
+        for name, (cfg, rep) in found.items()
+    ]
+
+
 ANALYSIS_FILE = "analysis.json"  # a run's per-run analyses, kept (and committed) beside its report
 
 

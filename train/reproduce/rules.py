@@ -50,6 +50,29 @@ RECIPES_TRIED = (
 )
 
 
+TRIALS_NOTE = "Recipes tried for these runs before the sweep's"  # how trials_note's line starts
+
+
+def trials_note(trials: Sequence[dict]) -> str:
+    """The page's line for the recipes tried before the sweep's (``common.recipe_trials``): each one's change
+    from the sweep's recipe and its P@1 beside the raw pixels' 1-NN, and how many reached raw + 3 points."""
+    steps = sorted({t["steps"] for t in trials})
+
+    def tried(t: dict) -> str:
+        keys = {k: v for k, v in t["changes"].items() if k != "steps"}
+        what = ", ".join(f"{k}={v}" for k, v in keys.items()) or "the sweep's recipe"
+        length = f" ({t['steps']:,} steps)" if len(steps) > 1 else ""
+        return f"{what}{length}: {100 * t['p_at_1']:.1f}"
+
+    worth = sum(t["p_at_1"] >= t["raw"] + ABOVE_BASELINE for t in trials)
+    return (
+        f"{TRIALS_NOTE}, one run of seed 0 each with one change to the sweep's command"
+        f" ({'/'.join(f'{n:,}' for n in steps)} steps; P@1, raw pixels "
+        f"{100 * trials[0]['raw']:.1f}): {'; '.join(tried(t) for t in trials)}. {worth} of {len(trials)} "
+        f"reached raw-pixel 1-NN + {100 * ABOVE_BASELINE:g} points."
+    )
+
+
 def gate(claims: Sequence[Claim], arms: dict[str, Arms], runs: Sequence[Run], classes: int) -> list[Claim]:
     """``claims`` with those whose runs (``arms``: claim text prefix → Arms) are not all worth having made
     NOT_TESTABLE, naming the runs short of the bar; a claim without arms, or whose runs all clear it, as it
