@@ -782,11 +782,11 @@ def test_recipe_trials_are_read_back_with_their_changes_and_end_the_notes_of_an_
     trial("sphere", 0.881, geometry="sphere")  # 88.1 ≥ 85.0 + 3: worth having
     trial("b64", 0.75, batch_size=64, steps=2808)
     found = common.recipe_trials(str(runs_dir))
-    assert [t["name"] for t in found] == ["b64", "base", "random", "sphere"]
-    assert found[0]["changes"] == {"batch_size": 64, "steps": 2808} and found[1]["changes"] == {}
+    assert [t["name"] for t in found] == ["base", "b64", "random", "sphere"]  # the sweep's recipe first
+    assert found[0]["changes"] == {} and found[1]["changes"] == {"batch_size": 64, "steps": 2808}
     note = rules.trials_note(found)
     assert note.startswith(rules.TRIALS_NOTE) and "(1,404/2,808 steps; P@1, raw pixels 85.0)" in note
-    assert "batch_size=64 (2,808 steps): 75.0; the sweep's recipe (1,404 steps): 70.0" in note
+    assert "the sweep's recipe (1,404 steps): 70.0; batch_size=64 (2,808 steps): 75.0" in note
     assert "geometry=sphere (1,404 steps): 88.1. 1 of 4 reached raw-pixel 1-NN + 3 points" in note
     # gated: a claim whose runs are short of the bar is not testable, and the notes end with the scale's
     # recipes and then these trials, once however often it is judged; a testable claim's notes have neither.

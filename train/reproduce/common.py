@@ -462,14 +462,14 @@ TRIALS = "recipe-trials"  # a sub-folder of a paper's runs: the recipes tried be
 def recipe_trials(runs_dir: str) -> list[dict[str, Any]]:
     """The recipes tried for a paper's runs before its sweep's own, committed as run directories (each its
     config.json and report.json, trained by hand with the sweep's ``python -m train`` line and one change)
-    under ``runs_dir/recipe-trials``, in name order: each one's name, the keys it changes from the one named
-    ``base`` (the sweep's recipe at the trials' length), its steps, P@1 and the raw pixels' 1-NN under the
-    same protocol. [] where none were committed."""
+    under ``runs_dir/recipe-trials``: the one named ``base`` (the sweep's recipe at the trials' length) first,
+    then the others by name, each with its name, the keys it changes from ``base``, its steps, P@1 and the raw
+    pixels' 1-NN under the same protocol. [] where none were committed."""
     folder = os.path.join(runs_dir, TRIALS)
     if not os.path.isdir(folder):
         return []
     found = {}
-    for name in sorted(os.listdir(folder)):
+    for name in sorted(os.listdir(folder), key=lambda n: (n != "base", n)):
         paths = [os.path.join(folder, name, f) for f in ("config.json", "report.json")]
         if all(os.path.isfile(p) for p in paths):
             with open(paths[0], encoding="utf-8") as f, open(paths[1], encoding="utf-8") as g:
