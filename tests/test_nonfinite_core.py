@@ -81,8 +81,10 @@ def _scalar_fn(name):
 
 
 def test_scalar_functions_are_finite_on_clean_input():
-    for name, (fn, clean) in SCALAR.items():
-        assert np.isfinite(float(fn(clean))), name
+    # The jitted functions of the tests below, given an entry's own value: the input unchanged.
+    for name, (_, clean) in SCALAR.items():
+        where = (0,) * np.ndim(clean)
+        assert np.isfinite(float(_scalar_fn(name)(clean, where, float(np.asarray(clean)[where])))), name
 
 
 @SETTINGS
