@@ -806,3 +806,35 @@ def test_recipe_trials_are_read_back_with_their_changes_and_end_the_notes_of_an_
             (out,) = gated("004", [claim], [run], 10, notes, details)
         assert out.verdict == verdict
         assert notes == ["own note", rules.RECIPES_TRIED, note][: 1 + ends]
+
+
+def test_render_lists_recipe_trials_for_results_of_the_current_recipe_alone(outputs, tmp_path, monkeypatch):
+    import shutil
+
+    # SimO's class separation at the tiny scale's D rests on its runs, none clearing a bar of 100 points
+    claim = "SimO separates the classes, but for one confusable pair (D=8)"
+    monkeypatch.setitem(simo.ARMS, claim, rules.Arms(("simo-D8-seed*",)))
+    monkeypatch.setattr(rules, "ABOVE_BASELINE", 1.0)
+
+    out, _ = outputs
+    folder = tmp_path / "stored"
+    shutil.copytree(out, folder, ignore=shutil.ignore_patterns("runs"))
+    for name, p1, lr in (("base", 0.30, 0.001), ("lr", 0.35, 0.0003)):
+        trial = folder / "runs" / "digits" / "tiny" / "004" / common.TRIALS / name
+        trial.mkdir(parents=True)
+        (trial / "config.json").write_text(json.dumps({"lr": lr, "steps": 20}))
+        (trial / "report.json").write_text(
+            json.dumps({"precision_at_1": p1, "baseline_raw_1nn": {"precision_at_1": 0.9}})
+        )
+    judged = {r["seed"]: r for r in main(["render", "--out", str(folder)])}["004"]
+    assert [t["name"] for t in judged["details"]["recipe_trials"]] == ["base", "lr"]
+    assert [c["verdict"] for c in judged["claims"] if c["claim"] == claim] == [rules.NOT_TESTABLE]
+    assert judged["notes"][-1] == rules.trials_note(judged["details"]["recipe_trials"])
+    # A result stored before the scale recorded its recipe was trained on an earlier one: no trials.
+    path = folder / "reproduce_004_tiny.json"
+    stored = json.loads(path.read_text(encoding="utf-8"))
+    del stored["scale"]["recipe"]
+    path.write_text(json.dumps(stored), encoding="utf-8")
+    again = {r["seed"]: r for r in main(["render", "--out", str(folder)])}["004"]
+    assert "recipe_trials" not in again["details"]
+    assert not [n for n in again["notes"] if n.startswith(rules.TRIALS_NOTE)]

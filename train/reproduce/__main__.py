@@ -244,9 +244,12 @@ def judge_stored(out: str, *, data_spec: str | None = None) -> list[dict[str, An
             result["details"] = atlas.numbers(result)
         runs = [Run.from_json(r) for r in result["runs"]]
         claims, tables = MODULES[result["seed"]].judge(result, runs)
-        tag, scale = result["data"].get("tag") or "digits", result["scale"]["name"]
-        trials = recipe_trials(os.path.join(out, "runs", tag, scale, result["seed"]))
-        result["details"] |= {"recipe_trials": trials} if trials else {}
+        # The recipe trials are those before the current recipe: a result stored before the scale recorded
+        # its recipe was trained on an earlier one, which they were not tried against.
+        tag, scale = data_tag(result["data"]["spec"]) or "digits", result["scale"]
+        trials = recipe_trials(os.path.join(out, "runs", tag, scale["name"], result["seed"]))
+        result["details"].pop("recipe_trials", None)
+        result["details"] |= {"recipe_trials": trials} if trials and "recipe" in scale else {}
         classes = result["data"]["classes"]
         claims = gated(result["seed"], claims, runs, classes, result["notes"], result["details"])
         result |= {
