@@ -15,7 +15,7 @@ from tests import test_idx
 from tests.subprocess_env import child_env
 from train.app import cli, config
 from train.app import data as data_lib
-from train.reproduce import atlas, common, papers, plan, simo
+from train.reproduce import atlas, common, papers, plan, rundirs, simo
 from train.reproduce.__main__ import list_runs, main
 
 ROOT = os.path.join(os.path.dirname(__file__), os.pardir)
@@ -126,8 +126,8 @@ def test_committed_reports_are_read_back_as_finished_runs(tmp_path, monkeypatch)
     ds = data_lib.load("digits")
     scale = common.SCALES["tiny"]
     ctx = common.Context(scale=scale, data="digits", dataset=ds, runs_dir=str(tmp_path), out=str(tmp_path))
-    first, emb = common.train_recipe(ctx, "r", preset="simo_cifar10")
-    mean = common.run_analysis(first, emb, "mean", lambda e: float(e["query"].mean()))
+    first, emb = rundirs.train_recipe(ctx, "r", preset="simo_cifar10")
+    mean = rundirs.run_analysis(first, emb, "mean", lambda e: float(e["query"].mean()))
     assert mean == pytest.approx(float(emb["query"].mean()))
     os.remove(tmp_path / "r" / "embeddings.npz")
     for name in os.listdir(tmp_path / "r"):
@@ -140,21 +140,21 @@ def test_committed_reports_are_read_back_as_finished_runs(tmp_path, monkeypatch)
 
     monkeypatch.setattr(cli, "run", refuse)
     again = common.Context(scale=scale, data="digits", dataset=ds, runs_dir=str(tmp_path), out=str(tmp_path))
-    run, emb = common.train_recipe(again, "r", need_embeddings=False, preset="simo_cifar10")
+    run, emb = rundirs.train_recipe(again, "r", need_embeddings=False, preset="simo_cifar10")
     assert emb is None and run.extra["reused"] and run.report == first.report
     assert run.loss_trace == first.loss_trace
     # Its per-run analysis is read back from analysis.json; one never computed cannot be, and says so.
-    assert common.run_analysis(run, None, "mean", lambda e: 1 / 0) == mean
+    assert rundirs.run_analysis(run, None, "mean", lambda e: 1 / 0) == mean
     with pytest.raises(ValueError, match="analysis 'other' is not stored"):
-        common.run_analysis(run, None, "other", lambda e: 0.0)
+        rundirs.run_analysis(run, None, "other", lambda e: 0.0)
     report_path = tmp_path / "r" / "report.json"  # a run trained again: its stored analyses are not its own
     report_path.write_text(report_path.read_text().replace("{", "{ ", 1))
     with pytest.raises(ValueError, match="analysis 'mean' is not stored"):
-        common.run_analysis(run, None, "mean", lambda e: 0.0)
+        rundirs.run_analysis(run, None, "mean", lambda e: 0.0)
     assert "workdir" not in run.to_json()  # a folder of the machine that ran the sweep is not recorded
     third = common.Context(scale=scale, data="digits", dataset=ds, runs_dir=str(tmp_path), out=str(tmp_path))
     with pytest.raises(ValueError, match="has a report but no embeddings.npz"):
-        common.train_recipe(third, "r", preset="simo_cifar10")
+        rundirs.train_recipe(third, "r", preset="simo_cifar10")
 
 
 def test_damaged_or_foreign_committed_reports_are_refused_and_the_run_trains_again(tmp_path, capsys):
@@ -176,14 +176,14 @@ def test_damaged_or_foreign_committed_reports_are_refused_and_the_run_trains_aga
         os.makedirs(cfg.workdir, exist_ok=True)
         (tmp_path / "r" / "report.json").write_text(report_text)
         (tmp_path / "r" / "config.json").write_text(json.dumps(config_values))
-        assert not common.is_finished(cfg), what
+        assert not rundirs.is_finished(cfg), what
         out = capsys.readouterr().out
         assert message in out and out.count("\n") == 1 and "trained again" in out, what
         assert not (tmp_path / "r").exists() and (tmp_path / "r.refused" / "report.json").exists(), what
     os.makedirs(cfg.workdir)
     (tmp_path / "r" / "report.json").write_text(json.dumps(good))
     (tmp_path / "r" / "config.json").write_text(json.dumps(saved))
-    assert common.is_finished(cfg)  # the same run, whole: read back
+    assert rundirs.is_finished(cfg)  # the same run, whole: read back
 
 
 @pytest.mark.slow

@@ -16,7 +16,19 @@ import pytest
 from train.app import config, report
 from train.app import data as data_lib
 from train.helpers import plots, results, version
-from train.reproduce import atlas, common, papers, records, render, rules, similarities, simo, tables, torus
+from train.reproduce import (
+    atlas,
+    common,
+    papers,
+    records,
+    render,
+    rules,
+    rundirs,
+    similarities,
+    simo,
+    tables,
+    torus,
+)
 from train.reproduce.__main__ import _compilation_cache, gated, main, scale_record
 
 CLAIM_KEYS = {"claim", "ours", "paper", "source", "rule", "verdict"}
@@ -317,7 +329,7 @@ def _toy_embeddings():
 
 def test_per_run_analyses_are_kept_so_that_runs_without_embeddings_are_judged(tmp_path, monkeypatch):
     """Feeney & Hughes's per-query hits, Bouhsine et al.'s class structure and Stowell's quantised reports go
-    through common.run_analysis: computed from the embeddings once, then read back from analysis.json by a
+    through rundirs.run_analysis: computed from the embeddings once, then read back from analysis.json by a
     run committed without them, with the same numbers."""
     emb = _toy_embeddings()
     nearest = rules.nearest_labels(emb["query"], emb["reference"], emb["reference_labels"], "cosine")
@@ -745,7 +757,7 @@ def test_seeds_as_one_program_equal_seeds_one_by_one(tmp_path):
         scale = dataclasses.replace(common.SCALES["tiny"], replicas=replicas)
         runs_dir = str(tmp_path / str(replicas))
         ctx = common.Context(scale=scale, data="digits", dataset=ds, runs_dir=runs_dir, out=str(tmp_path))
-        return ctx, common.train_seeds(ctx, "simo", 2, preset="simo_cifar10")
+        return ctx, rundirs.train_seeds(ctx, "simo", 2, preset="simo_cifar10")
 
     ctx_apart, apart = trained(False)
     t0 = time.time()
@@ -767,21 +779,21 @@ def test_recipe_trials_are_read_back_with_their_changes_and_end_the_notes_of_an_
     runs_dir = tmp_path / "runs" / "fashion_mnist" / "cpu" / "004"
 
     def trial(name: str, p1: float, **changes) -> None:
-        folder = runs_dir / common.TRIALS / name
+        folder = runs_dir / rundirs.TRIALS / name
         folder.mkdir(parents=True)
         cfg = {"lr": 0.001, "sampler": "class_subsampled", "steps": 1404, "workdir": str(folder), **changes}
         (folder / "config.json").write_text(json.dumps(cfg))
         rep = {"precision_at_1": p1, "baseline_raw_1nn": {"precision_at_1": 0.85}}
         (folder / "report.json").write_text(json.dumps(rep))
 
-    assert common.recipe_trials(str(runs_dir)) == []
+    assert rundirs.recipe_trials(str(runs_dir)) == []
     trial("random", 0.23, sampler="random")
     with pytest.raises(ValueError, match="no 'base' run"):
-        common.recipe_trials(str(runs_dir))
+        rundirs.recipe_trials(str(runs_dir))
     trial("base", 0.70)
     trial("sphere", 0.881, geometry="sphere")  # 88.1 ≥ 85.0 + 3: worth having
     trial("b64", 0.75, batch_size=64, steps=2808)
-    found = common.recipe_trials(str(runs_dir))
+    found = rundirs.recipe_trials(str(runs_dir))
     assert [t["name"] for t in found] == ["base", "b64", "random", "sphere"]  # the sweep's recipe first
     assert found[0]["changes"] == {} and found[1]["changes"] == {"batch_size": 64, "steps": 2808}
     note = rules.trials_note(found)
@@ -820,7 +832,7 @@ def test_render_lists_recipe_trials_for_results_of_the_current_recipe_alone(outp
     folder = tmp_path / "stored"
     shutil.copytree(out, folder, ignore=shutil.ignore_patterns("runs"))
     for name, p1, lr in (("base", 0.30, 0.001), ("lr", 0.35, 0.0003)):
-        trial = folder / "runs" / "digits" / "tiny" / "004" / common.TRIALS / name
+        trial = folder / "runs" / "digits" / "tiny" / "004" / rundirs.TRIALS / name
         trial.mkdir(parents=True)
         (trial / "config.json").write_text(json.dumps({"lr": lr, "steps": 20}))
         (trial / "report.json").write_text(

@@ -78,12 +78,11 @@ from train.reproduce.common import (
     Scale,
     data_tag,
     fraction_text,
-    is_finished,
-    recipe_trials,
 )
 from train.reproduce.papers import MODULES, PAPERS
 from train.reproduce.records import Claim, Findings, Run, clean
 from train.reproduce.rules import NOT_TESTABLE, RECIPES_TRIED, TRIALS_NOTE, gate, trials_note
+from train.reproduce.rundirs import is_finished, recipe_trials
 
 RUNNERS: dict[str, Callable[[Context], Findings]] = {key: m.findings for key, m in MODULES.items()}
 
@@ -198,7 +197,7 @@ def gated(
 ) -> list[Claim]:
     """Paper ``key``'s claims through :func:`rules.gate` (its module's ARMS); where one is not testable, the
     recipes tried end ``notes`` (once; taken out where none is): the scale's, then the paper's own recipe
-    trials (``details['recipe_trials']``, :func:`common.recipe_trials`) where it has some."""
+    trials (``details['recipe_trials']``, :func:`rundirs.recipe_trials`) where it has some."""
     out = gate(claims, MODULES[key].ARMS, runs, classes)
     trials = details.get("recipe_trials") or []
     notes[:] = [n for n in notes if n != RECIPES_TRIED and not n.startswith(TRIALS_NOTE)]

@@ -13,9 +13,10 @@ import numpy as np
 from train.app import config, data, probe
 from train.app.data import Dataset
 from train.helpers import plots
-from train.reproduce.common import Context, Paper, recipe_encoder, scale_note, train_recipe, train_seeds
+from train.reproduce.common import Context, Paper, recipe_encoder, scale_note
 from train.reproduce.records import Claim, Findings, Run
 from train.reproduce.rules import Arms, above, mean_sd, welch_interval
+from train.reproduce.rundirs import train_recipe, train_seeds
 from train.reproduce.tables import records_table, runs_table
 
 PAPER = Paper(

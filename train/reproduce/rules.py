@@ -54,7 +54,7 @@ TRIALS_NOTE = "Recipes tried for these runs before the sweep's"  # how trials_no
 
 
 def trials_note(trials: Sequence[dict]) -> str:
-    """The page's line for the recipes tried before the sweep's (``common.recipe_trials``): each one's change
+    """The page's line for the recipes tried before the sweep's (``rundirs.recipe_trials``): each one's change
     from the sweep's recipe and its P@1 beside the raw pixels' 1-NN, and how many reached raw + 3 points."""
     steps = sorted({t["steps"] for t in trials})
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from geojax import similarity as similarity_lib
 from train.helpers import plots
-from train.reproduce.common import Context, Paper, run_analysis, scale_note, train_recipe
+from train.reproduce.common import Context, Paper, scale_note
 from train.reproduce.records import Claim, Findings, Run
 from train.reproduce.rules import (
     EQUIVALENT,
@@ -25,6 +25,7 @@ from train.reproduce.rules import (
     t_interval,
     within,
 )
+from train.reproduce.rundirs import run_analysis, train_recipe
 from train.reproduce.tables import runs_table
 
 PAPER = Paper(
@@ -88,7 +89,7 @@ def unpack_hits(packed: dict[str, Any]) -> np.ndarray:
 
 def analyse(trained: dict[str, list[tuple[Run, dict[str, Any] | None]]], bootstrap: int) -> dict[str, Any]:
     """Per variant the per-query 1NN outcomes (each run's :func:`nn1_hits`, computed from its embeddings
-    once and kept in its run directory: common.run_analysis; pooled over seeds, their mean checked against
+    once and kept in its run directory: rundirs.run_analysis; pooled over seeds, their mean checked against
     each run's P@1, ``nn1_check``), 1NN and 5NN accuracies per seed (NaN where a run diverged); the paired
     bootstrap of each compared pair's 1NN difference (None where a run diverged)."""
     results: dict[str, dict[str, Any]] = {}

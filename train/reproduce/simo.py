@@ -14,7 +14,7 @@ import numpy as np
 
 from geojax import similarity as similarity_lib
 from train.helpers import tables
-from train.reproduce.common import Context, Paper, data_tag, run_analysis, scale_note, train_recipe
+from train.reproduce.common import Context, Paper, data_tag, scale_note
 from train.reproduce.records import Claim, Findings, Run
 from train.reproduce.rules import (
     ABOVE_BASELINE,
@@ -30,6 +30,7 @@ from train.reproduce.rules import (
     mean_sd,
     nearest_labels,
 )
+from train.reproduce.rundirs import run_analysis, train_recipe
 from train.reproduce.tables import runs_table
 
 PAPER = Paper(
@@ -129,7 +130,7 @@ def class_structure(emb: dict[str, Any]) -> dict[str, Any]:
 
 def structure(run: Run, emb: dict[str, Any] | None) -> dict[str, Any] | None:
     """The run's :func:`class_structure` (computed from its embeddings once and kept in its run directory:
-    common.run_analysis) with its P@1 and linear probe accuracy, also kept in its record; None when it
+    rundirs.run_analysis) with its P@1 and linear probe accuracy, also kept in its record; None when it
     diverged."""
     found = run_analysis(run, emb, "class_structure", class_structure)
     if found is None:

@@ -14,7 +14,7 @@ import jax
 from train import evaluate
 from train.app import config
 from train.helpers import plots
-from train.reproduce.common import Context, Paper, run_analysis, scale_note, train_recipe, train_seeds
+from train.reproduce.common import Context, Paper, scale_note
 from train.reproduce.records import Claim, Findings, Run
 from train.reproduce.rules import (
     ABOVE_BASELINE,
@@ -35,6 +35,7 @@ from train.reproduce.rules import (
     t_interval,
     within,
 )
+from train.reproduce.rundirs import run_analysis, train_recipe, train_seeds
 from train.reproduce.tables import raw_pixel_line, raw_pixels, records_table, runs_table
 
 PAPER = Paper(
@@ -257,13 +258,13 @@ def _numbers(
 
 def _own_embeddings(run: Run) -> bool:
     """Whether ``run`` has embeddings of its own: every run but a later seed of a replica program
-    (common.train_seeds), which shares the program's run directory and has none."""
+    (rundirs.train_seeds), which shares the program's run directory and has none."""
     return "program" not in run.extra or run.seed == 0
 
 
 def quantise(run: Run, emb: dict[str, Any] | None, index: int, pq_iters: int) -> dict[str, Any] | None:
     """The run's ``train.evaluate.quantised_report`` (every code of Stowell 2026 Table 3) with its run name
-    and seed, computed from its embeddings once and kept in its run directory (common.run_analysis); None for
+    and seed, computed from its embeddings once and kept in its run directory (rundirs.run_analysis); None for
     a run that diverged. ``index`` (the geometry's) and the seed pick the PQ k-means key."""
     key = jax.random.fold_in(jax.random.fold_in(jax.random.key(0), index), run.seed)
     rep = run_analysis(
