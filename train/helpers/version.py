@@ -46,7 +46,7 @@ def code_statements(source: str) -> list[str]:
         >>> plain = "import os\\nx: float = 1\\ndef f(a):\\n    return a + x"
         >>> code_statements(documented) == code_statements(plain)
         True
-        >>> checked = "import typing\nif typing.TYPE_CHECKING:\n    from os import PathLike\ny = 1"
+        >>> checked = "import typing\\nif typing.TYPE_CHECKING:\\n    from os import PathLike\\ny = 1"
         >>> code_statements(checked) == code_statements("y = 1")
         True
         >>> code_statements("y = 1") == code_statements("y = 2")
