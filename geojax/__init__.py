@@ -27,6 +27,7 @@ _xla_cpu.set_ynn_fusion_flag()
 
 from geojax import (  # noqa: E402
     binary,
+    geometries,
     losses,
     manifolds,
     memory,
@@ -42,6 +43,7 @@ from geojax import (  # noqa: E402
 __version__ = "0.1.0"
 __all__ = [
     "binary",
+    "geometries",
     "losses",
     "manifolds",
     "memory",

@@ -19,7 +19,8 @@ from geojax import _checks
 from geojax._numerics import nan_where_nonfinite, safe_normalize
 
 # Where embeddings live: raw vectors, the unit hypersphere, the Clifford torus parametrised by angles
-# (torusC) or by pairwise-normalised vectors (torusN), or an atlas of charts.
+# (torusC) or by pairwise-normalised vectors (torusN), or an atlas of charts. These are the built-in names;
+# what each geometry is, and any geometry registered later, is its record in geojax.geometries.
 Geometry = Literal["euclidean", "sphere", "torus_c", "torus_n", "atlas"]
 GEOMETRIES: tuple[str, ...] = get_args(Geometry)
 TORUS_GEOMETRIES: tuple[str, ...] = ("torus_c", "torus_n")  # the flat-torus heads (Stowell 2026 eqs. 2, 3)

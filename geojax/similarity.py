@@ -19,9 +19,8 @@ import jax.numpy as jnp
 from jax import lax
 from jax.typing import ArrayLike
 
-from geojax import _checks
+from geojax import _checks, geometries
 from geojax._numerics import nan_where_nonfinite, pairwise_sq_diff, safe_normalize, safe_sqrt
-from geojax.manifolds import GEOMETRIES
 
 # cos is clipped to [-1 + ARC_CLIP, 1 - ARC_CLIP] inside arccos, so its gradient stays finite at cos = ±1.
 ARC_CLIP = 1e-7
@@ -503,13 +502,14 @@ def names() -> tuple[str, ...]:
 def retrieval_similarity(geometry: str, trained_with: str) -> str:
     """The similarity that ranks embeddings of ``geometry`` at evaluation time, as a name.
 
-    Unit-norm geometries (``sphere``, ``torus_c``, ``torus_n``) rank by ``cosine``: on unit vectors the
-    negative arc length and the (squared) Euclidean distance give the same order. ``euclidean`` embeddings
-    rank by the vector similarity they were trained with (``neg_euclidean`` when that was not one, e.g. SimO);
-    an ``atlas`` ranks by ``manifold`` (−d_M, Korman 2021 eq. 7, on chart coordinates and memberships).
+    Read from the geometry's record (:mod:`geojax.geometries`). Unit-norm geometries (``sphere``, ``torus_c``,
+    ``torus_n``) rank by ``cosine``: on unit vectors the negative arc length and the (squared) Euclidean
+    distance give the same order. Other vector geometries (``euclidean``) rank by the vector similarity they
+    were trained with (``neg_euclidean`` when that was not one, e.g. SimO); an atlas ranks by ``manifold``
+    (−d_M, Korman 2021 eq. 7, on chart coordinates and memberships).
 
     Args:
-        geometry: one of ``geojax.manifolds.GEOMETRIES``.
+        geometry: a registered geometry's name (:func:`geojax.geometries.names`).
         trained_with: the name of the similarity (or loss) the embeddings were trained with.
 
     Returns:
@@ -525,9 +525,9 @@ def retrieval_similarity(geometry: str, trained_with: str) -> str:
         >>> similarity.retrieval_similarity("euclidean", "simo")
         'neg_euclidean'
     """
-    _checks.check_choice(geometry, "geometry", GEOMETRIES)
-    if geometry == "atlas":
+    record = geometries.get(geometry)
+    if record.is_atlas:
         return "manifold"
-    if geometry == "euclidean":
-        return trained_with if trained_with in SIMILARITIES and trained_with != "torus" else "neg_euclidean"
-    return "cosine"
+    if record.unit_norm:
+        return "cosine"
+    return trained_with if trained_with in SIMILARITIES and trained_with != "torus" else "neg_euclidean"

@@ -44,9 +44,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from geojax import manifolds, metrics, quantize, search
+from geojax import geometries, manifolds, metrics, quantize, search
 from geojax import similarity as sim
-from geojax.manifolds import GEOMETRIES, TORUS_GEOMETRIES
 from train.helpers import files, plots, tables
 
 # (name, sub-spaces m, bits per sub-space) in the order of Stowell 2026 Table 3.
@@ -138,7 +137,8 @@ def quantised_report(
     """Retrieval metrics in float and under every quantisation of Stowell 2026 Table 3 (module docstring).
 
     query: [Nq, D] float (test split, extrinsic coordinates), query_labels: [Nq] int, reference: [Nr, D]
-    float (train split), reference_labels: [Nr] int; geometry in GEOMETRIES; key: PRNG key for PQ k-means;
+    float (train split), reference_labels: [Nr] int; geometry: a registered geometry's name
+    (:mod:`geojax.geometries`); key: PRNG key for PQ k-means;
     similarity: the similarity the run was trained with (embeddings.npz ``similarity``), which ranks
     ``euclidean`` embeddings (``geojax.similarity.retrieval_similarity``; unit-norm geometries rank by
     cosine).
@@ -146,8 +146,7 @@ def quantised_report(
     Returns {'geometry', 'dim', 'n_query', 'n_reference', 'rows': [per method: method, m, nbits,
     bits_per_vector, codebook_size, p_at_1, recall_at_k {k: value}, map_at_r, note]}.
     """
-    if geometry not in GEOMETRIES:
-        raise ValueError(f"geometry must be one of {list(GEOMETRIES)}, got {geometry!r}")
+    record = geometries.get(geometry)
     for x, name in ((query, "query"), (reference, "reference")):
         if np.ndim(x) != 2 or not np.issubdtype(np.asarray(x).dtype, np.floating):
             raise ValueError(f"{name} must be a float [N, D] matrix, got {np.asarray(x).dtype} {np.shape(x)}")
@@ -155,7 +154,7 @@ def quantised_report(
         raise ValueError(
             f"query and reference must have the same width, got {np.shape(query)} and {np.shape(reference)}"
         )
-    if geometry in TORUS_GEOMETRIES and np.shape(query)[1] % 2:
+    if record.is_torus and np.shape(query)[1] % 2:
         raise ValueError(
             f"query must have an even width (Clifford pairs) for {geometry}, got {np.shape(query)}"
         )
@@ -173,7 +172,7 @@ def quantised_report(
     float_sim = sim.retrieval_similarity(geometry, similarity)
     if float_sim == "manifold":
         float_sim = "neg_euclidean"
-    if geometry == "atlas" and query_coords is not None:
+    if record.is_atlas and query_coords is not None:
         float_scores = score(
             (jnp.asarray(query_coords), jnp.asarray(query_q)),
             (jnp.asarray(reference_coords), jnp.asarray(reference_q)),
@@ -186,7 +185,7 @@ def quantised_report(
     rows.append(_row("float32", 32 * d, 0, float_scores, note=note))
 
     # 8-bit.
-    if geometry in TORUS_GEOMETRIES:
+    if record.is_torus:
         qa, ra = manifolds.clifford_to_angles(q), manifolds.clifford_to_angles(r)
         s = score(quantize.torus_uint8(qa), quantize.torus_uint8(ra), TORUS_L1_SIMILARITY[8])
         rows.append(_row("8-bit", 8 * (d // 2), 0, s, nbits=8, note="torus_uint8, wraparound L1"))

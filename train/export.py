@@ -33,8 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from geojax import manifolds, quantize
-from geojax.manifolds import TORUS_GEOMETRIES
+from geojax import geometries, manifolds, quantize
 from train.app import config, loop
 from train.app.errors import UsageError
 from train.csearch import reader
@@ -83,7 +82,7 @@ def load_run(rundir: str) -> loop.TrainResult:
 
 def _encoder(run: loop.TrainResult, bits: int) -> Encoder:
     """images → (embedding, packed b-bit codes) with the run's evaluation-mode weights (EMA when kept)."""
-    if run.config.geometry not in TORUS_GEOMETRIES:
+    if not geometries.get(run.config.geometry).is_torus:
         raise ValueError(f"the run's geometry must be torus_c or torus_n, got {run.config.geometry!r}")
     # Host copies: the weights become constants of one computation, free of the training mesh's sharding.
     state = jax.tree.map(np.asarray, run.state)

@@ -4,8 +4,8 @@ Encoders map images ``x: [N, H, W, C]`` (or flat ``[N, F]`` for the MLP) to feat
 Heads map features to the embedding space the losses see:
 
 - :class:`GeometryHead` — Stowell 2026's head, Linear(h, 4D) → ReLU → Linear(4D, D), then the projection of
-  the chosen geometry (``euclidean`` raw, ``sphere`` L2, ``torus_c`` Clifford of D turns → 2D,
-  ``torus_n`` pairwise L2 of D (even) values).
+  the chosen geometry's record (:mod:`geojax.geometries`: ``euclidean`` raw, ``sphere`` L2, ``torus_c``
+  Clifford of D turns → 2D, ``torus_n`` pairwise L2 of D (even) values, or any registered one).
 - :class:`AtlasHead` — Korman 2021's n + 1 linear heads: pre-sigmoid chart coordinates ``[N, n, d]`` and the
   softmax membership ``q: [N, n]``.
 - :class:`ProjectionHead` and :class:`MixedProjection` — SimCLR's projection head (Chen et al. 2020: one

@@ -12,27 +12,35 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.typing import DTypeLike
 
-from geojax import _checks, manifolds, quantize
-from geojax.manifolds import TORUS_GEOMETRIES, VECTOR_GEOMETRIES
+from geojax import _checks, geometries, manifolds, quantize
 
 ProjectionName = Literal["none", "mlp", "mixed"]
 PROJECTIONS: tuple[str, ...] = get_args(ProjectionName)
 
 
+def _vector_geometry(geometry: str) -> geometries.Geometry:
+    """The registered vector geometry ``geometry``; ValueError when it is unknown or an atlas."""
+    g = geometries.get(geometry)
+    if g.is_atlas:
+        raise ValueError(f"geometry must be a vector geometry, got the atlas {geometry!r}")
+    return g
+
+
 def embedding_width(geometry: str, dim: int) -> int:
     """Extrinsic width of a geometry head's output for pre-projection width ``dim`` (Stowell 2026 Tab. 1).
 
-    torus_c maps D turns to 2D coordinates; the other vector geometries keep D.
+    The geometry's ``width``: torus_c maps D turns to 2D coordinates; the other built-in vector geometries
+    keep D.
 
     Args:
-        geometry: one of the vector geometries ('euclidean', 'sphere', 'torus_c', 'torus_n').
+        geometry: a registered vector geometry ('euclidean', 'sphere', 'torus_c', 'torus_n', ...).
         dim: D, the head's pre-projection width.
 
     Returns:
-        2·dim for torus_c, else dim.
+        2·dim for torus_c, else dim (the registered geometry's ``width``).
 
     Raises:
-        ValueError: ``geometry`` is not a vector geometry.
+        ValueError: ``geometry`` is not a registered vector geometry.
 
     References:
         Stowell 2026, "Torus embeddings" (arXiv 2603.03135), Table 1.
@@ -44,23 +52,25 @@ def embedding_width(geometry: str, dim: int) -> int:
         >>> models.embedding_width("torus_c", 8), models.embedding_width("sphere", 8)
         (16, 8)
     """
-    _checks.check_choice(geometry, "geometry", VECTOR_GEOMETRIES)
-    return 2 * dim if geometry == "torus_c" else dim
+    return _vector_geometry(geometry).width(dim)
 
 
 def project(raw: jax.Array, geometry: str) -> jax.Array:
     """Apply the geometry's projection (Stowell 2026 Tab. 1) to raw head output, in float32.
 
-    ``sphere``: L2 (:func:`geojax.manifolds.sphere`); ``torus_c``: Clifford of D turns → 2D
-    (:func:`geojax.manifolds.torus_clifford`); ``torus_n``: pairwise L2 (:func:`geojax.manifolds.torus_l2p`);
-    any other geometry (``euclidean``): the raw vector.
+    The registered geometry's ``project``: ``sphere``: L2 (:func:`geojax.manifolds.sphere`); ``torus_c``:
+    Clifford of D turns → 2D (:func:`geojax.manifolds.torus_clifford`); ``torus_n``: pairwise L2
+    (:func:`geojax.manifolds.torus_l2p`); ``euclidean``: the raw vector.
 
     Args:
         raw: [N, D] raw head output.
-        geometry: the geometry's name.
+        geometry: a registered vector geometry's name.
 
     Returns:
         [N, D'] float32 embeddings (D' = 2D for torus_c, else D).
+
+    Raises:
+        ValueError: ``geometry`` is not a registered vector geometry.
 
     References:
         Stowell 2026, "Torus embeddings" (arXiv 2603.03135), Table 1.
@@ -72,14 +82,7 @@ def project(raw: jax.Array, geometry: str) -> jax.Array:
         >>> print(models.project(jnp.array([[3.0, 4.0]]), "sphere"))
         [[0.6 0.8]]
     """
-    raw = raw.astype(jnp.float32)
-    if geometry == "sphere":
-        return manifolds.sphere(raw)
-    if geometry == "torus_c":
-        return manifolds.torus_clifford(raw)
-    if geometry == "torus_n":
-        return manifolds.torus_l2p(raw)
-    return raw
+    return _vector_geometry(geometry).project(raw.astype(jnp.float32))
 
 
 class GeometryHead(nnx.Module):
@@ -96,8 +99,8 @@ class GeometryHead(nnx.Module):
 
     Args:
         in_features: F.
-        dim: D (a positive int; even for torus_n).
-        geometry: one of the vector geometries ('euclidean', 'sphere', 'torus_c', 'torus_n').
+        dim: D (a positive int; even for a geometry with ``even_dim``: torus_n).
+        geometry: a registered vector geometry ('euclidean', 'sphere', 'torus_c', 'torus_n', ...).
         hidden: the hidden width; None: 4·dim; 0: no hidden layer.
         compute_dtype: the dtype of the layer computations (e.g. ``jnp.bfloat16``); None: the parameters'
             float32.
@@ -107,8 +110,8 @@ class GeometryHead(nnx.Module):
 
     Raises:
         ValueError: ``dim`` or ``hidden`` is not a positive int, ``geometry`` is unknown, ``dim`` is odd for
-            torus_n, ``qat_bits`` is not 1, 2, 4 or 8 or is given for a non-torus geometry, or ``qat_noise``
-            without ``qat_bits``.
+            an ``even_dim`` geometry (torus_n), ``qat_bits`` is not 1, 2, 4 or 8 or is given for a non-torus
+            geometry, or ``qat_noise`` without ``qat_bits``.
 
     References:
         Stowell 2026, "Torus embeddings" (arXiv 2603.03135), Table 1 and §5.
@@ -139,12 +142,12 @@ class GeometryHead(nnx.Module):
         hidden = 4 * dim if hidden is None else hidden
         if hidden:
             _checks.check_positive_int(hidden, "hidden")
-        _checks.check_choice(geometry, "geometry", VECTOR_GEOMETRIES)
-        if geometry == "torus_n":
+        record = _vector_geometry(geometry)
+        if record.even_dim:
             _checks.check_even(dim, "dim")
         if qat_bits is not None:
             _checks.check_choice(qat_bits, "qat_bits", quantize.TORUS_BITS)
-            if geometry not in TORUS_GEOMETRIES:
+            if not record.is_torus:
                 raise ValueError(f"qat_bits needs a torus geometry (torus_c, torus_n), got {geometry!r}")
         elif qat_noise:
             raise ValueError("qat_noise needs qat_bits")
@@ -159,9 +162,7 @@ class GeometryHead(nnx.Module):
         raw = self.out(h if self.hidden is None else nnx.relu(self.hidden(h)))
         if self.qat_bits is None:
             return project(raw, self.geometry)
-        angles = raw.astype(jnp.float32)
-        if self.geometry == "torus_n":
-            angles = manifolds.clifford_to_angles(manifolds.torus_l2p(angles))
+        angles = geometries.get(self.geometry).flat_angles(raw.astype(jnp.float32))
         noise = self.qat_noise and not self.deterministic
         return manifolds.torus_clifford(quantize.torus_fake_quantize(angles, self.qat_bits, noise=noise))
 

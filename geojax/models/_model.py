@@ -10,8 +10,7 @@ import jax
 from flax import nnx
 from jax.typing import DTypeLike
 
-from geojax import _checks, manifolds
-from geojax.manifolds import GEOMETRIES
+from geojax import _checks, geometries, manifolds
 from geojax.models._heads import (
     PROJECTIONS,
     AtlasHead,
@@ -70,7 +69,7 @@ class EmbeddingModel(nnx.Module):
 
     Args:
         encoder_module: an :class:`Encoder`: one of :func:`encoder`'s, or any module with ``.features``.
-        geometry: one of ``geojax.manifolds.GEOMETRIES``.
+        geometry: a registered geometry's name (:func:`geojax.geometries.names`).
         dim: D (the head's width) or, for the atlas, each chart's d.
         head_hidden: the geometry head's hidden width (None: 4·dim; 0: one linear layer).
         charts: n, the atlas's charts.
@@ -117,20 +116,21 @@ class EmbeddingModel(nnx.Module):
         qat_noise: bool = False,
         rngs: nnx.Rngs,
     ):
-        _checks.check_choice(geometry, "geometry", GEOMETRIES)
+        record = geometries.get(geometry)
         _checks.check_choice(projection, "projection", PROJECTIONS)
-        if geometry == "atlas" and (qat_bits is not None or qat_noise):
-            raise ValueError("qat_bits needs a torus geometry (torus_c, torus_n), got 'atlas'")
-        if projection == "mixed" and geometry != "atlas":
+        if record.is_atlas and (qat_bits is not None or qat_noise):
+            raise ValueError(f"qat_bits needs a torus geometry (torus_c, torus_n), got {geometry!r}")
+        if projection not in record.projections:
             raise ValueError(
-                f"projection='mixed' needs geometry='atlas' (one head per chart), got {geometry!r}"
+                f"projection={projection!r} needs a geometry that allows it (mixed: one head per chart of "
+                f"geometry='atlas'); geometry={geometry!r} allows {list(record.projections)}"
             )
         self.encoder = encoder_module
         feats = encoder_module.features
         self.geometry = geometry
         self.head: AtlasHead | GeometryHead
         self.projection: MixedProjection | ProjectionHead | None
-        if geometry == "atlas":
+        if record.is_atlas:
             self.head = AtlasHead(feats, charts=charts, dim=dim, compute_dtype=compute_dtype, rngs=rngs)
         else:
             self.head = GeometryHead(
@@ -146,7 +146,7 @@ class EmbeddingModel(nnx.Module):
         if projection == "mixed":
             self.projection = MixedProjection(charts=charts, dim=dim, out=projection_dim, rngs=rngs)
         elif projection == "mlp":
-            width = embedding_width(geometry, dim) if geometry != "atlas" else dim
+            width = dim if record.is_atlas else embedding_width(geometry, dim)
             self.projection = ProjectionHead(width, out=projection_dim, rngs=rngs)
         else:
             self.projection = None

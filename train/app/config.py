@@ -34,7 +34,7 @@ import types
 import typing
 from typing import TYPE_CHECKING, Any, Literal
 
-from geojax.manifolds import TORUS_GEOMETRIES
+from geojax import geometries
 from geojax.parallel import MODES
 from geojax.similarity import SimilarityName
 from train.app import model, objective, optim, registry  # noqa: F401  (their registrations declare keys)
@@ -648,11 +648,12 @@ def _check_types(cfg: RunConfig) -> None:
 def validate(cfg: RunConfig) -> None:
     """Raise :class:`UsageError` naming the key for a bad value or a combination that has no meaning.
 
-    Checked: each value's type and range, ``0 ≤ lr_min ≤ lr``, the data set's name, an even ``dim`` for
-    torus_n, the similarity against the geometry and projection (an atlas without a projection head ranks
-    by −d_M, Korman 2021 eq. 7), ``views ≥ 2`` for instance labels, a batch size divisible by
-    ``m_per_class``, the feed and parallel mode of a several-seeds run, the multi-process keys, and no probe
-    or early stopping with ``classes=disjoint``.
+    Checked: each value's type and range, ``0 ≤ lr_min ≤ lr``, the data set's name; against the geometry's
+    record (:mod:`geojax.geometries`): an even ``dim`` where it asks for one (torus_n), the projection, the
+    similarity (an atlas without a projection head ranks by −d_M, Korman 2021 eq. 7) and the piecewise
+    probe; ``views ≥ 2`` for instance labels, a batch size divisible by ``m_per_class``, the feed and
+    parallel mode of a several-seeds run, the multi-process keys, and no probe or early stopping with
+    ``classes=disjoint``.
 
     Args:
         cfg: the configuration to check.
@@ -667,28 +668,32 @@ def validate(cfg: RunConfig) -> None:
     if not 0 <= cfg.lr_min <= cfg.lr:
         raise UsageError(f"lr_min must be in [0, lr={cfg.lr}], got {cfg.lr_min}")
     check_dataset_name(cfg.dataset)
-    if cfg.geometry == "torus_n" and cfg.dim % 2:
-        raise UsageError(f"dim must be even for geometry='torus_n' (adjacent pairs), got {cfg.dim}")
-    if cfg.projection == "mixed" and cfg.geometry != "atlas":
-        raise UsageError("projection='mixed' (MSimCLR) needs geometry='atlas'")
-    vectors = cfg.geometry != "atlas" or cfg.projection != "none"  # does the loss see plain vectors?
+    geometry = geometries.get(cfg.geometry)
+    if geometry.even_dim and cfg.dim % 2:
+        raise UsageError(f"dim must be even for geometry={cfg.geometry!r} (adjacent pairs), got {cfg.dim}")
+    if cfg.projection not in geometry.projections:
+        raise UsageError(
+            f"projection={cfg.projection!r} needs a geometry that allows it (mixed, MSimCLR's: an atlas); "
+            f"geometry={cfg.geometry!r} allows {list(geometry.projections)}"
+        )
+    vectors = not geometry.is_atlas or cfg.projection != "none"  # does the loss see plain vectors?
     if cfg.similarity == "manifold" and vectors:
         raise UsageError(
-            "similarity='manifold' (atlas d_M) needs geometry='atlas' and projection='none'; "
+            "similarity='manifold' (atlas d_M) needs an atlas geometry and projection='none'; "
             f"got geometry={cfg.geometry!r}, projection={cfg.projection!r}"
         )
     if not vectors and cfg.similarity != "manifold":
         raise UsageError(
-            f"geometry='atlas' without a projection head has no vector similarity: use "
+            f"geometry={cfg.geometry!r} (an atlas) without a projection head has no vector similarity: use "
             f"similarity='manifold' (Korman 2021 eq. 7) or projection=mixed, got {cfg.similarity!r}"
         )
-    if cfg.similarity == "torus" and (cfg.geometry not in TORUS_GEOMETRIES or cfg.projection != "none"):
+    if cfg.similarity == "torus" and (not geometry.is_torus or cfg.projection != "none"):
         raise UsageError(
-            "similarity='torus' (flat-torus distance of the angles) needs geometry torus_c or torus_n and "
-            f"projection='none'; got geometry={cfg.geometry!r}, projection={cfg.projection!r}"
+            "similarity='torus' (flat-torus distance of the angles) needs a torus geometry (torus_c, "
+            f"torus_n) and projection='none'; got geometry={cfg.geometry!r}, projection={cfg.projection!r}"
         )
     if not vectors and cfg.loss == "simo":
-        raise UsageError("loss='simo' needs vectors: with geometry='atlas' use projection=mixed or mlp")
+        raise UsageError("loss='simo' needs vectors: with an atlas geometry use projection=mixed or mlp")
     if cfg.labels == "instance" and cfg.views < 2:
         raise UsageError("labels='instance' needs views >= 2 (the positives are the other views)")
     if cfg.sampler == "m_per_class" and cfg.batch_size % cfg.m_per_class:
@@ -714,8 +719,11 @@ def validate(cfg: RunConfig) -> None:
             f"of the unseen classes) and no early stopping on them; got probe={cfg.probe!r}, "
             f"select_best={cfg.select_best!r}"
         )
-    if cfg.probe == "piecewise" and cfg.geometry != "atlas":
-        raise UsageError("probe='piecewise' (one linear classifier per chart) needs geometry='atlas'")
+    if cfg.probe == "piecewise" and not geometry.is_atlas:
+        raise UsageError(
+            "probe='piecewise' (one linear classifier per chart) needs an atlas geometry, "
+            f"got {cfg.geometry!r}"
+        )
 
 
 def _key_lines(name: str, indent: str) -> list[str]:

@@ -1,7 +1,7 @@
 """The model of a run: the encoder, the geometry head and the projection that a config selects, each value
 registered with the keys it uses (:mod:`train.app.registry`); the library's own tables
-(:data:`geojax.models.ENCODERS`, :data:`geojax.manifolds.GEOMETRIES`, :data:`geojax.models.PROJECTIONS`)
-select the code by the value."""
+(:data:`geojax.models.ENCODERS`, :mod:`geojax.geometries`, :data:`geojax.models.PROJECTIONS`) select the
+code by the value. A new geometry is one :func:`register_geometry` call."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import jax.numpy as jnp
 from flax import nnx
 
-from geojax import models, parallel
-from geojax.manifolds import GEOMETRIES, TORUS_GEOMETRIES
+from geojax import geometries, models, parallel
 from train.app import registry
 from train.app.registry import POSITIVE_INT, Key, When
 
@@ -45,14 +44,68 @@ QAT_NOISE = Key(
 )
 PROJECTION_DIM = Key("projection_dim", 64, "projection head output width", int, "model", POSITIVE_INT)
 
+
+def geometry_keys(geometry: geometries.Geometry) -> tuple[Key, ...]:
+    """The keys a geometry uses: an atlas its chart count, a vector geometry its head (a torus also QAT bits).
+
+    Args:
+        geometry: the geometry's record.
+
+    Returns:
+        The keys, in ``--help`` order.
+    """
+    if geometry.is_atlas:
+        return (CHARTS,)
+    return (HEAD, QAT_BITS) if geometry.is_torus else (HEAD,)
+
+
+def register_geometry(geometry: geometries.Geometry) -> None:
+    """Register a new geometry with the library and as a value of the ``geometry`` key (with its keys).
+
+    After :func:`geojax.geometries.register` and the key's registration, ``python -m train geometry=NAME``
+    trains it.
+
+    Args:
+        geometry: the geometry's record.
+
+    Raises:
+        ValueError: a geometry of that name is registered already.
+    """
+    geometries.register(geometry)
+    registry.register("geometry", geometry.name, keys=geometry_keys(geometry))
+
+
+def unregister_geometry(name: str) -> None:
+    """Remove a geometry that :func:`register_geometry` added (a test's own, after the test).
+
+    Args:
+        name: its name.
+
+    Raises:
+        ValueError: no geometry of that name is registered.
+    """
+    geometries.unregister(name)
+    registry.unregister("geometry", name)
+
+
+def geometry_output(name: str) -> str:
+    """The output kind (``vector`` or ``atlas``) of the registered geometry ``name``.
+
+    It is the ``kind`` of the keys that only one kind uses (:class:`train.app.registry.When`).
+
+    Args:
+        name: a registered geometry's name.
+
+    Returns:
+        Its record's ``output``.
+    """
+    return geometries.get(name).output
+
+
 for _name in models.ENCODERS:
     registry.register("encoder", _name, keys=() if _name == "mlp" else (NORM,))
-for _name in GEOMETRIES:
-    registry.register(
-        "geometry",
-        _name,
-        keys=(CHARTS,) if _name == "atlas" else (HEAD, *((QAT_BITS,) if _name in TORUS_GEOMETRIES else ())),
-    )
+for _name in geometries.names():
+    registry.register("geometry", _name, keys=geometry_keys(geometries.get(_name)))
 registry.core(QAT_NOISE)
 for _name in models.PROJECTIONS:
     registry.register("projection", _name, keys=() if _name == "none" else (PROJECTION_DIM,))

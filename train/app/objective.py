@@ -12,8 +12,8 @@ import jax
 from geojax import losses, manifolds, models, parallel, regularizers
 from geojax import memory as memory_lib
 from geojax import similarity as similarity_lib
-from geojax.manifolds import GEOMETRIES
 from train.app import registry
+from train.app.model import geometry_output
 from train.app.registry import NON_NEGATIVE, NON_NEGATIVE_INT, POSITIVE, POSITIVE_INT, Key, When
 
 if TYPE_CHECKING:
@@ -142,8 +142,9 @@ def membership_term(out: models.Outputs, ctx: Context) -> jax.Array:
     return regularizers.membership(out.q, axis_name=ctx.axis_name)
 
 
-VECTORS = When("geometry", tuple(g for g in GEOMETRIES if g != "atlas"))
-ATLAS = When("geometry", ("atlas",))
+# The regularisers of one output kind: help and messages list the geometries registered with it.
+VECTORS = When("geometry", ("vector",), kind=geometry_output)
+ATLAS = When("geometry", ("atlas",), kind=geometry_output)
 registry.register_regularizer(
     "koleo",
     weight=Key(
@@ -171,7 +172,7 @@ registry.register_regularizer(
 registry.register_regularizer(
     "mmd",
     weight=Key(
-        "mmd", 0.0, "λ1, the atlas MMD ℓ_Z weight (Korman 2021 eq. 6)", float, "objective", NON_NEGATIVE
+        "mmd", 0.0, "λ1, the atlas MMD ℓ_Z weight (Korman 2021 eq. 5)", float, "objective", NON_NEGATIVE
     ),
     keys=(
         Key(

@@ -334,8 +334,16 @@ def keys() -> dict[str, Key]:
                     out[k.name] = dataclasses.replace(k, when=_owners(choice, k.name))
     for reg in REGULARIZERS.values():
         for k in (reg.weight, *reg.keys):
-            out.setdefault(k.name, dataclasses.replace(k, when=reg.when))
+            out.setdefault(k.name, dataclasses.replace(k, when=_listed(reg.when)))
     return out
+
+
+def _listed(when: When | None) -> When | None:
+    """``when`` with a ``kind`` over a choice of registered values (a geometry's output kind) as the values
+    registered now that it holds for, so that help and messages list them (``geometry=atlas``)."""
+    if when is None or when.kind is None or when.choice not in OPTIONS:
+        return when
+    return When(when.choice, tuple(v for v in OPTIONS[when.choice] if when.kind(v) in when.values))
 
 
 def _owners(choice: str, name: str) -> When:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import jax
 import numpy as np
 
-from geojax import manifolds, metrics
+from geojax import geometries, manifolds, metrics
 from geojax import similarity as similarity_lib
 from geojax.models import Outputs
 from train.app import probe
@@ -48,7 +48,7 @@ def write_embeddings(path: str, cfg: RunConfig, query: Outputs, reference: Outpu
         "geometry": np.array(cfg.geometry),
         "similarity": np.array(cfg.similarity),
     }
-    if cfg.geometry == "atlas":
+    if geometries.get(cfg.geometry).is_atlas:
         arrays.update(
             query_coords=query.coords,
             query_q=query.q,
@@ -148,24 +148,25 @@ def retrieval_report(cfg: RunConfig, query: Outputs, reference: Outputs, ds: Dat
         ``piecewise_linear_accuracy`` with ``charts_used``.
     """
     within = cfg.classes == "disjoint"
+    geometry = geometries.get(cfg.geometry)
     q, sim = retrieval_inputs(cfg, query)
     r, _ = retrieval_inputs(cfg, reference)
     args = (q, ds.test_y) if within else (q, ds.test_y, r, ds.train_y)
     # Korman 2021 §3.2 reports R@1, 2, 4, 8 for an atlas (the rest: python -m train.evaluate).
-    ks = (1, 2, 4, 8) if cfg.geometry == "atlas" else ()
+    ks = (1, 2, 4, 8) if geometry.is_atlas else ()
     out: dict[str, Any] = metrics.retrieval_metrics(*args, knn_k=cfg.knn_k, ks=ks, similarity=sim)
     out["knn_k"] = cfg.knn_k
     if ks:
         out["recall_at_k"] = {str(k): v for k, v in out["recall_at_k"].items()}
-    if cfg.geometry == "atlas" and cfg.similarity == "manifold":
+    if geometry.is_atlas and cfg.similarity == "manifold":
         against = () if within else ((reference.coords, reference.q), ds.train_y)
         compressed = metrics.recall_at_k(
             (query.coords, query.q), ds.test_y, *against, ks=ks, similarity=_neg_compressed_distance
         )
         out["compressed_recall_at_k"] = {str(k): v for k, v in compressed.items()}
-    if cfg.geometry != "atlas":
+    if not geometry.is_atlas:
         both = np.concatenate([query.embedding, reference.embedding])
-        unit = np.asarray(manifolds.sphere(both)) if cfg.geometry == "euclidean" else both
+        unit = both if geometry.unit_norm else np.asarray(manifolds.sphere(both))
         out["circular_variance"] = float(metrics.circular_variance(unit))
     else:
         out["circular_variance"] = None  # defined for unit vectors; the atlas code is not one
