@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from train.reproduce.rules import HOLDS, VERDICTS, learned
+from train.reproduce.same_code import same_results
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -107,9 +108,12 @@ class Run:
         return learned(self.metric("precision_at_1"), chance)
 
     def stale(self, current: dict[str, Any]) -> bool:
-        """Whether the run predates the ``current`` code (train.app.report.code_version): its code hash
-        differs, or it recorded none."""
-        return self.code_version is None or self.code_version.get("code_hash") != current["code_hash"]
+        """Whether the run predates the ``current`` code (train.app.report.code_version): it recorded no code
+        hash, or one that neither equals the current nor is checked to give the same results
+        (:func:`train.reproduce.same_code.same_results`)."""
+        return self.code_version is None or not same_results(
+            self.code_version["code_hash"], current["code_hash"]
+        )
 
 
 @dataclasses.dataclass

@@ -17,6 +17,7 @@ from train.helpers import files, tables
 from train.reproduce.papers import PAPERS
 from train.reproduce.records import Run, version_text
 from train.reproduce.rules import ABOVE_BASELINE, EQUIVALENT, LEARNED
+from train.reproduce.same_code import same_results
 from train.reproduce.tables import raw_pixels
 
 
@@ -94,6 +95,22 @@ def stale_runs(res: Mapping[str, Any], current: Mapping[str, Any]) -> str:
     )
 
 
+def same_code_runs(res: Mapping[str, Any], current: Mapping[str, Any]) -> str:
+    """A sentence on the runs of ``res`` trained by other code that is checked to give the same results as
+    the ``current`` code (:mod:`train.reproduce.same_code`), so they count as current; '' when none is."""
+    hashes = {r["code_version"]["code_hash"] for r in res["runs"] if r.get("code_version")}
+    linked = sorted(h for h in hashes if h != current["code_hash"] and same_results(h, current["code_hash"]))
+    if not linked:
+        return ""
+    n = sum(1 for r in res["runs"] if r.get("code_version") and r["code_version"]["code_hash"] in linked)
+    return (
+        f"**Same results**: {n} of {len(res['runs'])} runs were trained by code "
+        f"{', '.join(h[:12] for h in linked)}, which gives the same outputs as the current code bit for bit: "
+        "checked by `python -m train.reproduce.same_code`, which trains and evaluates each distinct "
+        "configuration of those runs with both versions (the record: train/reproduce/same_results.json)."
+    )
+
+
 def stale_fits(res: Mapping[str, Any], current: Mapping[str, Any]) -> str:
     """A sentence on a result made by fits, not training runs (a paper whose reproduction trains nothing:
     Hong, Meng & Yuan 2018), whose fits' code version (``details['code_version']``) is not the ``current``
@@ -133,6 +150,7 @@ def paper_section(res: Mapping[str, Any], *, sizes: bool = False, current: Mappi
         "",
         *([f"{_sizes(sc)}.", ""] if sizes else []),
         *([stale, ""] if (stale := stale_runs(res, current) or stale_fits(res, current)) else []),
+        *([same, ""] if (same := same_code_runs(res, current)) else []),
         *([gap, ""] if (gap := baseline_gap(res)) else []),
         *(
             [
