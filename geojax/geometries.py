@@ -1,4 +1,4 @@
-"""What a geometry is, in one record: the :class:`Geometry` of each embedding space, registered once by name.
+"""What a geometry is, in one record: the Geometry of each embedding space, registered once by name.
 
 Everything that builds, trains, ranks or quantises embeddings asks the record instead of branching on the
 geometry's name: the model's head (:class:`geojax.models.EmbeddingModel`) projects with ``project`` and sizes
@@ -87,7 +87,7 @@ class Geometry:
 
     @property
     def is_torus(self) -> bool:
-        """Whether the geometry is a flat torus: its embeddings are Clifford pairs of the flat angles."""
+        """Whether the geometry is a flat torus (its embeddings are Clifford pairs of the flat angles)."""
         return self.angles is not None
 
     def flat_angles(self, raw: jax.Array) -> jax.Array:
