@@ -139,6 +139,19 @@ def test_hamming_topk_equals_numpy(n, k):
     np.testing.assert_array_equal(search.hamming_distances(q, db), hamming_numpy(q, db))
 
 
+@pytest.mark.parametrize("words", [1, 7, 8, 29, 30, 31, 61, 128, 129, 150])
+def test_hamming_counts_every_bit_across_the_kernels_word_groups(words):
+    """The SWAR kernel sums bit counts per byte over groups of words, then folds: widths around a group's
+    edge (30 words), the unrolled limit (128) and past it, with rows at every distance from 0 to all bits."""
+    rng = np.random.default_rng(words)
+    q = rng.integers(0, 256, (3, 4 * words), dtype=np.uint8)
+    db = rng.integers(0, 256, (40, 4 * words), dtype=np.uint8)
+    db[0], db[1], db[2] = q[0], ~q[0], q[1] ^ 0x0F  # distance 0, every bit, half of them
+    got = np.asarray(search.hamming_distances(q, db))
+    np.testing.assert_array_equal(got, hamming_numpy(q, db))
+    assert got[0, 0] == 0 and got[0, 1] == 32 * words and got[1, 2] == 16 * words
+
+
 @pytest.mark.parametrize("n,k", CASES[:2])
 def test_pq_topk_equals_numpy(n, k):
     rng = np.random.default_rng(5)

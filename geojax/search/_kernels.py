@@ -15,6 +15,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 _F32 = jnp.float32
@@ -22,13 +23,12 @@ _MAX_UNROLL = 128
 BLOCKS = "blocks"  # the kernels' third layout: per-query blocks of column-major rows
 
 
-def _sum_columns(term, q: jax.Array, rows: jax.Array, shared: bool, acc_dtype) -> jax.Array:
-    """Σ_w term(q[:, w], rows' column w), unrolled for narrow codes, a fori_loop for wide ones.
+def _columns(term, q: jax.Array, rows: jax.Array, shared: bool, acc_dtype):
+    """The function w ↦ term(q[:, w], rows' column w) in ``acc_dtype`` (w a Python or traced int).
 
     Shared rows [W, *S] give [b, *S]; per-query rows [b, n, W] give [b, n]; per-query blocks
     (blocks [B, W, n], numbers [b, m]) (shared = BLOCKS) give [b, m, n].
     """
-    width = q.shape[1]
 
     def column(w):
         qw = lax.dynamic_index_in_dim(q, w, axis=1, keepdims=False)
@@ -40,6 +40,14 @@ def _sum_columns(term, q: jax.Array, rows: jax.Array, shared: bool, acc_dtype) -
             return term(qw, lax.dynamic_index_in_dim(rows, w, axis=0, keepdims=True)).astype(acc_dtype)
         return term(qw[:, None], lax.dynamic_index_in_dim(rows, w, axis=2, keepdims=False)).astype(acc_dtype)
 
+    return column
+
+
+def _sum_columns(term, q: jax.Array, rows: jax.Array, shared: bool, acc_dtype) -> jax.Array:
+    """Σ_w term(q[:, w], rows' column w) (:func:`_columns`), unrolled for narrow codes, a fori_loop for wide
+    ones."""
+    width = q.shape[1]
+    column = _columns(term, q, rows, shared, acc_dtype)
     if width <= _MAX_UNROLL:
         total = column(0)
         for w in range(1, width):
@@ -108,11 +116,73 @@ _TORUS_BYTES_KERNELS = {
 }
 
 
+_M1, _M2, _M4, _M8 = (np.uint32(m) for m in (0x55555555, 0x33333333, 0x0F0F0F0F, 0x00FF00FF))
+_BYTE_WORDS = 30  # words whose per-byte bit counts (≤ 8 a word) one uint8 lane sums: 30 · 8 ≤ 255
+
+
+def _nibble_counts(x: jax.Array) -> jax.Array:
+    """The set bits of each 4-bit lane of uint32 words (0–4 a lane), SWAR."""
+    x = x - ((x >> 1) & _M1)
+    return (x & _M2) + ((x >> 2) & _M2)
+
+
+def _three_word_nibbles(*words: jax.Array) -> jax.Array:
+    """The set bits of each 4-bit lane of up to three uint32 words together (0–12 a lane).
+
+    Three words pass a carry-save adder first: ones = a ⊕ b ⊕ c and twos = majority(a, b, c), so that
+    popcount(a) + popcount(b) + popcount(c) = popcount(ones) + 2 · popcount(twos) (two words: a half adder),
+    and two nibble counts do the work of three.
+    """
+    if len(words) == 1:
+        return _nibble_counts(words[0])
+    a, b, *c = words
+    half = a ^ b
+    ones, twos = (half, a & b) if not c else (half ^ c[0], (a & b) | (half & c[0]))
+    return _nibble_counts(ones) + (_nibble_counts(twos) << 1)
+
+
+def _byte_counts(v: jax.Array) -> jax.Array:
+    """Neighbouring 4-bit lanes added into 8-bit lanes (each ≤ 24 when the nibbles are ≤ 12)."""
+    return (v & _M4) + ((v >> 4) & _M4)
+
+
+def _lane_total(b: jax.Array) -> jax.Array:
+    """The sum of a uint32 word's four 8-bit lanes, as int32."""
+    h = (b & _M8) + ((b >> 8) & _M8)
+    return ((h & np.uint32(0xFFFF)) + (h >> 16)).astype(jnp.int32)
+
+
 def _hamming_kernel(q: jax.Array, rows: jax.Array, shared: bool) -> jax.Array:
-    """Hamming distance of uint32 words: Σ popcount(a XOR b), int32."""
-    return _sum_columns(lambda a, b: lax.population_count(a ^ b), q, rows, shared, jnp.uint32).astype(
-        jnp.int32
+    """Hamming distance of uint32 words: Σ popcount(a XOR b), int32.
+
+    SWAR, not one ``lax.population_count`` per word: AVX2 has no vector population count, and on a 2-core
+    AVX2 host this form scanned 1,000 queries × 1,000,000 256-bit rows about 12 % faster. The bit counts of
+    each nibble of three words, through a carry-save adder, are added (≤ 12 a nibble), folded into bytes, and
+    the bytes summed over up to :data:`_BYTE_WORDS` words before one fold of each row's four bytes.
+    """
+    width = q.shape[1]
+    column = _columns(lambda a, b: a ^ b, q, rows, shared, jnp.uint32)
+
+    def group(start, count: int) -> jax.Array:  # the distance over words start … start + count − 1
+        acc = None
+        for j in range(0, count, 3):
+            v = _three_word_nibbles(*(column(start + i) for i in range(j, min(j + 3, count))))
+            acc = _byte_counts(v) if acc is None else acc + _byte_counts(v)
+        return _lane_total(acc)
+
+    full, tail = divmod(width, _BYTE_WORDS)
+    if width <= _MAX_UNROLL:
+        parts = [group(g * _BYTE_WORDS, _BYTE_WORDS) for g in range(full)] + (
+            [group(full * _BYTE_WORDS, tail)] if tail else []
+        )
+        total = parts[0]
+        for part in parts[1:]:
+            total = total + part
+        return total
+    total = lax.fori_loop(
+        1, full, lambda g, acc: acc + group(g * _BYTE_WORDS, _BYTE_WORDS), group(0, _BYTE_WORDS)
     )
+    return total + group(full * _BYTE_WORDS, tail) if tail else total
 
 
 def _pq_kernel(tables: jax.Array, rows: jax.Array, shared: bool) -> jax.Array:
