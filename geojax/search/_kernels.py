@@ -164,10 +164,13 @@ def _hamming_kernel(q: jax.Array, rows: jax.Array, shared: bool) -> jax.Array:
     column = _columns(lambda a, b: a ^ b, q, rows, shared, jnp.uint32)
 
     def group(start, count: int) -> jax.Array:  # the distance over words start … start + count − 1
-        acc = None
-        for j in range(0, count, 3):
-            v = _three_word_nibbles(*(column(start + i) for i in range(j, min(j + 3, count))))
-            acc = _byte_counts(v) if acc is None else acc + _byte_counts(v)
+        sums = [
+            _byte_counts(_three_word_nibbles(*(column(start + i) for i in range(j, min(j + 3, count)))))
+            for j in range(0, count, 3)
+        ]
+        acc = sums[0]
+        for more in sums[1:]:
+            acc = acc + more
         return _lane_total(acc)
 
     full, tail = divmod(width, _BYTE_WORDS)
