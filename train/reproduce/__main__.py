@@ -43,7 +43,8 @@ idx:DIR --print > runs.sh``.
 its runs and details (claims and tables rewritten, the judging code's version recorded beside the runs' own)
 and renders ``reproduction.md``. Every run records the code version it was trained with
 (``train.app.report.code_version``); a run read back that was trained by other code, or that recorded none, is
-flagged as stale in the output and on the page.
+flagged as stale in the output and on the page, unless ``python -m train.reproduce.same_code`` has checked
+that the two versions give the same outputs bit for bit (:mod:`train.reproduce.same_code`).
 
 Every run of one command shares a JAX compilation cache in a temporary folder, so that repeated
 configurations (other seeds, the other clipping setting) reuse what is already compiled.
