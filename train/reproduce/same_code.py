@@ -126,12 +126,18 @@ def _outputs(workdir: str) -> dict[str, Any]:
 
 
 def _train(root: Path, cfg: dict[str, Any], workdir: str) -> dict[str, Any]:
-    """Train ``cfg`` with the code under ``root``, in a fresh process; its outputs."""
+    """Train ``cfg`` with the code under ``root``, in a fresh process; its outputs (RuntimeError with the last
+    lines of the process's errors when it fails)."""
     path = os.path.join(os.path.dirname(workdir), os.path.basename(workdir) + ".json")
     with open(path, "w", encoding="utf-8") as f:
         json.dump({**cfg, **CHECK_RUN, "workdir": workdir}, f)
     env = {**os.environ, "PYTHONPATH": str(root)}
-    subprocess.run([sys.executable, "-c", RUNNER, path], cwd=root, env=env, check=True, capture_output=True)
+    done = subprocess.run(
+        [sys.executable, "-c", RUNNER, path], cwd=root, env=env, capture_output=True, text=True
+    )
+    if done.returncode:
+        tail = "\n".join(done.stderr.strip().splitlines()[-5:])
+        raise RuntimeError(f"training {workdir} with the code under {root} failed:\n{tail}")
     return _outputs(workdir)
 
 
