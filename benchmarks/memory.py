@@ -44,6 +44,7 @@ from train.helpers.tables import markdown_table
 ARMS = ((64, 0), (64, 1024), (64, 8192), (512, 0))  # (batch, memory rows)
 QUICK_ARMS = ((16, 0), (16, 64))
 TARGET = 1.3
+LOADS = "load.json"  # the load average before and after a training, kept in its run directory
 
 
 def _counts(text: str) -> list[int]:
@@ -58,18 +59,27 @@ def train_arm(
     args: argparse.Namespace, batch: int, size: int, seed: int, extra: list[str], root: str
 ) -> dict:
     """One training of an arm (a fresh ``python -m train`` process in its own run directory under ``root``;
-    a finished one there is read back, not trained again); its figures."""
+    a finished one there is read back, not trained again, with the load average measured when it trained);
+    its figures."""
     line = [f"preset={args.preset}", f"dataset={args.data}", f"batch_size={batch}", f"memory={size}"]
     line += [f"steps={args.steps}", f"seed={seed}", "progress=false", *extra]
     if size:
         line.append(f"memory_warmup={args.warmup}")
     workdir = os.path.join(root, f"b{batch}_m{size}_s{seed}")
-    before = _load()
+    loads = os.path.join(workdir, LOADS)
     if os.path.exists(os.path.join(workdir, "report.json")):
         with open(os.path.join(workdir, "report.json")) as f:
             rep = json.load(f)
     else:
+        before = _load()
         rep = train_once([*line, f"workdir={workdir}"])
+        with open(loads + ".tmp", "w") as f:
+            json.dump({"load_before": before, "load_after": _load()}, f)
+        os.replace(loads + ".tmp", loads)
+    measured = {"load_before": None, "load_after": None}  # a run trained elsewhere: not known
+    if os.path.exists(loads):
+        with open(loads) as f:
+            measured = json.load(f)
     t = rep["timing"]
     return {
         "seed": seed,
@@ -80,8 +90,7 @@ def train_arm(
         "steps_per_s": t["steps_per_s"],
         "eval_s": t["eval_s"],
         "raw_pixel_1nn": rep["baseline_raw_1nn"]["precision_at_1"],
-        "load_before": before,
-        "load_after": _load(),
+        **measured,
     }
 
 
