@@ -578,6 +578,7 @@ def test_memory_quick(tmp_path):
     for arm, row in zip(figures["arms"], p1, strict=True):
         assert row["P@1 mean"] == f"{arm['precision_at_1_mean']:.4f}" and len(arm["rows"]) == 1
         assert arm["rows"][0]["steps"] == figures["steps"] == 12 and 0 < arm["precision_at_1_mean"] <= 1
+        assert all(len(arm["rows"][0][k]) == 3 for k in ("load_before", "load_after"))  # kept when trained
     timing = figures["speed"]
     assert [r["step"] for r in timing["rows"]] == [r["step"] for r in speed]
     ms = {(r["side"], r["memory"]): r["ms_per_step"] for r in timing["rows"]}
