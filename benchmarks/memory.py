@@ -20,7 +20,10 @@ rounds. PML's memory holds the batch it just enqueued, so its 8,192 rows are geo
 keys are the batch's 64 and its memory's 8,192. Target: geojax's batch-64 step with 8,192 rows costs at most
 1.3× the one without.
 
-A full run writes ``benchmarks/results/memory.json`` (``--quick`` writes only with ``--out``).
+A full run writes ``benchmarks/results/memory.json`` (``--quick`` writes only with ``--out``). Its trainings
+(hours) live under ``benchmarks/results/memory_runs/`` (:data:`RUNS`), one folder each, whose ``report.json``,
+``config.json`` and ``load.json`` are committed as they finish: a run stopped part way goes on from any
+checkout on any machine, the finished trainings read back.
 """
 
 from __future__ import annotations
@@ -44,6 +47,8 @@ from train.helpers.tables import markdown_table
 ARMS = ((64, 0), (64, 1024), (64, 8192), (512, 0))  # (batch, memory rows)
 QUICK_ARMS = ((16, 0), (16, 64))
 TARGET = 1.3
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RUNS = os.path.join("benchmarks", "results", "memory_runs")  # a full run's trainings (module docstring)
 LOADS = "load.json"  # the load average before and after a training, kept in its run directory
 
 
@@ -65,10 +70,11 @@ def train_arm(
     line += [f"steps={args.steps}", f"seed={seed}", "progress=false", *extra]
     if size:
         line.append(f"memory_warmup={args.warmup}")
-    workdir = os.path.join(root, f"b{batch}_m{size}_s{seed}")
-    loads = os.path.join(workdir, LOADS)
-    if os.path.exists(os.path.join(workdir, "report.json")):
-        with open(os.path.join(workdir, "report.json")) as f:
+    workdir = os.path.join(root, f"b{batch}_m{size}_s{seed}")  # as the app is given it: from the repository
+    here = os.path.join(REPOSITORY, workdir)  # (train_once's folder); an absolute workdir stays as it is
+    loads = os.path.join(here, LOADS)
+    if os.path.exists(os.path.join(here, "report.json")):
+        with open(os.path.join(here, "report.json")) as f:
             rep = json.load(f)
     else:
         before = _load()
@@ -252,7 +258,9 @@ def main() -> None:
     # on a shared machine OpenMP's barriers can make 2 threads slower than 1: each PML row counts its fastest
     ap.add_argument("--torch-threads", type=_counts, default=[1, 2], help="PyTorch thread counts timed: 1,2")
     ap.add_argument(
-        "--workdir", help="the trainings' run directories, kept (a rerun reads finished ones back)"
+        "--workdir",
+        help=f"the trainings' run directories (from the repository), kept: a rerun reads finished ones back "
+        f"(default: {RUNS}; --quick: a temporary folder)",
     )
     ap.add_argument("--skip-training", action="store_true", help="time the steps only (writes nothing)")
     ap.add_argument("--quick", action="store_true", help="digits, small sizes, few steps: a smoke run")
@@ -261,6 +269,8 @@ def main() -> None:
     if any("=" not in a for a in extra):
         ap.error(f"extra arguments must be KEY=VALUE, got {extra}")
     arms = QUICK_ARMS if args.quick else ARMS
+    if args.workdir is None and not args.quick:
+        args.workdir = RUNS
     if args.quick:
         args.data, args.steps, args.seeds, args.warmup = "digits", 12, args.seeds[:1], 2
         args.repeats, args.timing_steps = min(args.repeats, 2), min(args.timing_steps, 4)
