@@ -29,6 +29,7 @@ checkout on any machine, the finished trainings read back.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -60,6 +61,20 @@ def _load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
+def _check_trained_as(here: str, line: list[str]) -> None:
+    """Refuse a finished training read back from ``here`` whose config.json differs from the arm's command
+    line on a key the line sets (other steps, batch, memory, seed, data …): its figures are another arm's."""
+    with open(os.path.join(here, "config.json")) as f:
+        stored = json.load(f)
+    want = json.loads(json.dumps(dataclasses.asdict(config.from_args(line))))  # as config.json writes them
+    keys = [a.split("=", 1)[0] for a in line if not a.startswith("progress=")]
+    differ = [f"{k}={stored.get(k)!r} (this run: {want[k]!r})" for k in keys if stored.get(k) != want[k]]
+    if differ:
+        raise SystemExit(
+            f"{here} holds another arm's training: {', '.join(differ)}; give another --workdir or remove it"
+        )
+
+
 def train_arm(
     args: argparse.Namespace, batch: int, size: int, seed: int, extra: list[str], root: str
 ) -> dict:
@@ -74,6 +89,7 @@ def train_arm(
     here = os.path.join(REPOSITORY, workdir)  # (train_once's folder); an absolute workdir stays as it is
     loads = os.path.join(here, LOADS)
     if os.path.exists(os.path.join(here, "report.json")):
+        _check_trained_as(here, line)
         with open(os.path.join(here, "report.json")) as f:
             rep = json.load(f)
     else:

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from subprocess_env import child_env
 
-from benchmarks import ivf, step_profile, train_step
+from benchmarks import ivf, memory, step_profile, train_step
 from train.helpers.results import RESULTS_DIR, check_ratios, destination, write_result
 from train.helpers.timing import Timing, measure
 
@@ -588,6 +588,24 @@ def test_memory_quick(tmp_path):
         assert timing["pml_memory_over_none"] == pytest.approx(ms["pml", 64] / ms["pml", 0])
     else:
         assert timing["pml_memory_over_none"] is None and len(speed) == 2
+
+
+def test_memory_reads_back_only_a_training_of_the_same_arm(tmp_path):
+    """A committed training is read back for its own arm; one of other steps or seed is refused by name."""
+    from dataclasses import asdict
+
+    from train.app import config
+
+    line = ["preset=supcon_sphere_cpu", "dataset=digits", "batch_size=64", "memory=1024", "steps=30"]
+    line += ["seed=0", "progress=false", "memory_warmup=5"]
+    (tmp_path / "config.json").write_text(json.dumps(asdict(config.from_args(line))))
+    memory._check_trained_as(str(tmp_path), line)  # the same arm: read back
+    memory._check_trained_as(str(tmp_path), [*line[:-2], "progress=true", line[-1]])  # not the arm: progress
+    for changed in ("steps=40", "seed=1", "memory=8192"):
+        key = changed.split("=")[0]
+        other = [changed if a.startswith(key + "=") else a for a in line]
+        with pytest.raises(SystemExit, match=f"{key}=.* \\(this run: {changed.split('=')[1]}\\)"):
+            memory._check_trained_as(str(tmp_path), other)
 
 
 # ----------------------------------------------------------------------------------------------------------
