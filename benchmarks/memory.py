@@ -29,7 +29,6 @@ checkout on any machine, the finished trainings read back.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import statistics
@@ -41,7 +40,8 @@ import numpy as np
 
 from benchmarks.cpu_recipe import train_once
 from benchmarks.train_step import Case, geojax_call, step_times, torch_block, torch_step
-from train.app import config, data
+from train.app import config, data, loop
+from train.app.errors import UsageError
 from train.helpers.results import add_out_argument, destination, invocation, machine_info, write_result
 from train.helpers.tables import markdown_table
 
@@ -62,17 +62,16 @@ def _load() -> list[float]:
 
 
 def _check_trained_as(here: str, line: list[str]) -> None:
-    """Refuse a finished training read back from ``here`` whose config.json differs from the arm's command
-    line on a key the line sets (other steps, batch, memory, seed, data …): its figures are another arm's."""
-    with open(os.path.join(here, "config.json")) as f:
-        stored = json.load(f)
-    want = json.loads(json.dumps(dataclasses.asdict(config.from_args(line))))  # as config.json writes them
-    keys = [a.split("=", 1)[0] for a in line if not a.startswith("progress=")]
-    differ = [f"{k}={stored.get(k)!r} (this run: {want[k]!r})" for k in keys if stored.get(k) != want[k]]
-    if differ:
-        raise SystemExit(
-            f"{here} holds another arm's training: {', '.join(differ)}; give another --workdir or remove it"
-        )
+    """Refuse a finished training read back from ``here`` that is not the arm's command line: another recipe
+    (the app's own check, ``train.app.loop.check_workdir``, names the keys) or another length."""
+    cfg = config.from_args([*line, f"workdir={here}"])
+    try:
+        saved = loop.check_workdir(cfg)
+    except UsageError as err:
+        raise SystemExit(f"{err} (the arm: {' '.join(line)})") from None
+    if saved is None or saved.get("steps") != cfg.steps:
+        got = "no config.json" if saved is None else f"steps={saved.get('steps')}"
+        raise SystemExit(f"{here} holds a training of {got}, the arm asks steps={cfg.steps}")
 
 
 def train_arm(

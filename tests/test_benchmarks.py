@@ -591,21 +591,24 @@ def test_memory_quick(tmp_path):
 
 
 def test_memory_reads_back_only_a_training_of_the_same_arm(tmp_path):
-    """A committed training is read back for its own arm; one of other steps or seed is refused by name."""
+    """A committed training is read back for its own arm; one of another seed, memory, batch or length is
+    refused, naming what differs."""
     from dataclasses import asdict
 
     from train.app import config
 
     line = ["preset=supcon_sphere_cpu", "dataset=digits", "batch_size=64", "memory=1024", "steps=30"]
     line += ["seed=0", "progress=false", "memory_warmup=5"]
-    (tmp_path / "config.json").write_text(json.dumps(asdict(config.from_args(line))))
+    saved = asdict(config.from_args([*line, f"workdir={tmp_path}"]))
+    (tmp_path / "config.json").write_text(json.dumps(saved))
     memory._check_trained_as(str(tmp_path), line)  # the same arm: read back
     memory._check_trained_as(str(tmp_path), [*line[:-2], "progress=true", line[-1]])  # not the arm: progress
-    for changed in ("steps=40", "seed=1", "memory=8192"):
-        key = changed.split("=")[0]
-        other = [changed if a.startswith(key + "=") else a for a in line]
-        with pytest.raises(SystemExit, match=f"{key}=.* \\(this run: {changed.split('=')[1]}\\)"):
+    for changed, named in (("seed=1", "seed"), ("memory=8192", "memory"), ("batch_size=32", "batch_size")):
+        other = [changed if a.split("=")[0] == named else a for a in line]
+        with pytest.raises(SystemExit, match=f"different config.*{named}"):
             memory._check_trained_as(str(tmp_path), other)
+    with pytest.raises(SystemExit, match="steps=30, the arm asks steps=40"):
+        memory._check_trained_as(str(tmp_path), [a if a != "steps=30" else "steps=40" for a in line])
 
 
 # ----------------------------------------------------------------------------------------------------------
