@@ -168,20 +168,14 @@ def _hamming_kernel(q: jax.Array, rows: jax.Array, shared: bool) -> jax.Array:
             _byte_counts(_three_word_nibbles(*(column(start + i) for i in range(j, min(j + 3, count)))))
             for j in range(0, count, 3)
         ]
-        acc = sums[0]
-        for more in sums[1:]:
-            acc = acc + more
-        return _lane_total(acc)
+        return _lane_total(sum(sums[1:], sums[0]))
 
     full, tail = divmod(width, _BYTE_WORDS)
     if width <= _MAX_UNROLL:
         parts = [group(g * _BYTE_WORDS, _BYTE_WORDS) for g in range(full)] + (
             [group(full * _BYTE_WORDS, tail)] if tail else []
         )
-        total = parts[0]
-        for part in parts[1:]:
-            total = total + part
-        return total
+        return sum(parts[1:], parts[0])
     total = lax.fori_loop(
         1, full, lambda g, acc: acc + group(g * _BYTE_WORDS, _BYTE_WORDS), group(0, _BYTE_WORDS)
     )
