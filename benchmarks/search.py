@@ -53,6 +53,7 @@ import numpy as np
 from jax import lax
 
 from geojax import quantize, search
+from geojax.search import _kernels
 from train.csearch import clib
 from train.helpers import results
 from train.helpers.results import add_out_argument, destination, invocation, machine_info, write_result
@@ -137,6 +138,24 @@ def exact_l2_topk(queries: np.ndarray, db: np.ndarray, k: int, block: int = 64) 
     return np.concatenate(out)
 
 
+def vector_popcount() -> bool:
+    """Whether the Hamming scan counts bits with one population count per word (on a GPU, or a CPU with a
+    vector one: ``geojax.search._kernels.vector_popcount``) rather than by SWAR."""
+    return jax.devices()[0].platform != "cpu" or _kernels._host_vector_popcount()
+
+
+def hamming_lane_ops(popcount: bool) -> int:
+    """uint32 lane operations per query-row pair of the 256-bit Hamming scan (8 words), a group min included.
+
+    One population count per word: 8 XORs, 8 counts, 7 adds. SWAR: 8 XORs; words 3 + 3 + 2 through
+    carry-save adders (5, 5, 2), two nibble counts each (7 apiece) and a shift-add; 3 nibble-to-byte folds
+    (4 each) and 2 adds; 7 to fold a row's four bytes.
+    """
+    if popcount:
+        return 8 + 8 + 7 + 1
+    return 8 + (5 + 5 + 2) + 6 * 7 + 3 * 2 + 3 * 4 + 2 + 7 + 1
+
+
 def hamming_row(rng, faiss, *, nq: int, n: int, k: int, tune: dict, repeat: int) -> Row:
     """(1) Hamming top-k on 256-bit packed codes vs faiss IndexBinaryFlat."""
     qb = rng.integers(0, 256, (nq, 32), dtype=np.uint8)
@@ -161,10 +180,10 @@ def hamming_row(rng, faiss, *, nq: int, n: int, k: int, tune: dict, repeat: int)
             f"distances identical: {checks['distances_identical']}; "
             f"indices equal: {checks['indices_equal']:.4f}"
         )
-    # SWAR over 8 words (_kernels._hamming_kernel): 8 XORs; words 3 + 3 + 2 through carry-save adders (5, 5,
-    # 2), two nibble counts each (7 apiece) and a shift-add; 3 nibble-to-byte folds (4 each) and 2 adds; 7 to
-    # fold a row's four bytes; a group min
-    work = Work(8 + (5 + 5 + 2) + 6 * 7 + 3 * 2 + 3 * 4 + 2 + 7 + 1, 32, tune.get("query_block", 1024))
+    popcount = vector_popcount()
+    checks["bit_count"] = "population count" if popcount else "SWAR"
+    note += f"; bits counted by {checks['bit_count']}"
+    work = Work(hamming_lane_ops(popcount), 32, tune.get("query_block", 1024))
     return Row("Hamming 256-bit top-k", "IndexBinaryFlat", ours, peer, note, checks, work)
 
 

@@ -139,17 +139,58 @@ def test_hamming_topk_equals_numpy(n, k):
     np.testing.assert_array_equal(search.hamming_distances(q, db), hamming_numpy(q, db))
 
 
+HAMMING_FORMS = {"swar": _kernels._hamming_swar, "popcount": _kernels._hamming_popcount}
+
+
+@pytest.mark.parametrize("form", sorted(HAMMING_FORMS))
 @pytest.mark.parametrize("words", [1, 7, 8, 29, 30, 31, 61, 128, 129, 150])
-def test_hamming_counts_every_bit_across_the_kernels_word_groups(words):
-    """The SWAR kernel sums bit counts per byte over groups of words, then folds: widths around a group's
-    edge (30 words), the unrolled limit (128) and past it, with rows at every distance from 0 to all bits."""
+def test_hamming_forms_count_every_bit_in_each_layout(form, words):
+    """Both ways of counting bits give the numpy distance in the kernels' three layouts (shared column-major
+    rows, per-query rows, per-query blocks). Widths around the SWAR form's word groups (30 words), the
+    unrolled limit (128) and past it, with rows at every distance from 0 to all bits."""
     rng = np.random.default_rng(words)
     q = rng.integers(0, 256, (3, 4 * words), dtype=np.uint8)
     db = rng.integers(0, 256, (40, 4 * words), dtype=np.uint8)
     db[0], db[1], db[2] = q[0], ~q[0], q[1] ^ 0x0F  # distance 0, every bit, half of them
-    got = np.asarray(search.hamming_distances(q, db))
-    np.testing.assert_array_equal(got, hamming_numpy(q, db))
-    assert got[0, 0] == 0 and got[0, 1] == 32 * words and got[1, 2] == 16 * words
+    ref = hamming_numpy(q, db)
+    assert ref[0, 0] == 0 and ref[0, 1] == 32 * words and ref[1, 2] == 16 * words
+    kernel = HAMMING_FORMS[form]
+    qw, dbw = scan._as_words(q), np.asarray(scan._as_words(db))
+    np.testing.assert_array_equal(kernel(qw, dbw.T, True), ref)
+    picks = rng.integers(0, 40, (3, 5))  # per query: rows picks[i]
+    np.testing.assert_array_equal(kernel(qw, dbw[picks], False), np.take_along_axis(ref, picks, axis=1))
+    blocks = jax.numpy.asarray(dbw.reshape(8, 5, -1).transpose(0, 2, 1))  # [B, W, n]: rows 5j … 5j + 4
+    numbers = jax.numpy.asarray([[0, 7], [3, 3], [6, 1]], np.int32)
+    want = np.stack([ref[i].reshape(8, 5)[np.asarray(numbers[i])] for i in range(3)])
+    np.testing.assert_array_equal(kernel(qw, (blocks, numbers), _kernels.BLOCKS), want)
+    np.testing.assert_array_equal(search.hamming_distances(q, db), ref)  # the form this host uses
+
+
+@pytest.mark.parametrize(
+    "machine,flags,xla_flags,want",
+    [
+        ("x86_64", {"avx2", "avx512f", "avx512_vpopcntdq"}, "", True),
+        ("x86_64", {"avx2", "avx512f", "avx512bw"}, "", False),  # AVX-512 without VPOPCNTDQ
+        ("x86_64", {"avx2", "popcnt"}, "", False),  # scalar POPCNT only
+        ("x86_64", set(), "", False),  # flags unknown
+        ("x86_64", {"avx512_vpopcntdq"}, "--xla_cpu_max_isa=AVX2", False),
+        ("x86_64", {"avx512_vpopcntdq"}, "--xla_cpu_max_isa=AVX512", True),
+        ("aarch64", set(), "", True),
+        ("arm64", set(), "", True),
+    ],
+)
+def test_vector_popcount_follows_the_cpu_and_xla_cap(machine, flags, xla_flags, want):
+    assert _kernels.vector_popcount(machine, frozenset(flags), xla_flags) is want
+
+
+@pytest.mark.parametrize("host_vector_popcount", [True, False])
+def test_hamming_kernel_on_a_cpu_counts_bits_by_the_form_the_host_has(monkeypatch, host_vector_popcount):
+    """The compiled CPU program holds a population count exactly when the host has a vector one."""
+    monkeypatch.setattr(_kernels, "_host_vector_popcount", lambda: host_vector_popcount)
+    q, rows = np.zeros((2, 8), np.uint32), np.zeros((8, 64), np.uint32)
+    # a new function, so that no trace cached under the other choice is reused
+    compiled = jax.jit(lambda a, b: _kernels._hamming_kernel(a, b, True)).lower(q, rows).compile()
+    assert ("popcnt" in compiled.as_text()) is host_vector_popcount
 
 
 @pytest.mark.parametrize("n,k", CASES[:2])

@@ -12,6 +12,9 @@ numbers[i] → [b, m, n] (inverted lists), each column read straight from the bl
 from __future__ import annotations
 
 import functools
+import os
+import platform
+import re
 
 import jax
 import jax.numpy as jnp
@@ -152,13 +155,14 @@ def _lane_total(b: jax.Array) -> jax.Array:
     return ((h & np.uint32(0xFFFF)) + (h >> 16)).astype(jnp.int32)
 
 
-def _hamming_kernel(q: jax.Array, rows: jax.Array, shared: bool) -> jax.Array:
-    """Hamming distance of uint32 words: Σ popcount(a XOR b), int32.
+def _hamming_swar(q: jax.Array, rows: jax.Array, shared: bool) -> jax.Array:
+    """Hamming distance of uint32 words, Σ popcount(a XOR b), counted by SWAR: int32.
 
-    SWAR, not one ``lax.population_count`` per word: AVX2 has no vector population count, and on a 2-core
-    AVX2 host this form scanned 1,000 queries × 1,000,000 256-bit rows about 12 % faster. The bit counts of
-    each nibble of three words, through a carry-save adder, are added (≤ 12 a nibble), folded into bytes, and
-    the bytes summed over up to :data:`_BYTE_WORDS` words before one fold of each row's four bytes.
+    For CPUs without a vector population count (x86 before AVX-512 VPOPCNTDQ), where XLA's
+    ``lax.population_count`` on a vector becomes a table look-up per nibble: on a 2-core AMD EPYC (AVX2) this
+    form scanned 1,000 queries × 1,000,000 256-bit rows about 12 % faster. The bit counts of each nibble of
+    three words, through a carry-save adder, are added (≤ 12 a nibble), folded into bytes, and the bytes
+    summed over up to :data:`_BYTE_WORDS` words before one fold of each row's four bytes.
     """
     width = q.shape[1]
     column = _columns(lambda a, b: a ^ b, q, rows, shared, jnp.uint32)
@@ -180,6 +184,78 @@ def _hamming_kernel(q: jax.Array, rows: jax.Array, shared: bool) -> jax.Array:
         1, full, lambda g, acc: acc + group(g * _BYTE_WORDS, _BYTE_WORDS), group(0, _BYTE_WORDS)
     )
     return total + group(full * _BYTE_WORDS, tail) if tail else total
+
+
+def _hamming_popcount(q: jax.Array, rows: jax.Array, shared: bool) -> jax.Array:
+    """Hamming distance of uint32 words, Σ popcount(a XOR b), one ``lax.population_count`` per word: int32.
+
+    For GPUs and for CPUs with a vector population count (AVX-512 VPOPCNTDQ, Arm's NEON): on a 2-core Intel
+    Xeon with VPOPCNTDQ it scanned 1,000 queries × 1,000,000 256-bit rows 2.4× faster than the SWAR form.
+    """
+    total = _sum_columns(lambda a, b: lax.population_count(a ^ b), q, rows, shared, jnp.uint32)
+    return total.astype(jnp.int32)
+
+
+def vector_popcount(machine: str, cpu_flags: frozenset[str], xla_flags: str) -> bool:
+    """Whether XLA's CPU code on this host counts bits with a vector instruction.
+
+    True on Arm (aarch64 / arm64: NEON's CNT) and on x86 with AVX-512 VPOPCNTDQ (``avx512_vpopcntdq`` in the
+    CPU flags), unless ``--xla_cpu_max_isa`` in ``xla_flags`` keeps XLA below AVX-512.
+
+    Args:
+        machine: ``platform.machine()``.
+        cpu_flags: the CPU's feature flags as Linux's /proc/cpuinfo names them (empty when unknown).
+        xla_flags: the ``XLA_FLAGS`` environment variable ("" when unset).
+
+    Returns:
+        True for a vector population count.
+
+    Example:
+        >>> from geojax.search._kernels import vector_popcount
+        >>> flags = frozenset({"avx2", "avx512_vpopcntdq"})
+        >>> vector_popcount("x86_64", flags, ""), vector_popcount("x86_64", flags, "--xla_cpu_max_isa=AVX2")
+        (True, False)
+    """
+    if machine.lower() in ("aarch64", "arm64"):
+        return True
+    cap = re.search(r"--xla_cpu_max_isa=(\w+)", xla_flags)
+    capped = cap is not None and not cap.group(1).upper().startswith("AVX512")
+    return "avx512_vpopcntdq" in cpu_flags and not capped
+
+
+def _cpu_flags() -> frozenset[str]:
+    """The host CPU's feature flags from Linux's /proc/cpuinfo (empty elsewhere)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+@functools.cache
+def _host_vector_popcount() -> bool:
+    """:func:`vector_popcount` for this process's host (read once)."""
+    return vector_popcount(platform.machine(), _cpu_flags(), os.environ.get("XLA_FLAGS", ""))
+
+
+def _hamming_kernel(q: jax.Array, rows: jax.Array, shared: bool) -> jax.Array:
+    """Hamming distance of uint32 words: Σ popcount(a XOR b), int32.
+
+    One population count per word (:func:`_hamming_popcount`) where the hardware counts bits in vectors: on
+    GPUs and, by :func:`vector_popcount`, on this host's CPU; otherwise the CPU program counts them by SWAR
+    (:func:`_hamming_swar`). Both give the same distances.
+    """
+    if _host_vector_popcount():
+        return _hamming_popcount(q, rows, shared)
+    return lax.platform_dependent(
+        q,
+        rows,
+        cpu=functools.partial(_hamming_swar, shared=shared),
+        default=functools.partial(_hamming_popcount, shared=shared),
+    )
 
 
 def _pq_kernel(tables: jax.Array, rows: jax.Array, shared: bool) -> jax.Array:
