@@ -6,9 +6,12 @@
     python -m benchmarks.search --cpu-devices 2   # opt in: search.use_cpu_cores(2) before JAX starts
     python -m benchmarks.search --torus-bits --rows 200000 --queries 200   # the b-bit torus table instead
     python -m benchmarks.search --index-devices --cpu-devices 2   # IndexFlat: queries/s per devices
+    XLA_FLAGS=--xla_cpu_max_isa=AVX2 python -m benchmarks.search --searches hamming \
+        --out benchmarks/results/search_max_isa_avx2    # an AVX-512 CPU held to AVX2: the SWAR bit count
 
 By default JAX runs as a user's plain process gets it: its default CPU backend (one device; XLA splits the
-search's distance loops across the CPU's threads itself), no XLA flags; faiss uses all cores (OpenMP).
+search's distance loops across the CPU's threads itself), no XLA flags (the result records XLA_FLAGS); faiss
+uses all cores (OpenMP).
 
 Rows: (1) Hamming top-10 on 256-bit packed codes vs faiss IndexBinaryFlat (distances must be identical);
 (2) uint8 wraparound L1 top-10 on 64-byte codes vs faiss IndexScalarQuantizer(QT_8bit) L2 on the same bytes;
@@ -636,6 +639,7 @@ def main(argv: list[str] | None = None) -> None:
         "query_block": args.query_block,
         "jax_devices": jax.device_count(),
         "cpu_devices": args.cpu_devices,
+        "xla_flags": os.environ.get("XLA_FLAGS"),
         "faiss_threads": None if faiss is None else faiss.omp_get_max_threads(),
     }
     if args.torus_bits:
