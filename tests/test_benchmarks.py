@@ -18,7 +18,14 @@ import pytest
 from subprocess_env import child_env
 
 from benchmarks import ivf, memory, step_profile, train_step
-from train.helpers.results import RESULTS_DIR, check_ratios, destination, write_result
+from train.helpers.results import (
+    RESULTS_DIR,
+    check_ratios,
+    cpu_isa,
+    destination,
+    other_machine,
+    write_result,
+)
 from train.helpers.timing import Timing, measure
 
 
@@ -241,6 +248,10 @@ def test_search_quick(tmp_path):
         assert r["lane ops/pair → floor s"] == f"{s['lane_ops_per_pair']} → {s['lane_op_floor_s']:.3f}"
         assert s["geojax_rounds_s"] == [s["geojax_s"]] and s["geojax_s"] > 0  # one round: its median
     assert [r["search"].split()[0] for r in rows] == ["Hamming", "uint8", "PQ(m=8,"]
+    bit_count = stored[0]["checks"]["bit_count"]  # the Hamming kernel's form on this host, and its count
+    assert f"bits counted by {bit_count}" in rows[0]["check"]
+    assert stored[0]["lane_ops_per_pair"] == {"population count": 24, "SWAR": 90}[bit_count]
+    assert figures["xla_flags"] == child_env()["XLA_FLAGS"]
     if _installed("faiss"):
         assert "distances identical: True" in rows[0]["check"]
         assert stored[0]["checks"]["distances_identical"] is True
@@ -615,6 +626,25 @@ def test_memory_reads_back_only_a_training_of_the_same_arm(tmp_path):
 # --check: a stored comparison rerun, its ratios held against the file's
 
 
+def test_other_machine_names_what_moves_a_ratio():
+    stored = {"cpu": "AMD EPYC", "cpu_isa": ["avx", "avx2"], "cores": 2}
+    assert other_machine(stored, "AMD EPYC", ["avx", "avx2"], 2) == ""
+    assert other_machine({}, "AMD EPYC", ["avx2"], 2) == ""  # an older record that does not say
+    got = other_machine(stored, "Intel Xeon", ["avx", "avx2", "avx512_vpopcntdq"], 4).split("; ")
+    assert got == [
+        "stored on AMD EPYC, this CPU is Intel Xeon",
+        "stored on a CPU with avx, avx2, this one has avx, avx2, avx512_vpopcntdq",
+        "stored with 2 cores, this machine has 4",
+    ]
+    assert cpu_isa("fpu sse4_2 avx2 fma avx512_vpopcntdq amx_tile") == [
+        "amx_tile",
+        "avx2",
+        "avx512_vpopcntdq",
+    ]
+    assert cpu_isa("fp asimd asimddp sve") == ["asimd", "asimddp", "sve"]
+    assert cpu_isa("") == []
+
+
 def test_check_ratios_names_the_rows_that_fell_or_went_unmeasured(capsys):
     stored = {"held": 2.0, "fell": 1.0, "no peer then": None, "unmeasured": 3.0}
     now = {"held": 1.41, "fell": 0.69, "no peer then": 5.0, "unmeasured": None, "new": 1.0}
@@ -666,12 +696,13 @@ def test_search_check_reruns_the_stored_command_and_fails_on_a_fallen_ratio(tmp_
         {"search": "Hamming 256-bit top-k", "ratio": 1e-6},
         {"search": "uint8 wrap-L1 64-byte top-k", "ratio": 1e6},
     ]
-    machine = {"code_version": {"commit": "0" * 40}}
+    machine = {"code_version": {"commit": "0" * 40}, "cpu": "a CPU of another make"}
     record = {"command": command, "machine": machine, "figures": {"searches": searches}}
     (tmp_path / "search.json").write_text(json.dumps(record))
     proc = _script("search", "--check", "--out", str(tmp_path))
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert f"rerunning {command!r}" in proc.stdout
+    assert "NOTE: stored on a CPU of another make, this CPU is" in proc.stdout
     fell = proc.stderr.strip().splitlines()[-1]
     assert "uint8 wrap-L1 64-byte top-k" in fell
     assert ("Hamming" in fell) is not _installed("faiss")

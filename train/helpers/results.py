@@ -48,6 +48,36 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def cpu_isa(flags: str) -> list[str]:
+    """The vector instruction sets among a CPU's feature flags, sorted.
+
+    x86's AVX and AMX families, Arm's ASIMD and SVE: what decides which form of a kernel XLA and faiss run.
+
+    Args:
+        flags: the flags as Linux's /proc/cpuinfo lists them ("" when unknown).
+
+    Returns:
+        The matching flag names.
+
+    Example:
+        >>> from train.helpers.results import cpu_isa
+        >>> cpu_isa("fpu sse4_2 avx2 fma avx512f avx512_vpopcntdq")
+        ['avx2', 'avx512_vpopcntdq', 'avx512f']
+    """
+    return sorted(f for f in flags.split() if f.startswith(("avx", "amx", "asimd", "sve")))
+
+
+def _cpu_flags() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return line.split(":", 1)[1]
+    except OSError:
+        pass
+    return ""
+
+
 def _versions() -> dict[str, str]:
     found = {}
     for name in PACKAGES:
@@ -62,7 +92,8 @@ def machine_info() -> dict[str, Any]:
     """The machine, software and load at this moment: call it before the benchmark starts its work.
 
     Returns:
-        ``cpu`` (model), ``cores``, ``memory_gib`` (None where unknown), JAX's ``platform``, ``device`` and
+        ``cpu`` (model), ``cpu_isa`` (:func:`cpu_isa`), ``cores``, ``memory_gib`` (None where unknown), JAX's
+        ``platform``, ``device`` and
         ``device_count``, the ``python`` version, the ``versions`` of the importable packages of
         ``PACKAGES``, the ``code_version`` (:func:`train.helpers.version.code_version`), the ``date`` (UTC,
         ISO 8601) and ``load_before``, the 1-, 5- and 15-minute load averages.
@@ -76,6 +107,7 @@ def machine_info() -> dict[str, Any]:
         memory_gib = None
     return {
         "cpu": _cpu_model(),
+        "cpu_isa": cpu_isa(_cpu_flags()),
         "cores": os.cpu_count(),
         "memory_gib": None if memory_gib is None else round(memory_gib, 1),
         "platform": devices[0].platform,
@@ -221,7 +253,46 @@ def check_args(
     args = parser.parse_args(recorded_args(stored))
     args.check = True
     print(f"--check: rerunning {stored['command']!r} (stored at commit {_commit(stored)})")
+    other = other_machine(stored.get("machine", {}), _cpu_model(), cpu_isa(_cpu_flags()), os.cpu_count())
+    if other:
+        print(
+            f"NOTE: {other}; a ratio measured on another CPU is no reference: run the stored commit here "
+            "with --out FOLDER, then --check --out FOLDER"
+        )
     return args, stored
+
+
+def other_machine(stored: dict[str, Any], cpu: str, isa: list[str], cores: int | None) -> str:
+    """How the machine of a stored record differs from this one in what moves a speed ratio.
+
+    The CPU model, its vector instruction sets and the cores; "" when none differs (or the record does not
+    say).
+
+    Args:
+        stored: the record's ``machine``.
+        cpu: this CPU's model.
+        isa: this CPU's :func:`cpu_isa`.
+        cores: this machine's cores.
+
+    Returns:
+        A phrase naming each difference, or "".
+
+    Example:
+        >>> from train.helpers.results import other_machine
+        >>> stored = {"cpu": "AMD EPYC", "cpu_isa": ["avx2"], "cores": 2}
+        >>> other_machine(stored, "AMD EPYC", ["avx2", "avx512f"], 2)
+        'stored on a CPU with avx2, this one has avx2, avx512f'
+    """
+    differences = []
+    if stored.get("cpu", cpu) != cpu:
+        differences.append(f"stored on {stored['cpu']}, this CPU is {cpu}")
+    if stored.get("cpu_isa", isa) != isa:
+        differences.append(
+            f"stored on a CPU with {', '.join(stored['cpu_isa'])}, this one has {', '.join(isa)}"
+        )
+    if stored.get("cores", cores) != cores:
+        differences.append(f"stored with {stored['cores']} cores, this machine has {cores}")
+    return "; ".join(differences)
 
 
 def _commit(record: dict[str, Any]) -> str:
