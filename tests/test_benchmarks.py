@@ -636,13 +636,10 @@ def test_other_machine_names_what_moves_a_ratio():
         "stored on a CPU with avx, avx2, this one has avx, avx2, avx512_vpopcntdq",
         "stored with 2 cores, this machine has 4",
     ]
-    assert cpu_isa("fpu sse4_2 avx2 fma avx512_vpopcntdq amx_tile") == [
-        "amx_tile",
-        "avx2",
-        "avx512_vpopcntdq",
-    ]
-    assert cpu_isa("fp asimd asimddp sve") == ["asimd", "asimddp", "sve"]
-    assert cpu_isa("") == []
+    x86 = "fpu sse4_2 avx2 fma avx512_vpopcntdq amx_tile".split()
+    assert cpu_isa(x86) == ["amx_tile", "avx2", "avx512_vpopcntdq"]
+    assert cpu_isa("fp asimd asimddp sve".split()) == ["asimd", "asimddp", "sve"]
+    assert cpu_isa([]) == []
 
 
 def test_check_ratios_names_the_rows_that_fell_or_went_unmeasured(capsys):

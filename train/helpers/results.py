@@ -25,10 +25,11 @@ import os
 import platform
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from geojax.search._kernels import cpu_flags
 from train.helpers.files import json_safe, write_text
 from train.helpers.version import ROOT, code_version
 
@@ -48,34 +49,23 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def cpu_isa(flags: str) -> list[str]:
+def cpu_isa(flags: Iterable[str]) -> list[str]:
     """The vector instruction sets among a CPU's feature flags, sorted.
 
     x86's AVX and AMX families, Arm's ASIMD and SVE: what decides which form of a kernel XLA and faiss run.
 
     Args:
-        flags: the flags as Linux's /proc/cpuinfo lists them ("" when unknown).
+        flags: the flag names as Linux's /proc/cpuinfo lists them (none when unknown).
 
     Returns:
         The matching flag names.
 
     Example:
         >>> from train.helpers.results import cpu_isa
-        >>> cpu_isa("fpu sse4_2 avx2 fma avx512f avx512_vpopcntdq")
+        >>> cpu_isa("fpu sse4_2 avx2 fma avx512f avx512_vpopcntdq".split())
         ['avx2', 'avx512_vpopcntdq', 'avx512f']
     """
-    return sorted(f for f in flags.split() if f.startswith(("avx", "amx", "asimd", "sve")))
-
-
-def _cpu_flags() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith(("flags", "Features")):
-                    return line.split(":", 1)[1]
-    except OSError:
-        pass
-    return ""
+    return sorted(f for f in flags if f.startswith(("avx", "amx", "asimd", "sve")))
 
 
 def _versions() -> dict[str, str]:
@@ -93,10 +83,10 @@ def machine_info() -> dict[str, Any]:
 
     Returns:
         ``cpu`` (model), ``cpu_isa`` (:func:`cpu_isa`), ``cores``, ``memory_gib`` (None where unknown), JAX's
-        ``platform``, ``device`` and
-        ``device_count``, the ``python`` version, the ``versions`` of the importable packages of
-        ``PACKAGES``, the ``code_version`` (:func:`train.helpers.version.code_version`), the ``date`` (UTC,
-        ISO 8601) and ``load_before``, the 1-, 5- and 15-minute load averages.
+        ``platform``, ``device`` and ``device_count``, the ``python`` version, the ``versions`` of the
+        importable packages of ``PACKAGES``, the ``code_version``
+        (:func:`train.helpers.version.code_version`), the ``date`` (UTC, ISO 8601) and ``load_before``, the
+        1-, 5- and 15-minute load averages.
     """
     import jax
 
@@ -107,7 +97,7 @@ def machine_info() -> dict[str, Any]:
         memory_gib = None
     return {
         "cpu": _cpu_model(),
-        "cpu_isa": cpu_isa(_cpu_flags()),
+        "cpu_isa": cpu_isa(cpu_flags()),
         "cores": os.cpu_count(),
         "memory_gib": None if memory_gib is None else round(memory_gib, 1),
         "platform": devices[0].platform,
@@ -253,7 +243,7 @@ def check_args(
     args = parser.parse_args(recorded_args(stored))
     args.check = True
     print(f"--check: rerunning {stored['command']!r} (stored at commit {_commit(stored)})")
-    other = other_machine(stored.get("machine", {}), _cpu_model(), cpu_isa(_cpu_flags()), os.cpu_count())
+    other = other_machine(stored.get("machine", {}), _cpu_model(), cpu_isa(cpu_flags()), os.cpu_count())
     if other:
         print(
             f"NOTE: {other}; a ratio measured on another CPU is no reference: run the stored commit here "
