@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Literal
+from typing import Literal, get_args
 
 import jax
 
 from geojax import manifolds
 
 Output = Literal["vector", "atlas"]
-OUTPUTS: tuple[str, ...] = ("vector", "atlas")
+OUTPUTS: tuple[str, ...] = get_args(Output)
 
 
 def _same_width(dim: int) -> int:

@@ -96,6 +96,8 @@ def test_bad_options():
     enc = models.MLP(10, hidden=(16,), rngs=nnx.Rngs(1))
     with pytest.raises(ValueError, match="atlas"):
         models.EmbeddingModel(enc, geometry="atlas", dim=2, charts=2, qat_bits=4, rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match="qat_noise needs qat_bits"):
+        models.EmbeddingModel(enc, geometry="atlas", dim=2, charts=2, qat_noise=True, rngs=nnx.Rngs(0))
 
 
 @pytest.mark.slow

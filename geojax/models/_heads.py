@@ -85,6 +85,29 @@ def project(raw: jax.Array, geometry: str) -> jax.Array:
     return _vector_geometry(geometry).project(raw.astype(jnp.float32))
 
 
+def check_qat(record: geometries.Geometry, geometry: str, qat_bits: int | None, qat_noise: bool) -> None:
+    """Refuse quantisation-aware training options that ``geometry`` cannot take.
+
+    ``qat_bits`` must be one of the torus code widths and the geometry a torus one; ``qat_noise`` needs
+    ``qat_bits``.
+
+    Args:
+        record: the geometry's record (:func:`geojax.geometries.get`).
+        geometry: its name, for the message.
+        qat_bits: bits per angle of the quantisation-aware head, or None.
+        qat_noise: whether that head adds uniform noise instead of rounding.
+
+    Raises:
+        ValueError: an option the geometry cannot take, named.
+    """
+    if qat_bits is not None:
+        _checks.check_choice(qat_bits, "qat_bits", quantize.TORUS_BITS)
+        if not record.is_torus:
+            raise ValueError(f"qat_bits needs a torus geometry (torus_c, torus_n), got {geometry!r}")
+    elif qat_noise:
+        raise ValueError("qat_noise needs qat_bits")
+
+
 class GeometryHead(nnx.Module):
     """Stowell 2026's head: Linear(F, 4D) → ReLU → Linear(4D, D), then the geometry projection.
 
@@ -145,12 +168,7 @@ class GeometryHead(nnx.Module):
         record = _vector_geometry(geometry)
         if record.even_dim:
             _checks.check_even(dim, "dim")
-        if qat_bits is not None:
-            _checks.check_choice(qat_bits, "qat_bits", quantize.TORUS_BITS)
-            if not record.is_torus:
-                raise ValueError(f"qat_bits needs a torus geometry (torus_c, torus_n), got {geometry!r}")
-        elif qat_noise:
-            raise ValueError("qat_noise needs qat_bits")
+        check_qat(record, geometry, qat_bits, qat_noise)
         self.hidden = nnx.Linear(in_features, hidden, dtype=compute_dtype, rngs=rngs) if hidden else None
         self.out = nnx.Linear(hidden or in_features, dim, dtype=compute_dtype, rngs=rngs)
         self.geometry = geometry

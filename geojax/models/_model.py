@@ -17,6 +17,7 @@ from geojax.models._heads import (
     GeometryHead,
     MixedProjection,
     ProjectionHead,
+    check_qat,
     embedding_width,
 )
 
@@ -118,8 +119,8 @@ class EmbeddingModel(nnx.Module):
     ):
         record = geometries.get(geometry)
         _checks.check_choice(projection, "projection", PROJECTIONS)
-        if record.is_atlas and (qat_bits is not None or qat_noise):
-            raise ValueError(f"qat_bits needs a torus geometry (torus_c, torus_n), got {geometry!r}")
+        if record.is_atlas:  # the vector heads check their own
+            check_qat(record, geometry, qat_bits, qat_noise)
         if projection not in record.projections:
             raise ValueError(
                 f"projection={projection!r} needs a geometry that allows it (mixed: one head per chart of "
