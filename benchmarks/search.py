@@ -141,12 +141,6 @@ def exact_l2_topk(queries: np.ndarray, db: np.ndarray, k: int, block: int = 64) 
     return np.concatenate(out)
 
 
-def vector_popcount() -> bool:
-    """Whether the Hamming scan counts bits with one population count per word (on a GPU, or a CPU with a
-    vector one: ``geojax.search._kernels.vector_popcount``) rather than by SWAR."""
-    return jax.devices()[0].platform != "cpu" or _kernels._host_vector_popcount()
-
-
 def hamming_lane_ops(popcount: bool) -> int:
     """uint32 lane operations per query-row pair of the 256-bit Hamming scan (8 words), a group min included.
 
@@ -183,7 +177,7 @@ def hamming_row(rng, faiss, *, nq: int, n: int, k: int, tune: dict, repeat: int)
             f"distances identical: {checks['distances_identical']}; "
             f"indices equal: {checks['indices_equal']:.4f}"
         )
-    popcount = vector_popcount()
+    popcount = _kernels.counts_by_popcount(jax.devices()[0].platform)
     checks["bit_count"] = "population count" if popcount else "SWAR"
     note += f"; bits counted by {checks['bit_count']}"
     work = Work(hamming_lane_ops(popcount), 32, tune.get("query_block", 1024))

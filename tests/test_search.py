@@ -191,6 +191,8 @@ def test_hamming_kernel_on_a_cpu_counts_bits_by_the_form_the_host_has(monkeypatc
     # a new function, so that no trace cached under the other choice is reused
     compiled = jax.jit(lambda a, b: _kernels._hamming_kernel(a, b, True)).lower(q, rows).compile()
     assert ("popcnt" in compiled.as_text()) is host_vector_popcount
+    assert _kernels.counts_by_popcount("cpu") is host_vector_popcount
+    assert _kernels.counts_by_popcount("gpu")
 
 
 @pytest.mark.parametrize("n,k", CASES[:2])

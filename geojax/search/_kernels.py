@@ -248,12 +248,26 @@ def _host_vector_popcount() -> bool:
     return vector_popcount(platform.machine(), cpu_flags(), os.environ.get("XLA_FLAGS", ""))
 
 
+def counts_by_popcount(platform_name: str) -> bool:
+    """Whether :func:`_hamming_kernel` counts bits with one population count per word on a platform.
+
+    Everywhere but on a CPU host without a vector population count, which counts them by SWAR.
+
+    Args:
+        platform_name: the platform of the devices the scan runs on.
+
+    Returns:
+        True for the population count.
+    """
+    return platform_name != "cpu" or _host_vector_popcount()
+
+
 def _hamming_kernel(q: jax.Array, rows: jax.Array, shared: bool) -> jax.Array:
     """Hamming distance of uint32 words: Σ popcount(a XOR b), int32.
 
     One population count per word (:func:`_hamming_popcount`) where the hardware counts bits in vectors: on
     GPUs and, by :func:`vector_popcount`, on this host's CPU; otherwise the CPU program counts them by SWAR
-    (:func:`_hamming_swar`). Both give the same distances.
+    (:func:`_hamming_swar`), the rule :func:`counts_by_popcount` states. Both give the same distances.
     """
     if _host_vector_popcount():
         return _hamming_popcount(q, rows, shared)
