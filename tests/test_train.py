@@ -248,9 +248,18 @@ def test_multi_process_settings_come_from_keys_or_jax_environment(monkeypatch):
     started, updates = [], []
     monkeypatch.setattr(jax.config, "update", lambda name, value: updates.append((name, value)))
     monkeypatch.setattr(jax.distributed, "is_initialized", lambda: False)
-    monkeypatch.setattr(jax.distributed, "initialize", lambda *args: started.append(args))
+    timeouts = []
+
+    def initialize(*args, heartbeat_timeout_seconds, shutdown_timeout_seconds):
+        started.append(args)
+        timeouts.append((heartbeat_timeout_seconds, shutdown_timeout_seconds))
+
+    monkeypatch.setattr(jax.distributed, "initialize", initialize)
     loop.join_processes(config.make())  # a single-process run starts nothing
     loop.join_processes(config.make(coordinator="10.0.0.1:1234", num_processes=4, process_id=3))
+    assert timeouts == [(180, 180)]  # distributed_timeout_s's default, both ways
+    loop.join_processes(config.make(coordinator="10.0.0.1:1234", num_processes=4, distributed_timeout_s=7))
+    assert timeouts[-1] == (7, 7) and started.pop() == ("10.0.0.1:1234", 4, None)
     monkeypatch.setenv("JAX_COORDINATOR_ADDRESS", "127.0.0.1:99")
     monkeypatch.setenv("JAX_NUM_PROCESSES", "2")
     monkeypatch.setenv("JAX_PROCESS_ID", "1")
@@ -265,7 +274,7 @@ def test_multi_process_settings_come_from_keys_or_jax_environment(monkeypatch):
     monkeypatch.delenv("JAX_NUM_PROCESSES")
     with pytest.raises(ValueError, match="coordinator"):
         loop.join_processes(config.make(num_processes=2, process_id=1))
-    monkeypatch.setattr(jax.distributed, "initialize", lambda *args: started.append(("auto", *args)))
+    monkeypatch.setattr(jax.distributed, "initialize", lambda *args, **kw: started.append(("auto", *args)))
     loop.join_processes(config.make(multihost=True, process_id=None))  # the cluster's own settings
     assert started[-1] == ("auto", None, None, 1)
 

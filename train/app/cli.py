@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import jax
 import numpy as np
 
-from train.app import config, loop, report, step
+from train.app import config, hosts, loop, report, step
 from train.app.errors import UsageError
 from train.helpers import plots
 
@@ -132,19 +132,28 @@ def main(argv: list[str]) -> int:
     Returns:
         The exit status: 0 on success, 2 on a usage error (one line on stderr), 128 + the signal number
         when SIGINT / SIGTERM stopped training (saved, resumable), 130 on Ctrl-C before the first step.
+        In a multi-process run a signal to any process stops all of them with the same status, and a
+        process that fails exits at once and makes the others exit with status 1 and a line naming it
+        (:mod:`train.app.hosts`).
     """
     if any(a in ("-h", "--help", "help") for a in argv):
         print(config.help_text())
         return 0
     try:  # bad keys, values, combinations, data or run directory: a one-line message, exit status 2
         rep = run(config.from_args(argv))
-    except UsageError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except loop.Interrupted as stop:  # SIGINT / SIGTERM while training: saved, resumable
+    except loop.Interrupted as stop:  # SIGINT / SIGTERM while training (every process): saved, resumable
         print(stop, file=sys.stderr)
         return 128 + stop.signum
-    except KeyboardInterrupt:  # Ctrl-C before training started (loading, compiling): nothing to save
+    except Exception as err:
+        if hosts.several():  # this process alone: the others would wait for it in a collective
+            hosts.leave(2 if isinstance(err, UsageError) else 1, err)
+        if not isinstance(err, UsageError):
+            raise
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt as err:  # Ctrl-C before training started (loading, compiling): nothing to save
+        if hosts.several():
+            hosts.leave(130, err)
         print("interrupted before the first step: nothing was trained", file=sys.stderr)
         return 130
     if jax.process_index() == 0:  # in a multi-process run, the lead speaks for all

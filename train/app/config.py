@@ -311,6 +311,14 @@ registry.core(
             bool,
         ),
         (
+            "distributed_timeout_s",
+            180,
+            "multi-process run: seconds without a heartbeat before the other processes stop, and the "
+            "longest wait at exit for the others to finish",
+            int,
+            POSITIVE_INT,
+        ),
+        (
             "checkpoint_every",
             None,
             "steps between checkpoints (none: a tenth of the steps)",

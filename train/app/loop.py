@@ -36,7 +36,7 @@ from jax.experimental import multihost_utils
 from tqdm.auto import tqdm
 
 from geojax import metrics, parallel
-from train.app import checkpoint, config, data, optim, report, step
+from train.app import checkpoint, config, data, hosts, optim, report, step
 from train.app.errors import UsageError
 from train.helpers import files
 
@@ -207,8 +207,10 @@ def join_processes(cfg: RunConfig) -> None:
 
     The config's ``coordinator``, ``num_processes`` and ``process_id`` come first, then
     ``JAX_COORDINATOR_ADDRESS``, ``JAX_NUM_PROCESSES`` and ``JAX_PROCESS_ID``; ``multihost`` asks for the
-    cluster's own settings. CPU collectives then go through gloo. Must run before anything starts JAX's
-    backends; does nothing for a single-process run or when the runtime is already started.
+    cluster's own settings. CPU collectives then go through gloo, the runtime's heartbeat and shutdown
+    timeouts are ``distributed_timeout_s``, and each process watches for another's failure
+    (:func:`train.app.hosts.join`). Must run before anything starts JAX's backends; does nothing for a
+    single-process run or when the runtime is already started.
 
     Args:
         cfg: the run's configuration.
@@ -235,8 +237,7 @@ def join_processes(cfg: RunConfig) -> None:
         return
     if jax.distributed.is_initialized():
         return
-    jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(address, count, index)
+    hosts.join(address, count, index, timeout_s=cfg.distributed_timeout_s)
 
 
 def feed_kind(cfg: RunConfig, images: np.ndarray) -> str:
@@ -328,12 +329,15 @@ class _Window:
 
 @contextlib.contextmanager
 def _stop_signals() -> Iterator[list[int]]:
-    """Catch SIGINT and SIGTERM while training: the list receives the signal, the loop saves and stops."""
+    """Catch SIGINT and SIGTERM while training: the list receives the signal, the loop saves and stops.
+
+    Where JAX's preemption service listens for SIGTERM (a multi-process run), SIGTERM is left to it."""
     caught: list[int] = []
     if threading.current_thread() is not threading.main_thread():
         yield caught
         return
-    previous = {sig: signal.signal(sig, lambda signum, frame: caught.append(signum)) for sig in _SIGNALS}
+    signals = (signal.SIGINT,) if hosts.runtime_catches_sigterm() else (signal.SIGINT, signal.SIGTERM)
+    previous = {sig: signal.signal(sig, lambda signum, frame: caught.append(signum)) for sig in signals}
     try:
         yield caught
     finally:
@@ -341,7 +345,20 @@ def _stop_signals() -> Iterator[list[int]]:
             signal.signal(sig, handler)
 
 
-_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+clock = time.monotonic  # the clock of the ``checkpoint_minutes`` rule (a test gives each process its own)
+
+
+def _decide(
+    agreement: hosts.Agreement, caught: list[int], overdue: bool, call: int
+) -> tuple[int | None, bool]:
+    """What every process does after dispatch ``call``: the signal that stops the run (None: go on) and
+    whether the clock asks for a checkpoint. Taken from all processes' signals and clocks (``agreement``;
+    in a multi-process run, as they were one call before) and JAX's preemption sync point, so that all
+    processes save the same step."""
+    sigint, sigterm, overdue = agreement(signal.SIGINT in caught, signal.SIGTERM in caught, overdue)
+    if sigterm or hosts.preempted(call):
+        return signal.SIGTERM, overdue
+    return (signal.SIGINT if sigint else None), overdue
 
 
 def _check_data(cfg: RunConfig, ds: data.Dataset) -> None:
@@ -423,9 +440,10 @@ class _Selector:
         """Validate ``state`` (of step ``done``); returns whether a replica improved (its weights are then
         kept: the caller saves a regular checkpoint of ``done`` first, so a resume never starts before the
         kept weights' step)."""
-        p1 = self._p1(step.local_copy(state) if jax.process_count() > 1 else state)
+        p1 = self._p1(step.local_copy(state) if hosts.several() else state)
         before = self.scores().max(axis=0) if self.history else np.full(self.cfg.seeds, -np.inf)
-        better = np.asarray(p1) > before
+        # the lead's comparison decides for all processes, which then save (or not) the same weights together
+        better = hosts.lead_decides(np.asarray(p1) > before)
         self.history.append({"step": done, "epoch": round(done / self.per_epoch, 3), "precision_at_1": p1})
         if better.any():
             flags = jnp.asarray(better if self.cfg.seeds > 1 else better[0])
@@ -543,12 +561,12 @@ def train(cfg: RunConfig, *, stop_at: int | None = None) -> TrainResult:
         feeds = ({} for _ in calls)  # the device feed draws its batches inside the step
     bar = tqdm(total=cfg.steps, initial=start, disable=not (cfg.progress and lead), unit="step", leave=False)
     window = _Window()
-    every, last_save = _checkpoint_every(cfg), time.time()
+    every, last_save, agreement = _checkpoint_every(cfg), clock(), hosts.Agreement()
     t_train, first_step_s = time.time(), math.nan
     if selector is not None and selector.pending():
         _select(selector, state, start, ckpt, lead, saved_now=True)
     with open(log_path, "a") as log, _stop_signals() as caught, contextlib.closing(feeds):
-        for (first, length), batch in zip(calls, feeds, strict=True):
+        for call, ((first, length), batch) in enumerate(zip(calls, feeds, strict=True)):
             state, metrics = run(length)(state, tables, batch)
             window.add(metrics, length)
             if first == start:
@@ -577,21 +595,23 @@ def train(cfg: RunConfig, *, stop_at: int | None = None) -> TrainResult:
                 bar.set_postfix(loss=f"{means['loss']:.4f}", refresh=False)
                 log.write(json.dumps(record) + "\n")
                 log.flush()
-            overdue = time.time() - last_save > 60 * cfg.checkpoint_minutes
-            stop = bool(caught)  # read once: a signal arriving after the save is handled at the next call
-            saved_now = done // every > first // every or done == cfg.steps or overdue or stop
+            # read once: a signal arriving after the decision is handled at the next call
+            stop, overdue = _decide(
+                agreement, caught, clock() - last_save > 60 * cfg.checkpoint_minutes, call
+            )
+            saved_now = done // every > first // every or done == cfg.steps or overdue or stop is not None
             if saved_now:
                 ckpt.save(done, state)
-                last_save = time.time()
+                last_save = clock()
             if selector is not None and selector.due(first, done):
                 _select(selector, state, done, ckpt, lead, saved_now=saved_now)
             bar.update(length)
-            if stop:
+            if stop is not None:
                 bar.close()
                 ckpt.close()
                 if selector is not None:
                     selector.ckpt.close()
-                raise Interrupted(caught[0], done, workdir)
+                raise Interrupted(stop, done, workdir)
     bar.close()
     ckpt.close()
     if selector is not None:
