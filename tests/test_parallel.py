@@ -7,7 +7,7 @@ import pytest
 from flax import nnx
 
 from geojax import parallel
-from train.app import config, data, loop, optim, step
+from train.app import config, data, optim, program, step
 
 pytestmark = pytest.mark.multidevice
 
@@ -95,7 +95,7 @@ def test_one_step_on_4_devices_equals_1_device(case):
     graphdef, state = step.init_state(cfg, ds.image_shape)
     tx = optim.make_optimizer(cfg)
     calls = [(0, 1)]
-    feed = loop.host_feed(
+    feed = program.host_feed(
         step.make_batches(cfg), data.label_tables(ds.train_y), ds.train_x, calls, processes=1
     )
     batch = jax.tree.map(lambda x: x[0], next(feed))
@@ -146,7 +146,7 @@ def test_device_feed_draws_the_host_feeds_batches(sampler, labels):
     run = step.distribute(step.make_call(record, length=1, batches=batches), mesh=mesh)
     state = step.replicate({"step": jnp.int32(5)}, mesh)
     on_devices = step.replicate({"images": images, **tables}, mesh)
-    host = loop.host_feed(batches, tables, images, [(5, 1), (6, 1), (7, 1)], processes=1)
+    host = program.host_feed(batches, tables, images, [(5, 1), (6, 1), (7, 1)], processes=1)
     for want in host:
         state, got = run(state, on_devices, {})
         for key in ("x", "y", "pos"):

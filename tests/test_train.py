@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from train.app import checkpoint, cli, config, data, loop, optim, step
+from train.app import checkpoint, cli, config, data, loop, optim, program, step
 from train.app.errors import UsageError
 
 TINY = dict(width=8, dim=4, batch_size=16, progress=False, eval_batch=512)
@@ -170,7 +170,7 @@ def test_each_process_feeds_its_own_rows_of_the_same_global_batch():
     calls = [(3, 2), (5, 1)]  # a call of steps 3 and 4, then one of step 5
 
     def feed(p, count):
-        return list(loop.host_feed(batches, tables, images, calls, process=p, processes=count))
+        return list(program.host_feed(batches, tables, images, calls, process=p, processes=count))
 
     whole = feed(0, 1)
     parts = [feed(p, 2) for p in (0, 1)]
@@ -185,7 +185,7 @@ def test_each_process_feeds_its_own_rows_of_the_same_global_batch():
             np.testing.assert_array_equal(whole[c]["x"][s, :, 0, 0, 0], idx)  # the image of row i is i
             np.testing.assert_array_equal(whole[c]["y"][s], np.arange(8))  # instance ids: global positions
             np.testing.assert_array_equal(whole[c]["pos"][s], np.arange(8))
-    assert loop.schedule_calls(3, 10, 3) == [(3, 3), (6, 3), (9, 1)]
+    assert program.schedule_calls(3, 10, 3) == [(3, 3), (6, 3), (9, 1)]
 
 
 def _metrics(workdir):

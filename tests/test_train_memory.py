@@ -13,7 +13,7 @@ from flax import nnx
 
 from geojax import losses, memory, parallel
 from geojax.similarity import cosine, manifold_distance
-from train.app import cli, config, data, loop, optim, step
+from train.app import cli, config, data, loop, optim, program, step
 
 # SupCon on the sphere, an MLP; plain SGD (the update is the gradient: a wrong gradient shows), no clipping,
 # no KoLeo, no τ/τ_base factor: the objective is exactly losses.supcon on the cosine similarity.
@@ -36,7 +36,7 @@ def _prefilled(state):
 
 def _batch(cfg):
     ds = data.load("digits")
-    feed = loop.host_feed(
+    feed = program.host_feed(
         step.make_batches(cfg), data.label_tables(ds.train_y), ds.train_x, [(0, 1)], processes=1
     )
     return jax.tree.map(lambda x: x[0], next(feed)), ds.image_shape

@@ -52,15 +52,16 @@ def run(cfg: RunConfig, *, stop_at: int | None = None) -> dict | None:
     if int(np.max(state["step"])) < cfg.steps:
         return None
     t_eval = time.time()
-    per_seed = []
-    for index in range(cfg.seeds):  # a several-seeds run: each replica evaluated as its single run would be
-        own = state if cfg.seeds == 1 else step.replica(state, index)
-        query = step.embed(graphdef, own, ds.test_x, batch=cfg.eval_batch, precision=cfg.precision)
-        reference = step.embed(graphdef, own, ds.train_x, batch=cfg.eval_batch, precision=cfg.precision)
-        seed_cfg = dataclasses.replace(cfg, seed=cfg.seed + index, seeds=1)
-        per_seed.append(report.retrieval_report(seed_cfg, query, reference, ds))
-        if index == 0:
-            first = query, reference
+    # a several-seeds run: each replica evaluated as its single run would be
+    queries = step.embed_replicas(cfg, graphdef, state, ds.test_x)
+    references = step.embed_replicas(cfg, graphdef, state, ds.train_x)
+    per_seed = [
+        report.retrieval_report(
+            dataclasses.replace(cfg, seed=cfg.seed + index, seeds=1), query, reference, ds
+        )
+        for index, (query, reference) in enumerate(zip(queries, references, strict=True))
+    ]
+    first = queries[0], references[0]
     results = per_seed[0] if cfg.seeds == 1 else {**report.over_seeds(per_seed), "per_seed": per_seed}
     timing["eval_s"] = round(time.time() - t_eval, 2)
     timing["total_s"] = round(time.time() - t0, 2)

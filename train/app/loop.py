@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import json
 import math
 import os
@@ -35,15 +34,15 @@ from flax import nnx
 from jax.experimental import multihost_utils
 from tqdm.auto import tqdm
 
-from geojax import metrics, parallel
-from train.app import checkpoint, config, data, hosts, optim, report, step
+from geojax import parallel
+from train.app import checkpoint, config, data, hosts, optim, step
+from train.app import program as program_lib
 from train.app.errors import UsageError
+from train.app.selection import Selection
 from train.helpers import files
 
 if TYPE_CHECKING:
     from train.app.config_types import RunConfig
-
-DEVICE_FEED_BYTES = 1 << 30  # the automatic feed holds training images up to this size on each device
 
 
 class Interrupted(Exception):
@@ -240,73 +239,6 @@ def join_processes(cfg: RunConfig) -> None:
     hosts.join(address, count, index, timeout_s=cfg.distributed_timeout_s)
 
 
-def feed_kind(cfg: RunConfig, images: np.ndarray) -> str:
-    """``cfg.feed``, or by default ``device`` when ``images`` fit in DEVICE_FEED_BYTES under shard_map.
-
-    A several-seeds run always uses ``device``: its replicas draw their own batches on the devices.
-
-    Args:
-        cfg: the run's configuration (``feed``, ``seeds``, ``parallel``).
-        images: the training images as they would be held on each device (after :func:`data.compact`).
-
-    Returns:
-        ``"device"`` or ``"host"``.
-    """
-    if cfg.feed is not None or cfg.seeds > 1:
-        return cfg.feed or "device"
-    return "device" if cfg.parallel == "shard_map" and images.nbytes <= DEVICE_FEED_BYTES else "host"
-
-
-def schedule_calls(start: int, end: int, steps_per_call: int) -> list[tuple[int, int]]:
-    """(first step, number of steps) of each dispatch from ``start`` to ``end``; the last may be shorter.
-
-    Args:
-        start: the first step to run (the resumed step), ≥ 0.
-        end: the step to stop at, exclusive.
-        steps_per_call: the steps per dispatch, ≥ 1.
-
-    Returns:
-        The calls in order, covering ``start`` … ``end`` − 1; empty when ``end`` ≤ ``start``.
-    """
-    return [(i, min(steps_per_call, end - i)) for i in range(start, end, steps_per_call)]
-
-
-def host_feed(
-    batches: data.Batches,
-    tables: dict[str, np.ndarray],
-    images: np.ndarray,
-    calls: list[tuple[int, int]],
-    *,
-    process: int | None = None,
-    processes: int | None = None,
-) -> Iterator[dict[str, np.ndarray]]:
-    """This process's rows of each call's batches, {'x', 'y', 'pos'} [length, B/processes, ...] in NumPy.
-
-    The row indices come from the same jnp sampler as the device feed (:meth:`data.Batches.rows`), evaluated
-    on the host CPU; process p takes rows p·B/P … (p + 1)·B/P − 1 of each global batch.
-
-    Args:
-        batches: the run's batches (sampler, global batch size B, seed).
-        tables: the label tables of :func:`data.label_tables`.
-        images: the training images [N, H, W, C] (float32, or uint8 codes).
-        calls: (first step, number of steps) of each dispatch, as :func:`schedule_calls` gives them.
-        process: the process p whose rows to take (None: this process).
-        processes: the number of processes P (None: JAX's process count).
-
-    Returns:
-        An iterator of one dict per call: ``x`` images [length, B/P, H, W, C], ``y`` labels and ``pos``
-        global positions [length, B/P].
-    """
-    p = jax.process_index() if process is None else process
-    count = batches.batch // (jax.process_count() if processes is None else processes)
-    cpu = jax.local_devices(backend="cpu")[0]
-    label_tables = jax.device_put(tables, cpu)
-    rows = jax.jit(jax.vmap(lambda t, s: batches.rows(t, s, p * count, count), in_axes=(None, 0)))
-    for first, length in calls:
-        got = jax.device_get(rows(label_tables, jax.device_put(np.arange(first, first + length), cpu)))
-        yield {"x": images[got["idx"]], "y": got["y"], "pos": got["pos"]}
-
-
 class _Window:
     """Running sums of the step metrics (on device, no host sync) since the last log line."""
 
@@ -371,128 +303,74 @@ def _checkpoint_every(cfg: RunConfig) -> int:
     return cfg.checkpoint_every or max(1, cfg.steps // 10)
 
 
-@jax.jit
-def _keep_better(best: step.State, state: step.State, better: jax.Array) -> step.State:
-    """``state``'s entries where ``better`` (one flag, or one per replica on the leading axis), else
-    ``best``'s: a new copy (``state`` is donated to the next call)."""
+class Setup(NamedTuple):
+    """What :func:`prepare` makes of a config and :func:`run` trains.
 
-    def pick(b, s):
-        flag = better.reshape(better.shape + (1,) * (s.ndim - better.ndim))
-        return jnp.where(flag, s, b)
+    Attributes:
+        cfg: the run's configuration, ``steps`` resolved from ``epochs``.
+        ds: the data set trained on (less the validation images with ``select_best``).
+        graphdef: the model's NNX graph definition.
+        state: the state the run starts from (fresh, resumed or from ``init_from``), on the mesh.
+        start: its step.
+        program: the run's steps compiled over its mesh, and their feed.
+        workdir: the run directory.
+        ckpt: its checkpoints.
+        selection: the best-epoch selection (``select_best``), or None.
+        t_start: when preparing began (``time.time()``), for the metrics' clock.
+    """
 
-    return jax.tree.map(pick, best, state)
-
-
-class _Selector:
-    """Best-epoch selection (``select_best``; Stowell 2026 §5's early stopping): P@1 of the held-out
-    validation images against the rest of the training set every ``val_every`` steps (default one epoch),
-    each replica's weights of its best evaluation kept (on device and in ``best/``), the history in
-    ``selection.json``. A resumed run keeps the evaluations up to its checkpoint's step."""
-
-    def __init__(self, cfg: RunConfig, workdir: str, graphdef: nnx.GraphDef, val: data.Dataset, start: int):
-        self.cfg, self.graphdef, self.val = cfg, graphdef, val
-        self.per_epoch = step.steps_per_epoch(cfg, len(val.train_y))
-        self.every = cfg.val_every or self.per_epoch
-        self.path = os.path.join(workdir, "selection.json")
-        self.ckpt = checkpoint.Checkpointer(os.path.join(workdir, "best"), keep=1)
-        self.history: list[dict[str, Any]] = []
-        if os.path.exists(self.path):
-            with open(self.path) as f:
-                self.history = [h for h in json.load(f)["history"] if h["step"] <= start]
-        self.best: step.State | None = None
-        self.start = start
-
-    def restore_best(self, like: step.State) -> None:
-        """Read the kept weights back on resume (when an earlier evaluation kept some)."""
-        if self.history:
-            self.best = self.ckpt.restore(like)
-
-    def due(self, first: int, done: int) -> bool:
-        return done // self.every > first // self.every or done == self.cfg.steps
-
-    def pending(self) -> bool:
-        """Whether the resumed step is an evaluation point whose evaluation is not recorded (stopped between
-        the checkpoint and the record)."""
-        return self.start > 0 and self.due(self.start - 1, self.start) and self.start not in self.steps()
-
-    def steps(self) -> list[int]:
-        return [h["step"] for h in self.history]
-
-    def scores(self) -> np.ndarray:
-        """[evaluations, replicas] validation P@1."""
-        return np.asarray([h["precision_at_1"] for h in self.history], np.float64).reshape(
-            len(self.history), self.cfg.seeds
-        )
-
-    def _p1(self, state: step.State) -> list[float]:
-        out = []
-        for index in range(self.cfg.seeds):
-            own = state if self.cfg.seeds == 1 else step.replica(state, index)
-            kw = dict(batch=self.cfg.eval_batch, precision=self.cfg.precision)
-            query = step.embed(self.graphdef, own, self.val.test_x, **kw)
-            reference = step.embed(self.graphdef, own, self.val.train_x, **kw)
-            q, sim = report.retrieval_inputs(self.cfg, query)
-            r, _ = report.retrieval_inputs(self.cfg, reference)
-            out.append(metrics.precision_at_1(q, self.val.test_y, r, self.val.train_y, similarity=sim))
-        return [float(v) for v in out]
-
-    def evaluate(self, state: step.State, done: int) -> bool:
-        """Validate ``state`` (of step ``done``); returns whether a replica improved (its weights are then
-        kept: the caller saves a regular checkpoint of ``done`` first, so a resume never starts before the
-        kept weights' step)."""
-        p1 = self._p1(step.local_copy(state) if hosts.several() else state)
-        before = self.scores().max(axis=0) if self.history else np.full(self.cfg.seeds, -np.inf)
-        # the lead's comparison decides for all processes, which then save (or not) the same weights together
-        better = hosts.lead_decides(np.asarray(p1) > before)
-        self.history.append({"step": done, "epoch": round(done / self.per_epoch, 3), "precision_at_1": p1})
-        if better.any():
-            flags = jnp.asarray(better if self.cfg.seeds > 1 else better[0])
-            self.best = _keep_better(state if self.best is None else self.best, state, flags)
-        return bool(better.any())
-
-    def record(self) -> dict[str, Any]:
-        """selection.json: every evaluation and, per seed, the kept evaluation's step, epoch and P@1."""
-        scores = self.scores()
-        best = [self.history[int(i)] for i in scores.argmax(axis=0)] if self.history else []
-        return {
-            "val_images": len(self.val.test_y),
-            "every_steps": self.every,
-            "best": [
-                {"step": h["step"], "epoch": h["epoch"], "precision_at_1": h["precision_at_1"][k]}
-                for k, h in enumerate(best)
-            ],
-            "history": self.history,
-        }
+    cfg: RunConfig
+    ds: data.Dataset
+    graphdef: nnx.GraphDef
+    state: step.State
+    start: int
+    program: program_lib.Program
+    workdir: str
+    ckpt: checkpoint.Checkpointer
+    selection: Selection | None
+    t_start: float
 
 
-def train(cfg: RunConfig, *, stop_at: int | None = None) -> TrainResult:
-    """Train (resuming from the workdir's latest checkpoint) until ``cfg.steps`` or ``stop_at``.
+def prepare(cfg: RunConfig) -> Setup:
+    """Everything before the first step.
 
-    Everything that can reject the run (data, devices, the run directory) is checked before the run
-    directory is written. In a multi-process run every process calls this; the returned state is then this
-    process's copy.
+    The processes, the data, the mesh, the state (resumed from the run directory, or started from
+    ``init_from``), the run directory and the compiled program. Everything that can reject the run (data,
+    devices, the run directory) is checked before the run directory is written.
 
     Args:
         cfg: the run's configuration.
-        stop_at: stop after this step (saving a checkpoint), simulating a run killed there; None: train to
-            ``cfg.steps``.
 
     Returns:
-        The run directory, the resolved config, the model's graph definition, the trained state (the best
-        evaluation's weights with ``select_best``), the data set and the timing.
+        The run's :class:`Setup`.
 
     Raises:
         UsageError: a bad data set, more devices than available, a batch size not divisible by the devices,
             ``knn_k`` larger than the training set, a run directory holding another run, or an unusable
             ``init_from``.
-        CheckpointError: the run directory holds checkpoints but none can be restored (damaged, or written
-            by a model of another shape).
-        FloatingPointError: a logged training metric (the loss among them) is NaN or infinite.
-        Interrupted: SIGINT or SIGTERM arrived; a checkpoint of the current step was saved first.
+        CheckpointError: the run directory holds checkpoints but none can be restored.
     """
     join_processes(cfg)
     t_start = time.time()
-    # Everything that can reject the run (data, device count) is checked before the workdir is touched.
+    cfg, ds, val = _data(cfg)
+    mesh = _mesh(cfg)
+    saved = check_workdir(cfg)
+    graphdef, state, start = _state(cfg, ds, mesh, saved)
+    if jax.process_count() > 1:  # every process has read the workdir before the lead writes to it
+        multihost_utils.sync_global_devices("train: workdir checked")
+    workdir = _prepare_workdir(cfg)
+    if jax.process_index() == 0:
+        _trim_log(os.path.join(workdir, "metrics.jsonl"), start)
+    selection = None if val is None else Selection(cfg, workdir, graphdef, val, start, state)
+    tx = optim.make_optimizer(cfg)
+    program = program_lib.Program(cfg, graphdef, tx, mesh, data.compact(ds.train_x), ds.train_y)
+    ckpt = checkpoint.Checkpointer(os.path.join(workdir, "checkpoints"))
+    return Setup(cfg, ds, graphdef, state, start, program, workdir, ckpt, selection, t_start)
+
+
+def _data(cfg: RunConfig) -> tuple[RunConfig, data.Dataset, data.Dataset | None]:
+    """The run's data (its class split, and the validation split of ``select_best``), checked, and ``cfg``
+    with its length resolved on it."""
     ds = data.load(cfg.dataset, test_fraction=cfg.test_fraction, data_dir=cfg.data_dir)
     if cfg.classes == "disjoint":
         ds = data.disjoint_classes(ds)
@@ -500,17 +378,26 @@ def train(cfg: RunConfig, *, stop_at: int | None = None) -> TrainResult:
     if cfg.select_best:  # train on the rest; the report's reference set is the rest too
         ds, val = data.hold_out(ds, cfg.val_fraction)
     _check_data(cfg, ds)
-    cfg = step.resolve(cfg, len(ds.train_y))
+    return step.resolve(cfg, len(ds.train_y)), ds, val
+
+
+def _mesh(cfg: RunConfig) -> jax.sharding.Mesh:
+    """The data-parallel mesh of ``cfg.devices`` (all by default), checked against the batch size."""
     if cfg.devices is not None and cfg.devices > jax.device_count():
         raise UsageError(f"devices must be at most the {jax.device_count()} available, got {cfg.devices}")
     mesh = parallel.make_mesh(cfg.devices)
-    n_dev = mesh.devices.size
-    if cfg.batch_size % n_dev or cfg.batch_size % jax.process_count():
-        raise UsageError(f"batch_size must be divisible by the {n_dev} devices, got {cfg.batch_size}")
-    images = data.compact(ds.train_x)
-    feed = feed_kind(cfg, images)
-    saved = check_workdir(cfg)
-    tx = optim.make_optimizer(cfg)
+    if cfg.batch_size % mesh.devices.size or cfg.batch_size % jax.process_count():
+        raise UsageError(
+            f"batch_size must be divisible by the {mesh.devices.size} devices, got {cfg.batch_size}"
+        )
+    return mesh
+
+
+def _state(
+    cfg: RunConfig, ds: data.Dataset, mesh: jax.sharding.Mesh, saved: dict[str, Any] | None
+) -> tuple[nnx.GraphDef, step.State, int]:
+    """The graph definition, the state on ``mesh`` and its step: the newest checkpoint of the run directory
+    (``saved``: its config), else that of ``init_from``, else a fresh state."""
     init = step.init_replicas if cfg.seeds > 1 else step.init_state
     graphdef, state = init(cfg, ds.image_shape)
     state = step.replicate(state, mesh)
@@ -523,128 +410,177 @@ def train(cfg: RunConfig, *, stop_at: int | None = None) -> TrainResult:
             _say_resume(cfg, saved, start)
     if start == 0 and cfg.init_from is not None:
         state, start = _init_from(cfg, state)
-    if jax.process_count() > 1:  # every process has read the workdir before the lead writes to it
-        multihost_utils.sync_global_devices("train: workdir checked")
-    workdir = _prepare_workdir(cfg)
-    ckpt = checkpoint.Checkpointer(os.path.join(workdir, "checkpoints"))
-    lead = jax.process_index() == 0
-    log_path = os.path.join(workdir, "metrics.jsonl") if lead else os.devnull
-    if lead:
-        _trim_log(log_path, start)
-    selector = None if val is None else _Selector(cfg, workdir, graphdef, val, start)
-    if selector is not None:
-        selector.restore_best(state)
-    per_device = step.make_step(cfg, graphdef, tx, ema=step.ema_decay(cfg, len(ds.train_y)))
-    batches = step.make_batches(cfg)
-    label_tables = data.label_tables(ds.train_y)
-    tables = step.replicate({"images": images, **label_tables}, mesh) if feed == "device" else None
-    compiled: dict[int, Any] = {}
+    return graphdef, state, start
 
-    def run(length: int):  # one compiled call per number of steps (steps_per_call, and a shorter last one)
-        if length not in compiled:
-            call = step.make_call(
-                per_device,
-                length=length,
-                batches=batches if feed == "device" else None,
-                replicas=cfg.seeds > 1,
-            )
-            compiled[length] = step.distribute(call, mesh=mesh, mode=cfg.parallel)
-        return compiled[length]
 
-    lr = optim.schedule(cfg)
+class _Log:
+    """The run's metrics (``metrics.jsonl``, the lead's, one line per ``log_every`` steps, each value the mean
+    over its window) and progress bar; a non-finite logged metric stops the run."""
+
+    def __init__(self, setup: Setup, end: int):
+        cfg, lead = setup.cfg, jax.process_index() == 0
+        self.cfg, self.end, self.t_start = cfg, end, setup.t_start
+        self.lr = optim.schedule(cfg)
+        self.window = _Window()
+        path = os.path.join(setup.workdir, "metrics.jsonl") if lead else os.devnull
+        self.file = open(path, "a")
+        show = cfg.progress and lead
+        self.bar = tqdm(total=cfg.steps, initial=setup.start, disable=not show, unit="step", leave=False)
+
+    def add(self, metrics: dict[str, jax.Array], first: int, length: int) -> None:
+        """Add a call's metrics; write the window's line when the call crosses a ``log_every`` step."""
+        self.window.add(metrics, length)
+        done = first + length
+        if done // self.cfg.log_every > first // self.cfg.log_every or done == self.end:
+            self._line(done)
+
+    def _line(self, done: int) -> None:
+        per_replica = self.window.mean()
+        means = {k: float(np.mean(v)) for k, v in per_replica.items()}  # over replicas, if any
+        record = {
+            "step": done,
+            **means,
+            "lr": float(self.lr(done - 1)),
+            "time": round(time.time() - self.t_start, 3),
+        }
+        if not all(math.isfinite(v) for v in means.values()):
+            bad = np.any(~np.isfinite(np.stack([np.atleast_1d(v) for v in per_replica.values()])), 0)
+            seeds = [self.cfg.seed + int(i) for i in np.flatnonzero(bad)]
+            which = "" if self.cfg.seeds == 1 else f" (seeds {seeds})"
+            raise FloatingPointError(f"non-finite training metrics at step {done}{which}: {record}")
+        if self.cfg.seeds > 1:
+            record["loss_per_seed"] = [float(v) for v in per_replica["loss"]]
+        self.bar.set_postfix(loss=f"{means['loss']:.4f}", refresh=False)
+        self.file.write(json.dumps(record) + "\n")
+        self.file.flush()
+
+    def close(self) -> None:
+        self.bar.close()
+        self.file.close()
+
+
+class _Saving:
+    """When to checkpoint: when a call crosses a multiple of ``checkpoint_every`` (a tenth of the run by
+    default), at the run's last step, every ``checkpoint_minutes`` and on a stop signal; the signals and the
+    clock are those of every process (:func:`_decide`)."""
+
+    def __init__(self, cfg: RunConfig):
+        self.cfg, self.every = cfg, _checkpoint_every(cfg)
+        self.last, self.agreement = clock(), hosts.Agreement()
+
+    def decide(self, caught: list[int], call: int, first: int, done: int) -> tuple[int | None, bool]:
+        """(the signal that stops the run, or None; whether to save ``done``) after dispatch ``call``."""
+        overdue = clock() - self.last > 60 * self.cfg.checkpoint_minutes
+        stop, overdue = _decide(self.agreement, caught, overdue, call)
+        periodic = done // self.every > first // self.every or done == self.cfg.steps
+        return stop, periodic or overdue or stop is not None
+
+    def saved(self) -> None:
+        self.last = clock()
+
+
+def run(setup: Setup, *, stop_at: int | None = None) -> TrainResult:
+    """Train from the setup's state to ``cfg.steps`` (or to ``stop_at``).
+
+    Each dispatch runs a few steps of the program. After each, the metrics are logged when a ``log_every``
+    step passed, a checkpoint is saved when one is due (:class:`_Saving`), the selection validates when due,
+    and a SIGINT or SIGTERM (on any process) stops the run after its checkpoint.
+
+    Args:
+        setup: the run, as :func:`prepare` made it.
+        stop_at: stop after this step (saving a checkpoint), simulating a run killed there; None: train to
+            ``cfg.steps``.
+
+    Returns:
+        The run directory, the config, the graph definition, the trained state (the best evaluation's weights
+        with ``select_best``), the data set and the timing.
+
+    Raises:
+        FloatingPointError: a logged training metric (the loss among them) is NaN or infinite.
+        Interrupted: SIGINT or SIGTERM arrived; a checkpoint of the current step was saved first.
+    """
+    cfg, state, ckpt, selection = setup.cfg, setup.state, setup.ckpt, setup.selection
     end = cfg.steps if stop_at is None else min(stop_at, cfg.steps)
-    calls = schedule_calls(start, end, cfg.steps_per_call)
-    if feed == "host":
-        put = functools.partial(step.put_feed, mesh=mesh, mode=cfg.parallel)
-        feeds = data.prefetch(map(put, host_feed(batches, label_tables, images, calls)))
-    else:
-        feeds = ({} for _ in calls)  # the device feed draws its batches inside the step
-    bar = tqdm(total=cfg.steps, initial=start, disable=not (cfg.progress and lead), unit="step", leave=False)
-    window = _Window()
-    every, last_save, agreement = _checkpoint_every(cfg), clock(), hosts.Agreement()
+    calls = program_lib.schedule_calls(setup.start, end, cfg.steps_per_call)
+    log, saving = _Log(setup, end), _Saving(cfg)
     t_train, first_step_s = time.time(), math.nan
-    if selector is not None and selector.pending():
-        _select(selector, state, start, ckpt, lead, saved_now=True)
-    with open(log_path, "a") as log, _stop_signals() as caught, contextlib.closing(feeds):
+    if selection is not None and selection.missed():
+        selection.after(state, setup.start - 1, setup.start, ckpt, saved=True)
+    with (
+        contextlib.closing(log),
+        _stop_signals() as caught,
+        contextlib.closing(setup.program.feeds(calls)) as feeds,
+    ):
         for call, ((first, length), batch) in enumerate(zip(calls, feeds, strict=True)):
-            state, metrics = run(length)(state, tables, batch)
-            window.add(metrics, length)
-            if first == start:
+            state, metrics = setup.program(state, length, batch)
+            if first == setup.start:  # compilation included
                 jax.block_until_ready(metrics)
                 first_step_s = time.time() - t_train
-            done = first + length
-            if done // cfg.log_every > first // cfg.log_every or done == end:
-                per_replica = window.mean()
-                means = {k: float(np.mean(v)) for k, v in per_replica.items()}  # over replicas, if any
-                record = {
-                    "step": done,
-                    **means,
-                    "lr": float(lr(done - 1)),
-                    "time": round(time.time() - t_start, 3),
-                }
-                if not all(math.isfinite(v) for v in means.values()):
-                    bad = np.any(~np.isfinite(np.stack([np.atleast_1d(v) for v in per_replica.values()])), 0)
-                    which = (
-                        ""
-                        if cfg.seeds == 1
-                        else f" (seeds {[cfg.seed + int(i) for i in np.flatnonzero(bad)]})"
-                    )
-                    raise FloatingPointError(f"non-finite training metrics at step {done}{which}: {record}")
-                if cfg.seeds > 1:
-                    record["loss_per_seed"] = [float(v) for v in per_replica["loss"]]
-                bar.set_postfix(loss=f"{means['loss']:.4f}", refresh=False)
-                log.write(json.dumps(record) + "\n")
-                log.flush()
-            # read once: a signal arriving after the decision is handled at the next call
-            stop, overdue = _decide(
-                agreement, caught, clock() - last_save > 60 * cfg.checkpoint_minutes, call
-            )
-            saved_now = done // every > first // every or done == cfg.steps or overdue or stop is not None
-            if saved_now:
-                ckpt.save(done, state)
-                last_save = clock()
-            if selector is not None and selector.due(first, done):
-                _select(selector, state, done, ckpt, lead, saved_now=saved_now)
-            bar.update(length)
+            log.add(metrics, first, length)
+            stop, save = saving.decide(caught, call, first, first + length)
+            if save:
+                ckpt.save(first + length, state)
+                saving.saved()
+            if selection is not None:
+                selection.after(state, first, first + length, ckpt, save)
+            log.bar.update(length)
             if stop is not None:
-                bar.close()
-                ckpt.close()
-                if selector is not None:
-                    selector.ckpt.close()
-                raise Interrupted(stop, done, workdir)
-    bar.close()
-    ckpt.close()
-    if selector is not None:
-        selector.ckpt.close()
-        if selector.best is not None and end == cfg.steps:  # the kept weights (at the run's last step)
-            state = {**selector.best, "step": state["step"]}
-    state = jax.block_until_ready(state)
+                _close(setup)
+                raise Interrupted(stop, first + length, setup.workdir)
+    _close(setup)
+    if selection is not None and end == cfg.steps:  # the kept weights (at the run's last step)
+        state = selection.kept(state)
+    return _result(setup, jax.block_until_ready(state), end, t_train, first_step_s)
+
+
+def _close(setup: Setup) -> None:
+    setup.ckpt.close()
+    if setup.selection is not None:
+        setup.selection.close()
+
+
+def _result(setup: Setup, state: step.State, end: int, t_train: float, first_step_s: float) -> TrainResult:
+    """The trained run: its state (this process's copy) and its timing."""
+    cfg, program = setup.cfg, setup.program
     train_s = time.time() - t_train
     timing = {
         "train_s": round(train_s, 2),
         "first_step_s": round(first_step_s, 2) if math.isfinite(first_step_s) else None,  # incl. compile
-        "steps_per_s": round((end - start) / train_s, 2) if end > start else 0.0,
-        "steps_run": end - start,
-        "devices": n_dev,
+        "steps_per_s": round((end - setup.start) / train_s, 2) if end > setup.start else 0.0,
+        "steps_run": end - setup.start,
+        "devices": program.mesh.devices.size,
         "processes": jax.process_count(),
-        "feed": feed,
-        "feed_dtype": str(images.dtype),  # uint8 for 8-bit images
+        "feed": program.feed,
+        "feed_dtype": str(program.images.dtype),  # uint8 for 8-bit images
         "steps_per_call": cfg.steps_per_call,
     }
     if jax.process_count() > 1:
         state = step.local_copy(state)
-    return TrainResult(workdir, cfg, graphdef, state, ds, timing)
+    return TrainResult(setup.workdir, cfg, setup.graphdef, state, setup.ds, timing)
 
 
-def _select(selector: _Selector, state: step.State, done: int, ckpt, lead: bool, *, saved_now: bool) -> None:
-    """Validate step ``done``; when a replica improved, keep its weights: a regular checkpoint of ``done``
-    first (unless just saved), then ``best/``, then the record."""
-    if selector.evaluate(state, done):
-        if not saved_now:
-            ckpt.save(done, state)
-        selector.ckpt.save(done, selector.best)
-    if lead:
-        files.write_json(selector.path, selector.record())
+def train(cfg: RunConfig, *, stop_at: int | None = None) -> TrainResult:
+    """Train (resuming from the workdir's latest checkpoint) until ``cfg.steps`` or ``stop_at``:
+    :func:`run` of :func:`prepare`.
+
+    In a multi-process run every process calls this; the returned state is then this process's copy.
+
+    Args:
+        cfg: the run's configuration.
+        stop_at: stop after this step (saving a checkpoint), simulating a run killed there; None: train to
+            ``cfg.steps``.
+
+    Returns:
+        The run directory, the resolved config, the model's graph definition, the trained state (the best
+        evaluation's weights with ``select_best``), the data set and the timing.
+
+    Raises:
+        UsageError: as :func:`prepare`.
+        CheckpointError: as :func:`prepare`.
+        FloatingPointError: as :func:`run`.
+        Interrupted: as :func:`run`.
+    """
+    return run(prepare(cfg), stop_at=stop_at)
 
 
 def _say_resume(cfg: RunConfig, saved: dict[str, Any], start: int) -> None:

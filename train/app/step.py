@@ -494,6 +494,24 @@ def put_feed(feed: Any, mesh: jax.sharding.Mesh, mode: str = "shard_map") -> Any
     return jax.tree.map(lambda x: jax.make_array_from_process_local_data(sharding, x), feed)
 
 
+def embed_replicas(
+    cfg: RunConfig, graphdef: nnx.GraphDef, state: State, images: np.ndarray
+) -> list[models.Outputs]:
+    """:func:`embed` of ``images`` by each replica of a run's state (one output for a single-seed run).
+
+    Args:
+        cfg: the run's configuration (``seeds``, ``eval_batch``, ``precision``).
+        graphdef: the model's NNX graph definition.
+        state: the run's state (stacked replicas for ``seeds`` > 1), on this process.
+        images: the images [N, H, W, C].
+
+    Returns:
+        One :class:`geojax.models.Outputs` per seed, in seed order.
+    """
+    own = [state] if cfg.seeds == 1 else [replica(state, i) for i in range(cfg.seeds)]
+    return [embed(graphdef, s, images, batch=cfg.eval_batch, precision=cfg.precision) for s in own]
+
+
 @functools.partial(jax.jit, static_argnames="bf16")
 def _forward(model: nnx.Module, x: jax.Array, *, bf16: bool) -> models.Outputs:
     """The model's outputs for ``x`` as float32, computed in bf16 when ``bf16``: one jitted function, so every
