@@ -47,7 +47,11 @@ def _client():
 
 
 def several() -> bool:
-    """Whether this is one process of a multi-process run."""
+    """Whether this is one process of a multi-process run.
+
+    Returns:
+        True when JAX's distributed runtime joined more than one process.
+    """
     return jax.process_count() > 1
 
 
@@ -75,8 +79,9 @@ def join(address: str | None, count: int | None, index: int | None, *, timeout_s
 
 
 class Agreement:
-    """Flags OR-ed over the processes, one call behind: what every process gets at a call is what any
-    process had at the call before.
+    """Flags OR-ed over the processes, one call behind.
+
+    What every process gets at a call is what any process had at the call before.
 
     Each call posts this process's flags to a small collective program and, without waiting for it, takes
     the previous call's result, which is ready by then (its program ran before the step just dispatched).
@@ -136,8 +141,14 @@ def lead_decides(flags: np.ndarray) -> np.ndarray:
 
 
 def runtime_catches_sigterm() -> bool:
-    """Whether JAX's preemption service listens for SIGTERM in this process (a multi-process run with
-    ``jax_enable_preemption_service`` on): then SIGTERM is left to it, and :func:`preempted` reports it."""
+    """Whether JAX's preemption service listens for SIGTERM in this process.
+
+    It does in a multi-process run with ``jax_enable_preemption_service`` on: SIGTERM is then left to it,
+    and :func:`preempted` reports it.
+
+    Returns:
+        True in such a run, False otherwise.
+    """
     return several() and bool(jax.config.jax_enable_preemption_service)
 
 
@@ -167,6 +178,9 @@ def leave(status: int, err: BaseException) -> NoReturn:
     Args:
         status: the exit status.
         err: what failed (its traceback is printed unless it is a one-line error of the user's).
+
+    Returns:
+        Never: the process ends.
     """
     from train.app.errors import UsageError
 
