@@ -286,23 +286,14 @@ def precision_at_1(
     Relevant-free queries (no other reference item of their label) are left out.
 
     Args:
-        query: [Nq, D] floating query embeddings, finite (or, with a callable similarity, a tuple of arrays
-            sharing the leading axis, such as an atlas's (coords, q)).
-        query_labels: [Nq] integer labels of the queries.
-        reference: [Nr, D] floating reference embeddings, finite (or a tuple, as ``query``); None ranks the
-            query set against itself with each query's own row excluded.
-        reference_labels: [Nr] integer labels of the reference rows; given exactly when ``reference`` is.
-        similarity: a name understood by :func:`geojax.similarity.get` or a callable (a, b) → [N, M], higher =
-            more similar (pass a distance negated).
-        chunk_size: queries per block (a positive int); memory chunk_size × Nr similarities at a time.
+        {queries}
+        {ranking}
 
     Returns:
         P@1 in [0, 1] as a Python float; NaN when every query is relevant-free.
 
     Raises:
-        ValueError: an embedding array is not a non-empty floating matrix, holds NaN or ±inf, or the widths
-            differ; labels have the wrong length or dtype; ``reference`` and ``reference_labels`` are not
-            given together; the similarity does not return [N, M].
+        ValueError: {bad_input}.
 
     References:
         Stowell 2026, "Torus embeddings" (arXiv 2603.03135), Experiment 1.
@@ -335,24 +326,15 @@ def recall_at_k(
     Relevant-free queries are left out.
 
     Args:
-        query: [Nq, D] floating query embeddings, finite (or, with a callable similarity, a tuple of arrays
-            sharing the leading axis, such as an atlas's (coords, q)).
-        query_labels: [Nq] integer labels of the queries.
-        reference: [Nr, D] floating reference embeddings, finite (or a tuple, as ``query``); None ranks the
-            query set against itself with each query's own row excluded.
-        reference_labels: [Nr] integer labels of the reference rows; given exactly when ``reference`` is.
+        {queries}
         ks: a non-empty sequence of positive ints, each at most the reference rows available.
-        similarity: a name understood by :func:`geojax.similarity.get` or a callable (a, b) → [N, M], higher =
-            more similar (pass a distance negated).
-        chunk_size: queries per block (a positive int); memory chunk_size × Nr similarities at a time.
+        {ranking}
 
     Returns:
         {k: R@k} for each k in ``ks``, Python floats in [0, 1] (NaN when every query is relevant-free).
 
     Raises:
-        ValueError: an embedding array is not a non-empty floating matrix, holds NaN or ±inf, or the widths
-            differ; labels have the wrong length or dtype; ``reference`` and ``reference_labels`` are not
-            given together; the similarity does not return [N, M]; ``ks`` is empty, not a sequence, or holds a
+        ValueError: {bad_input}; ``ks`` is empty, not a sequence, or holds a
             k that is not a positive int or exceeds the reference rows.
 
     References:
@@ -394,23 +376,14 @@ def map_at_r(
     retrieval protocol (ties, exclusions, relevant-free queries, chunking) is the module docstring's.
 
     Args:
-        query: [Nq, D] floating query embeddings, finite (or, with a callable similarity, a tuple of arrays
-            sharing the leading axis, such as an atlas's (coords, q)).
-        query_labels: [Nq] integer labels of the queries.
-        reference: [Nr, D] floating reference embeddings, finite (or a tuple, as ``query``); None ranks the
-            query set against itself with each query's own row excluded.
-        reference_labels: [Nr] integer labels of the reference rows; given exactly when ``reference`` is.
-        similarity: a name understood by :func:`geojax.similarity.get` or a callable (a, b) → [N, M], higher =
-            more similar (pass a distance negated).
-        chunk_size: queries per block (a positive int); memory chunk_size × Nr similarities at a time.
+        {queries}
+        {ranking}
 
     Returns:
         MAP@R in [0, 1] as a Python float; NaN when every query is relevant-free.
 
     Raises:
-        ValueError: an embedding array is not a non-empty floating matrix, holds NaN or ±inf, or the widths
-            differ; labels have the wrong length or dtype; ``reference`` and ``reference_labels`` are not
-            given together; the similarity does not return [N, M].
+        ValueError: {bad_input}.
 
     References:
         Musgrave, Belongie & Lim 2020, "A Metric Learning Reality Check" (arXiv 2003.08505), MAP@R.
@@ -450,24 +423,15 @@ def mean_average_precision(
     module docstring's.
 
     Args:
-        query: [Nq, D] floating query embeddings, finite (or, with a callable similarity, a tuple of arrays
-            sharing the leading axis, such as an atlas's (coords, q)).
-        query_labels: [Nq] integer labels of the queries.
-        reference: [Nr, D] floating reference embeddings, finite (or a tuple, as ``query``); None ranks the
-            query set against itself with each query's own row excluded.
-        reference_labels: [Nr] integer labels of the reference rows; given exactly when ``reference`` is.
+        {queries}
         k: the ranking depth (1 ≤ k ≤ the reference rows available), or None for the whole reference set.
-        similarity: a name understood by :func:`geojax.similarity.get` or a callable (a, b) → [N, M], higher =
-            more similar (pass a distance negated).
-        chunk_size: queries per block (a positive int); memory chunk_size × Nr similarities at a time.
+        {ranking}
 
     Returns:
         mAP in [0, 1] as a Python float.
 
     Raises:
-        ValueError: an embedding array is not a non-empty floating matrix, holds NaN or ±inf, or the widths
-            differ; labels have the wrong length or dtype; ``reference`` and ``reference_labels`` are not
-            given together; the similarity does not return [N, M]; ``k`` is not a positive int or exceeds the
+        ValueError: {bad_input}; ``k`` is not a positive int or exceeds the
             reference rows.
 
     References:
@@ -506,24 +470,15 @@ def knn_accuracy(
     queries, chunking) is the module docstring's.
 
     Args:
-        query: [Nq, D] floating query embeddings, finite (or, with a callable similarity, a tuple of arrays
-            sharing the leading axis, such as an atlas's (coords, q)).
-        query_labels: [Nq] integer labels of the queries.
-        reference: [Nr, D] floating reference embeddings, finite (or a tuple, as ``query``); None ranks the
-            query set against itself with each query's own row excluded.
-        reference_labels: [Nr] integer labels of the reference rows; given exactly when ``reference`` is.
+        {queries}
         k: the neighbours that vote (1 ≤ k ≤ the reference rows available).
-        similarity: a name understood by :func:`geojax.similarity.get` or a callable (a, b) → [N, M], higher =
-            more similar (pass a distance negated).
-        chunk_size: queries per block (a positive int); memory chunk_size × Nr similarities at a time.
+        {ranking}
 
     Returns:
         Accuracy in [0, 1] as a Python float.
 
     Raises:
-        ValueError: an embedding array is not a non-empty floating matrix, holds NaN or ±inf, or the widths
-            differ; labels have the wrong length or dtype; ``reference`` and ``reference_labels`` are not
-            given together; the similarity does not return [N, M]; ``k`` is not a positive int or exceeds the
+        ValueError: {bad_input}; ``k`` is not a positive int or exceeds the
             reference rows.
 
     References:
@@ -562,26 +517,17 @@ def retrieval_metrics(
     exclusions, relevant-free queries, chunking) is the module docstring's.
 
     Args:
-        query: [Nq, D] floating query embeddings, finite (or, with a callable similarity, a tuple of arrays
-            sharing the leading axis, such as an atlas's (coords, q)).
-        query_labels: [Nq] integer labels of the queries.
-        reference: [Nr, D] floating reference embeddings, finite (or a tuple, as ``query``); None ranks the
-            query set against itself with each query's own row excluded.
-        reference_labels: [Nr] integer labels of the reference rows; given exactly when ``reference`` is.
+        {queries}
         knn_k: the k of :func:`knn_accuracy` (a positive int).
         ks: the ks of :func:`recall_at_k` (a sequence of positive ints, possibly empty).
-        similarity: a name understood by :func:`geojax.similarity.get` or a callable (a, b) → [N, M], higher =
-            more similar (pass a distance negated).
-        chunk_size: queries per block (a positive int); memory chunk_size × Nr similarities at a time.
+        {ranking}
 
     Returns:
         {"precision_at_1": float, "knn_accuracy": float, "recall_at_k": {k: R@k}} (``recall_at_k`` only when
         ``ks`` is given).
 
     Raises:
-        ValueError: an embedding array is not a non-empty floating matrix, holds NaN or ±inf, or the widths
-            differ; labels have the wrong length or dtype; ``reference`` and ``reference_labels`` are not
-            given together; the similarity does not return [N, M]; ``knn_k`` or a k of ``ks`` is not a
+        ValueError: {bad_input}; ``knn_k`` or a k of ``ks`` is not a
             positive int, ``ks`` is not a sequence, or max(knn_k, ks) exceeds the reference rows.
     Example:
         >>> import jax.numpy as jnp
@@ -630,9 +576,7 @@ def nearest_neighbors(
         query: [Nq, D] floating, finite (or a tuple, with a callable similarity).
         reference: [Nr, D] floating, finite (or a tuple), or None for the query set itself.
         k: neighbours per query (1 ≤ k ≤ the reference rows available).
-        similarity: a name understood by :func:`geojax.similarity.get` or a callable (a, b) → [N, M], higher =
-            more similar (pass a distance negated).
-        chunk_size: queries per block (a positive int); memory chunk_size × Nr similarities at a time.
+        {ranking}
 
     Returns:
         [Nq, k] int32 NumPy array (host) of reference row indices.
@@ -849,3 +793,39 @@ def few_shot_accuracy(
         np.float64,
     )
     return float(acc.mean()), float(1.96 * acc.std(ddof=1) / math.sqrt(episodes))
+
+
+# The retrieval metrics share the Args of their query and reference sets, of their ranking, and the first
+# problems they refuse: written once here, they take the place of {queries}, {ranking} and {bad_input} in
+# each docstring (documentation by reference, as geojax.losses does).
+_SHARED_DOC = {
+    "{queries}": """query: [Nq, D] floating query embeddings, finite (or, with a callable
+            similarity, a tuple of arrays sharing the leading axis, such as an atlas's (coords, q)).
+        query_labels: [Nq] integer labels of the queries.
+        reference: [Nr, D] floating reference embeddings, finite (or a tuple, as ``query``); None
+            ranks the query set against itself with each query's own row excluded.
+        reference_labels: [Nr] integer labels of the reference rows; given exactly when ``reference``
+            is.""",
+    "{ranking}": """similarity: a name understood by :func:`geojax.similarity.get` or a callable
+            (a, b) → [N, M], higher = more similar (pass a distance negated).
+        chunk_size: queries per block (a positive int); memory chunk_size × Nr similarities at a
+            time.""",
+    "{bad_input}": """an embedding array is not a non-empty floating matrix, holds NaN or
+            ±inf, or the widths differ; labels have the wrong length or dtype; ``reference`` and
+            ``reference_labels`` are not given together; the similarity does not return [N, M]""",
+}
+
+
+def _filled(doc: str | None) -> str:
+    for mark, text in _SHARED_DOC.items():
+        doc = (doc or "").replace(mark, text)
+    return doc or ""
+
+
+precision_at_1.__doc__ = _filled(precision_at_1.__doc__)
+recall_at_k.__doc__ = _filled(recall_at_k.__doc__)
+map_at_r.__doc__ = _filled(map_at_r.__doc__)
+mean_average_precision.__doc__ = _filled(mean_average_precision.__doc__)
+knn_accuracy.__doc__ = _filled(knn_accuracy.__doc__)
+retrieval_metrics.__doc__ = _filled(retrieval_metrics.__doc__)
+nearest_neighbors.__doc__ = _filled(nearest_neighbors.__doc__)
