@@ -14,35 +14,35 @@ from jax.typing import ArrayLike
 from geojax import _checks, parallel
 from geojax._numerics import nan_where_nonfinite
 from geojax.losses._common import (
-    _BIG,
+    BIG,
     MININGS,
     REDUCTIONS,
     Mining,
     Reduction,
-    _check_sim,
-    _f32,
-    _mean,
-    _pair_masks,
-    _resolve_keys,
+    as_f32,
+    check_sim,
+    global_mean,
+    pair_masks,
+    resolve_keys,
 )
-from geojax.losses._softmax import _LSE, _lse_finish, _lse_init, _lse_update
+from geojax.losses._lse import column_lse, row_lse
 
 
 def _prepare(
     sim, labels, key_labels, self_index, key_valid
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     """Validate, then (sim fp32 [n, M], positive mask, negative mask, 0 or NaN if sim is not all finite)."""
-    _check_sim(sim, labels, key_labels, self_index, key_valid)
-    key_labels, self_cols = _resolve_keys(labels, key_labels, self_index)
-    s = _f32(sim)
-    pos, neg = _pair_masks(labels, key_labels, self_cols, jnp.arange(s.shape[1]), key_valid)
+    check_sim(sim, labels, key_labels, self_index, key_valid)
+    key_labels, self_cols = resolve_keys(labels, key_labels, self_index)
+    s = as_f32(sim)
+    pos, neg = pair_masks(labels, key_labels, self_cols, jnp.arange(s.shape[1]), key_valid)
     return s, pos, neg, nan_where_nonfinite(s)
 
 
 def _mean_nonzero(terms: jax.Array, mask: jax.Array, bad: jax.Array, axis_name) -> jax.Array:
     """Mean of the masked terms that are > 0 (pytorch-metric-learning's AvgNonZeroReducer); ``bad`` (0 or
     NaN) joins the numerator."""
-    return _mean(jnp.sum(jnp.where(mask, terms, 0.0)) + bad, jnp.sum(mask & (terms > 0)), axis_name)
+    return global_mean(jnp.sum(jnp.where(mask, terms, 0.0)) + bad, jnp.sum(mask & (terms > 0)), axis_name)
 
 
 def contrastive(
@@ -230,27 +230,18 @@ def triplet(
     s, pos, neg, bad = _prepare(sim, labels, key_labels, self_index, key_valid)
     if mining == "hard":
         valid = jnp.any(pos, axis=1) & jnp.any(neg, axis=1)
-        hardest_pos = jnp.min(jnp.where(pos, s, _BIG), axis=1)
-        hardest_neg = jnp.max(jnp.where(neg, s, -_BIG), axis=1)
-        terms = jax.nn.relu(margin + jnp.where(valid, hardest_neg - hardest_pos, -_BIG))
+        hardest_pos = jnp.min(jnp.where(pos, s, BIG), axis=1)
+        hardest_neg = jnp.max(jnp.where(neg, s, -BIG), axis=1)
+        terms = jax.nn.relu(margin + jnp.where(valid, hardest_neg - hardest_pos, -BIG))
         if reduction == "mean_nonzero":
             return _mean_nonzero(terms, valid, bad, axis_name)
-        return _mean(jnp.sum(terms) + bad, jnp.sum(valid), axis_name)
+        return global_mean(jnp.sum(terms) + bad, jnp.sum(valid), axis_name)
     total, count = _triplet_sums(s, pos, neg, jnp.asarray(margin, jnp.float32), mining == "semihard")
     if reduction == "mean" and mining == "all":
         selected = jnp.sum(pos, axis=1, dtype=jnp.float32) * jnp.sum(neg, axis=1, dtype=jnp.float32)
     else:
         selected = count  # 'semihard' selects only violating triplets; 'mean_nonzero' counts the terms > 0
-    return _mean(jnp.sum(total) + bad, jnp.sum(selected), axis_name)
-
-
-def _column_lse(x: jax.Array, mask: jax.Array, axis_name) -> jax.Array:
-    """log Σ exp over the masked rows of x [n, K], per column, over the anchors of every device [K]; −1e30
-    for an empty column (finite, zero gradient). The (stop-gradient) column maximum is subtracted first."""
-    top = jnp.max(jnp.where(mask, lax.stop_gradient(x), -_BIG), axis=0)
-    top = top if axis_name is None else lax.pmax(top, axis_name)
-    total = jnp.sum(jnp.exp(jnp.where(mask, x - top[None, :], -_BIG)), axis=0)
-    return _lse_finish(_LSE(top, parallel.global_sum(total, axis_name)))
+    return global_mean(jnp.sum(total) + bad, jnp.sum(selected), axis_name)
 
 
 def lifted_structured(
@@ -309,8 +300,8 @@ def lifted_structured(
         0.7769
     """
     s, pos, neg, bad = _prepare(sim, labels, key_labels, self_index, key_valid)
-    row_lse = _lse_finish(_lse_update(_lse_init(jnp.zeros_like(s[:, 0])), s, neg))  # [n]
-    key_lse = parallel.gather(row_lse, axis_name)
+    anchor_lse = row_lse(s, neg)  # [n]
+    key_lse = parallel.gather(anchor_lse, axis_name)
     batch = key_lse.shape[0]
     if s.shape[1] < batch:
         raise ValueError(
@@ -318,8 +309,8 @@ def lifted_structured(
             f"{batch} anchors, got {s.shape[1]} columns"
         )
     if s.shape[1] > batch:  # keys without a row (memory): N(p) from their column over the global batch
-        key_lse = jnp.concatenate([key_lse, _column_lse(s[:, batch:], neg[:, batch:], axis_name)])
-    union = jnp.logaddexp(row_lse[:, None], key_lse[None, :])
-    valid = pos & (union > -_BIG / 2)
+        key_lse = jnp.concatenate([key_lse, column_lse(s[:, batch:], neg[:, batch:], axis_name)])
+    union = jnp.logaddexp(anchor_lse[:, None], key_lse[None, :])
+    valid = pos & (union > -BIG / 2)
     terms = jnp.square(jax.nn.relu(jnp.where(valid, union - neg_margin + pos_margin - s, 0.0))) / 2
-    return _mean(jnp.sum(terms) + bad, jnp.sum(valid), axis_name)
+    return global_mean(jnp.sum(terms) + bad, jnp.sum(valid), axis_name)

@@ -16,45 +16,15 @@ from geojax import _checks
 from geojax import similarity as _similarity
 from geojax._numerics import nan_where_nonfinite
 from geojax.losses._common import (
-    _BIG,
-    _check_embeddings,
-    _check_positive,
-    _check_sim,
-    _f32,
-    _mean,
-    _pair_masks,
-    _resolve_keys,
+    as_f32,
+    check_embeddings,
+    check_positive,
+    check_sim,
+    global_mean,
+    pair_masks,
+    resolve_keys,
 )
-
-# ----------------------------------------------------------------------------------------------------------
-# online log-sum-exp (also lifted structured's, in _margin.py)
-
-
-class _LSE(NamedTuple):
-    """Running log-sum-exp state per row: stop-gradient max ``m`` [n] and rescaled sum ``s`` [n]."""
-
-    m: jax.Array
-    s: jax.Array
-
-
-def _lse_init(zeros: jax.Array) -> _LSE:
-    """Empty state shaped (and, under shard_map, device-varying) like ``zeros`` [n]."""
-    return _LSE(zeros - _BIG, zeros)
-
-
-def _lse_update(state: _LSE, x: jax.Array, mask: jax.Array) -> _LSE:
-    """Fold the masked entries of x [n, K] into the running row log-sum-exp (online softmax)."""
-    block_max = jnp.max(jnp.where(mask, lax.stop_gradient(x), -_BIG), axis=1)
-    m = jnp.maximum(state.m, block_max)
-    z = jnp.where(mask, x - m[:, None], -_BIG)
-    return _LSE(m, state.s * jnp.exp(state.m - m) + jnp.sum(jnp.exp(z), axis=1))
-
-
-def _lse_finish(state: _LSE) -> jax.Array:
-    """log Σ exp per row [n]; −1e30 for an empty row (finite, zero gradient)."""
-    ok = state.s > 0
-    return jnp.where(ok, state.m + jnp.log(jnp.where(ok, state.s, 1.0)), -_BIG)
-
+from geojax.losses._lse import lse_finish, lse_init, lse_update, row_lse
 
 # ----------------------------------------------------------------------------------------------------------
 # softmax family: supcon, sincere, info_nce
@@ -90,9 +60,9 @@ def _softmax_reduce(
     if spec.per_anchor:
         has = count > 0
         num = jnp.sum(jnp.where(has, row_sum / jnp.maximum(count, 1), 0.0))
-        loss = _mean(num + bad, jnp.sum(has), axis_name)
+        loss = global_mean(num + bad, jnp.sum(has), axis_name)
     else:
-        loss = _mean(jnp.sum(row_sum) + bad, jnp.sum(count), axis_name)
+        loss = global_mean(jnp.sum(row_sum) + bad, jnp.sum(count), axis_name)
     return loss if scale is None else loss * scale
 
 
@@ -100,20 +70,20 @@ def _base_scale(temperature, base_temperature):
     """SupContrast's factor τ / τ_base, or None (no factor) when ``base_temperature`` is None."""
     if base_temperature is None:
         return None
-    _check_positive(base_temperature, "base_temperature")
+    check_positive(base_temperature, "base_temperature")
     return temperature / base_temperature
 
 
 def _softmax_loss(
     spec: _Softmax, sim, labels, temperature, base_temperature, key_labels, self_index, key_valid, axis_name
 ) -> jax.Array:
-    _check_sim(sim, labels, key_labels, self_index, key_valid)
-    _check_positive(temperature, "temperature")
+    check_sim(sim, labels, key_labels, self_index, key_valid)
+    check_positive(temperature, "temperature")
     scale = _base_scale(temperature, base_temperature)
-    key_labels, self_cols = _resolve_keys(labels, key_labels, self_index)
-    x = _f32(sim) / temperature
-    pos, neg = _pair_masks(labels, key_labels, self_cols, jnp.arange(x.shape[1]), key_valid)
-    lse = _lse_finish(_lse_update(_lse_init(jnp.zeros_like(x[:, 0])), x, spec.denominator(pos, neg)))
+    key_labels, self_cols = resolve_keys(labels, key_labels, self_index)
+    x = as_f32(sim) / temperature
+    pos, neg = pair_masks(labels, key_labels, self_cols, jnp.arange(x.shape[1]), key_valid)
+    lse = row_lse(x, spec.denominator(pos, neg))
     row_sum, count = _softmax_rows(spec, x, pos, lse)
     return _softmax_reduce(spec, row_sum, count, nan_where_nonfinite(x), scale, axis_name)
 
@@ -274,7 +244,7 @@ info_nce.__doc__ = (info_nce.__doc__ or "").replace("{sections}", _SOFTMAX_SECTI
 # memory-bounded (blocked) softmax losses
 
 
-def _pad_rows(x: jax.Array, rows: int) -> jax.Array:
+def _pad_rows_repeating_last(x: jax.Array, rows: int) -> jax.Array:
     """Pad the leading axis to ``rows`` by repeating the last row (keeps similarities finite)."""
     pad = rows - x.shape[0]
     return x if pad == 0 else jnp.concatenate([x, jnp.repeat(x[-1:], pad, axis=0)], axis=0)
@@ -295,29 +265,29 @@ def _softmax_blocked(
     axis_name,
 ) -> jax.Array:
     """Blocked form of a softmax loss: [B, K] similarity tiles only, recomputed in the backward pass."""
-    _check_embeddings(embeddings, key_embeddings, labels, key_labels, self_index, key_valid)
-    _check_positive(temperature, "temperature")
+    check_embeddings(embeddings, key_embeddings, labels, key_labels, self_index, key_valid)
+    check_positive(temperature, "temperature")
     scale = _base_scale(temperature, base_temperature)
     _checks.check_positive_int(block_size, "block_size")
     sim_fn = _similarity.get(similarity)
     keys = embeddings if key_embeddings is None else key_embeddings
-    key_labels, self_cols = _resolve_keys(labels, key_labels, self_index)
+    key_labels, self_cols = resolve_keys(labels, key_labels, self_index)
     (n, _), m = embeddings.shape, keys.shape[0]
     b, k = min(block_size, n), min(block_size, m)
     nb, nk = -(-n // b), -(-m // k)
 
     anchors = (
-        _pad_rows(embeddings, nb * b).reshape(nb, b, -1),
-        _pad_rows(labels, nb * b).reshape(nb, b),
-        _pad_rows(self_cols, nb * b).reshape(nb, b),
+        _pad_rows_repeating_last(embeddings, nb * b).reshape(nb, b, -1),
+        _pad_rows_repeating_last(labels, nb * b).reshape(nb, b),
+        _pad_rows_repeating_last(self_cols, nb * b).reshape(nb, b),
     )
     key_cols = jnp.arange(nk * k, dtype=jnp.int32)
     real_keys = key_cols < m
     if key_valid is not None:
         real_keys = real_keys & jnp.pad(key_valid, (0, nk * k - m))
     key_blocks = (
-        _pad_rows(keys, nk * k).reshape(nk, k, -1),
-        _pad_rows(key_labels, nk * k).reshape(nk, k),
+        _pad_rows_repeating_last(keys, nk * k).reshape(nk, k, -1),
+        _pad_rows_repeating_last(key_labels, nk * k).reshape(nk, k),
         key_cols.reshape(nk, k),
         real_keys.reshape(nk, k),
     )
@@ -329,15 +299,15 @@ def _softmax_blocked(
 
         def tile(kb):
             kv, lk, ck, valid = kb
-            x = _f32(sim_fn(a, kv)) / temperature
-            return (x, *_pair_masks(la, lk, sa, ck, valid))
+            x = as_f32(sim_fn(a, kv)) / temperature
+            return (x, *pair_masks(la, lk, sa, ck, valid))
 
         @jax.checkpoint
         def lse_step(state, kb):
             x, pos, neg = tile(kb)
-            return _lse_update(state, x, spec.denominator(pos, neg)), None
+            return lse_update(state, x, spec.denominator(pos, neg)), None
 
-        lse = _lse_finish(lax.scan(lse_step, _lse_init(zeros), key_blocks)[0])
+        lse = lse_finish(lax.scan(lse_step, lse_init(zeros), key_blocks)[0])
 
         @jax.checkpoint
         def term_step(acc, kb):
@@ -355,70 +325,9 @@ def _softmax_blocked(
     return _softmax_reduce(spec, row_sum, count, bad, scale, axis_name)
 
 
-def supcon_blocked(
-    embeddings: ArrayLike,
-    labels: ArrayLike,
-    *,
-    temperature: float | jax.Array = 0.1,
-    base_temperature: float | None = None,
-    similarity: str | _similarity.Similarity = "cosine",
-    block_size: int = 512,
-    key_embeddings: ArrayLike | None = None,
-    key_labels: ArrayLike | None = None,
-    self_index: ArrayLike | None = None,
-    key_valid: ArrayLike | None = None,
-    axis_name: str | None = None,
-) -> jax.Array:
-    return _softmax_blocked(
-        _SUPCON, embeddings, labels, temperature, base_temperature, similarity, block_size, key_embeddings,
-        key_labels, self_index, key_valid, axis_name,
-    )  # fmt: skip
-
-
-def sincere_blocked(
-    embeddings: ArrayLike,
-    labels: ArrayLike,
-    *,
-    temperature: float | jax.Array = 0.1,
-    base_temperature: float | None = None,
-    similarity: str | _similarity.Similarity = "cosine",
-    block_size: int = 512,
-    key_embeddings: ArrayLike | None = None,
-    key_labels: ArrayLike | None = None,
-    self_index: ArrayLike | None = None,
-    key_valid: ArrayLike | None = None,
-    axis_name: str | None = None,
-) -> jax.Array:
-    return _softmax_blocked(
-        _SINCERE, embeddings, labels, temperature, base_temperature, similarity, block_size, key_embeddings,
-        key_labels, self_index, key_valid, axis_name,
-    )  # fmt: skip
-
-
-def info_nce_blocked(
-    embeddings: ArrayLike,
-    labels: ArrayLike,
-    *,
-    temperature: float | jax.Array = 0.1,
-    base_temperature: float | None = None,
-    similarity: str | _similarity.Similarity = "cosine",
-    block_size: int = 512,
-    key_embeddings: ArrayLike | None = None,
-    key_labels: ArrayLike | None = None,
-    self_index: ArrayLike | None = None,
-    key_valid: ArrayLike | None = None,
-    axis_name: str | None = None,
-) -> jax.Array:
-    return _softmax_blocked(
-        _INFO_NCE, embeddings, labels, temperature, base_temperature, similarity, block_size, key_embeddings,
-        key_labels, self_index, key_valid, axis_name,
-    )  # fmt: skip
-
-
-# The three blocked forms share one docstring, written once here and filled in with the plain form's name,
-# title and references (documentation by reference, as the plain forms' sections above).
-supcon_blocked.__doc__ = (
-    _BLOCKED_DOC := """{title} in blocks, from embeddings.
+# The three blocked forms share one signature and one docstring, filled in with the plain form's name, title
+# and references.
+_BLOCKED_DOC = """{title} in blocks, from embeddings.
 
     Equals ``{name}(similarity(embeddings, keys), labels, ...)`` without materialising the [n, M] matrix
     (nor storing it for the backward pass): anchors are processed in blocks, each with an online
@@ -464,19 +373,51 @@ supcon_blocked.__doc__ = (
         >>> round(float(losses.{name}(similarity.cosine(e, e), labels)), 4)
         0.0638
     """
-).format(
+
+
+def _blocked_form(spec: _Softmax, name: str, title: str, references: str) -> Callable[..., jax.Array]:
+    """The public blocked form of the softmax loss ``spec``: ``{name}_blocked`` with its docstring."""
+
+    def blocked(
+        embeddings: ArrayLike,
+        labels: ArrayLike,
+        *,
+        temperature: float | jax.Array = 0.1,
+        base_temperature: float | None = None,
+        similarity: str | _similarity.Similarity = "cosine",
+        block_size: int = 512,
+        key_embeddings: ArrayLike | None = None,
+        key_labels: ArrayLike | None = None,
+        self_index: ArrayLike | None = None,
+        key_valid: ArrayLike | None = None,
+        axis_name: str | None = None,
+    ) -> jax.Array:
+        return _softmax_blocked(
+            spec, embeddings, labels, temperature, base_temperature, similarity, block_size, key_embeddings,
+            key_labels, self_index, key_valid, axis_name,
+        )  # fmt: skip
+
+    blocked.__name__ = blocked.__qualname__ = f"{name}_blocked"
+    blocked.__doc__ = _BLOCKED_DOC.format(title=title, name=name, references=references)
+    return blocked
+
+
+supcon_blocked = _blocked_form(
+    _SUPCON,
+    "supcon",
     title="SupCon (Khosla et al. 2020, eq. 2)",
-    name="supcon",
     references='Khosla et al. 2020, "Supervised Contrastive Learning" (arXiv 2004.11362), eq. 2.',
 )
-sincere_blocked.__doc__ = _BLOCKED_DOC.format(
+sincere_blocked = _blocked_form(
+    _SINCERE,
+    "sincere",
     title="SINCERE (Feeney & Hughes 2024)",
-    name="sincere",
     references='Feeney & Hughes 2024, similarity functions × contrastive losses, "cross entropy losses".',
 )
-info_nce_blocked.__doc__ = _BLOCKED_DOC.format(
+info_nce_blocked = _blocked_form(
+    _INFO_NCE,
+    "info_nce",
     title="InfoNCE / NT-Xent (Chen et al. 2020, eq. 1)",
-    name="info_nce",
     references='Oord et al. 2018 (arXiv 1807.03748); Chen et al. 2020, "A Simple Framework for Contrastive\n'
     '        Learning of Visual Representations" (arXiv 2002.05709), eq. 1.',
 )
