@@ -23,9 +23,11 @@ blocks, each with an online log-sum-exp over key blocks, under ``jax.checkpoint`
 
 from geojax.losses._common import LOSSES as LOSSES
 from geojax.losses._common import MININGS as MININGS
+from geojax.losses._common import MULTILABELS as MULTILABELS
 from geojax.losses._common import REDUCTIONS as REDUCTIONS
 from geojax.losses._common import LossName as LossName
 from geojax.losses._common import Mining as Mining
+from geojax.losses._common import MultiLabel as MultiLabel
 from geojax.losses._common import Reduction as Reduction
 from geojax.losses._margin import contrastive as contrastive
 from geojax.losses._margin import lifted_structured as lifted_structured

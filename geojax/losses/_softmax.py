@@ -16,12 +16,15 @@ from geojax import _checks
 from geojax import similarity as _similarity
 from geojax._numerics import nan_where_nonfinite
 from geojax.losses._common import (
+    MULTILABELS,
+    MultiLabel,
     as_f32,
     check_embeddings,
     check_positive,
     check_sim,
     global_mean,
     pair_masks,
+    pair_weights,
     resolve_keys,
 )
 from geojax.losses._lse import lse_finish, lse_init, lse_update, row_lse
@@ -46,20 +49,22 @@ _SINCERE = _Softmax(lambda pos, neg: neg, lambda x, lse: jax.nn.softplus(lse - x
 _INFO_NCE = _SINCERE._replace(per_anchor=False)
 
 
-def _softmax_rows(spec: _Softmax, x, pos, lse) -> tuple[jax.Array, jax.Array]:
-    """Σ over positives of the pair term [n] and the positive count [n], for x [n, K] and lse [n]."""
-    terms = jnp.where(pos, spec.term(x, lse[:, None]), 0.0)
-    return jnp.sum(terms, axis=1), jnp.sum(pos, axis=1, dtype=jnp.int32)
+def _softmax_rows(spec: _Softmax, x, pos, lse, weight) -> tuple[jax.Array, jax.Array]:
+    """Σ over positives of the (weighted) pair term [n] and of the weights [n], for x [n, K], lse [n] and the
+    positive pairs' weights [n, K] (None: each weighs 1, the sum of the weights is the positive count)."""
+    w = pos.astype(jnp.float32) if weight is None else jnp.where(pos, weight, 0.0)
+    terms = jnp.where(pos, spec.term(x, lse[:, None]) * w, 0.0)
+    return jnp.sum(terms, axis=1), jnp.sum(w, axis=1)
 
 
 def _softmax_reduce(
     spec: _Softmax, row_sum: jax.Array, count: jax.Array, bad: jax.Array, scale, axis_name
 ) -> jax.Array:
-    """The loss from per-anchor sums and positive counts [n]; ``bad`` (0 or NaN) joins the numerator, and
-    ``scale`` (τ / τ_base, or None) multiplies the result."""
+    """The loss from per-anchor sums and positive weights (counts) [n]; ``bad`` (0 or NaN) joins the
+    numerator, and ``scale`` (τ / τ_base, or None) multiplies the result."""
     if spec.per_anchor:
         has = count > 0
-        num = jnp.sum(jnp.where(has, row_sum / jnp.maximum(count, 1), 0.0))
+        num = jnp.sum(jnp.where(has, row_sum / jnp.where(has, count, 1.0), 0.0))
         loss = global_mean(num + bad, jnp.sum(has), axis_name)
     else:
         loss = global_mean(jnp.sum(row_sum) + bad, jnp.sum(count), axis_name)
@@ -75,16 +80,27 @@ def _base_scale(temperature, base_temperature):
 
 
 def _softmax_loss(
-    spec: _Softmax, sim, labels, temperature, base_temperature, key_labels, self_index, key_valid, axis_name
+    spec: _Softmax,
+    sim,
+    labels,
+    temperature,
+    base_temperature,
+    multilabel,
+    key_labels,
+    self_index,
+    key_valid,
+    axis_name,
 ) -> jax.Array:
-    check_sim(sim, labels, key_labels, self_index, key_valid)
+    check_sim(sim, labels, key_labels, self_index, key_valid, multi_hot=True)
     check_positive(temperature, "temperature")
+    _checks.check_choice(multilabel, "multilabel", MULTILABELS)
     scale = _base_scale(temperature, base_temperature)
+    labels = jnp.asarray(labels)
     key_labels, self_cols = resolve_keys(labels, key_labels, self_index)
     x = as_f32(sim) / temperature
     pos, neg = pair_masks(labels, key_labels, self_cols, jnp.arange(x.shape[1]), key_valid)
     lse = row_lse(x, spec.denominator(pos, neg))
-    row_sum, count = _softmax_rows(spec, x, pos, lse)
+    row_sum, count = _softmax_rows(spec, x, pos, lse, pair_weights(multilabel, labels, key_labels))
     return _softmax_reduce(spec, row_sum, count, nan_where_nonfinite(x), scale, axis_name)
 
 
@@ -94,6 +110,7 @@ def supcon(
     *,
     temperature: float | jax.Array = 0.1,
     base_temperature: float | None = None,
+    multilabel: MultiLabel = "any",
     key_labels: ArrayLike | None = None,
     self_index: ArrayLike | None = None,
     key_valid: ArrayLike | None = None,
@@ -123,8 +140,9 @@ def supcon(
         3.2017
     """
     return _softmax_loss(
-        _SUPCON, sim, labels, temperature, base_temperature, key_labels, self_index, key_valid, axis_name
-    )
+        _SUPCON, sim, labels, temperature, base_temperature, multilabel, key_labels, self_index, key_valid,
+        axis_name,
+    )  # fmt: skip
 
 
 def sincere(
@@ -133,6 +151,7 @@ def sincere(
     *,
     temperature: float | jax.Array = 0.1,
     base_temperature: float | None = None,
+    multilabel: MultiLabel = "any",
     key_labels: ArrayLike | None = None,
     self_index: ArrayLike | None = None,
     key_valid: ArrayLike | None = None,
@@ -161,8 +180,9 @@ def sincere(
         0.4482
     """
     return _softmax_loss(
-        _SINCERE, sim, labels, temperature, base_temperature, key_labels, self_index, key_valid, axis_name
-    )
+        _SINCERE, sim, labels, temperature, base_temperature, multilabel, key_labels, self_index, key_valid,
+        axis_name,
+    )  # fmt: skip
 
 
 def info_nce(
@@ -171,6 +191,7 @@ def info_nce(
     *,
     temperature: float | jax.Array = 0.1,
     base_temperature: float | None = None,
+    multilabel: MultiLabel = "any",
     key_labels: ArrayLike | None = None,
     self_index: ArrayLike | None = None,
     key_valid: ArrayLike | None = None,
@@ -199,8 +220,9 @@ def info_nce(
         0.4482
     """
     return _softmax_loss(
-        _INFO_NCE, sim, labels, temperature, base_temperature, key_labels, self_index, key_valid, axis_name
-    )
+        _INFO_NCE, sim, labels, temperature, base_temperature, multilabel, key_labels, self_index, key_valid,
+        axis_name,
+    )  # fmt: skip
 
 
 # The three losses above share their Args, Returns and Raises: written once here, they take the place of
@@ -212,12 +234,19 @@ supcon.__doc__ = (supcon.__doc__ or "").replace(
         _SOFTMAX_SECTIONS := """Args:
         sim: [n, M] floating similarities of n anchors to M keys (higher = more similar); the square call
             ``{name}(sim, labels)`` has keys = anchors.
-        labels: [n] integer labels of the anchors.
+        labels: [n] integer labels of the anchors, or [n, L] multi-hot label sets (bool, or integers 0 and
+            1): a key is then a positive of an anchor when they share a label, a negative when they share
+            none.
         temperature: τ > 0 (a scalar, may be traced); the logits are x = s / τ.
         base_temperature: None (pytorch-metric-learning's form, no factor) or τ_base > 0, which multiplies
             the loss by τ / τ_base as SupContrast's code does (its default τ_base is 0.07).
-        key_labels: [M] integer labels of the keys (rectangular / distributed form); None: the keys are the
-            anchors.
+        multilabel: how multi-hot labels weigh the positive pairs in an anchor's mean over its positives:
+            'any' (each weighs 1) or 'jaccard' (pair (a, p) weighs w_ap = |y_a ∩ y_p| / |y_a ∪ y_p|, and
+            the anchor's term is Σ_p w_ap ℓ_ap / Σ_p w_ap; InfoNCE's mean over all positive pairs is weighted
+            alike). The denominators are not weighted. Integer labels are one-hot sets: both give the same
+            loss.
+        key_labels: [M] integer labels of the keys (rectangular / distributed form), [M, L] multi-hot sets
+            with multi-hot labels; None: the keys are the anchors.
         self_index: [n] integer column of each anchor's own key in [0, M), masked as a self-pair; with
             ``key_labels`` but no ``self_index`` no column is excluded.
         key_valid: [M] bool, False on key columns to leave out (a cross-batch memory's empty slots,
@@ -231,9 +260,10 @@ supcon.__doc__ = (supcon.__doc__ or "").replace(
 
     Raises:
         ValueError: ``sim`` is not a non-empty floating [n, M] matrix; ``labels``, ``key_labels`` or
-            ``self_index`` has the wrong length or a non-integer dtype; ``key_labels`` is missing while
-            M ≠ n; ``self_index`` lies outside [0, M); ``key_valid`` is not a bool [M] vector;
-            ``temperature`` or ``base_temperature`` is not > 0."""
+            ``self_index`` has the wrong length or a non-integer dtype; multi-hot ``labels`` or ``key_labels``
+            hold values other than 0 and 1 or differ in width; ``key_labels`` is missing while M ≠ n;
+            ``self_index`` lies outside [0, M); ``key_valid`` is not a bool [M] vector; ``temperature`` or
+            ``base_temperature`` is not > 0; ``multilabel`` is not 'any' or 'jaccard'."""
     ).format(name="supcon"),
 )
 sincere.__doc__ = (sincere.__doc__ or "").replace("{sections}", _SOFTMAX_SECTIONS.format(name="sincere"))
@@ -256,6 +286,7 @@ def _softmax_blocked(
     labels,
     temperature,
     base_temperature,
+    multilabel,
     similarity,
     block_size,
     key_embeddings,
@@ -265,12 +296,14 @@ def _softmax_blocked(
     axis_name,
 ) -> jax.Array:
     """Blocked form of a softmax loss: [B, K] similarity tiles only, recomputed in the backward pass."""
-    check_embeddings(embeddings, key_embeddings, labels, key_labels, self_index, key_valid)
+    check_embeddings(embeddings, key_embeddings, labels, key_labels, self_index, key_valid, multi_hot=True)
     check_positive(temperature, "temperature")
+    _checks.check_choice(multilabel, "multilabel", MULTILABELS)
     scale = _base_scale(temperature, base_temperature)
     _checks.check_positive_int(block_size, "block_size")
     sim_fn = _similarity.get(similarity)
     keys = embeddings if key_embeddings is None else key_embeddings
+    labels = jnp.asarray(labels)
     key_labels, self_cols = resolve_keys(labels, key_labels, self_index)
     (n, _), m = embeddings.shape, keys.shape[0]
     b, k = min(block_size, n), min(block_size, m)
@@ -278,7 +311,7 @@ def _softmax_blocked(
 
     anchors = (
         _pad_rows_repeating_last(embeddings, nb * b).reshape(nb, b, -1),
-        _pad_rows_repeating_last(labels, nb * b).reshape(nb, b),
+        _pad_rows_repeating_last(labels, nb * b).reshape(nb, b, *labels.shape[1:]),
         _pad_rows_repeating_last(self_cols, nb * b).reshape(nb, b),
     )
     key_cols = jnp.arange(nk * k, dtype=jnp.int32)
@@ -287,7 +320,7 @@ def _softmax_blocked(
         real_keys = real_keys & jnp.pad(key_valid, (0, nk * k - m))
     key_blocks = (
         _pad_rows_repeating_last(keys, nk * k).reshape(nk, k, -1),
-        _pad_rows_repeating_last(key_labels, nk * k).reshape(nk, k),
+        _pad_rows_repeating_last(key_labels, nk * k).reshape(nk, k, *key_labels.shape[1:]),
         key_cols.reshape(nk, k),
         real_keys.reshape(nk, k),
     )
@@ -312,15 +345,15 @@ def _softmax_blocked(
         @jax.checkpoint
         def term_step(acc, kb):
             x, pos, _ = tile(kb)
-            row_sum, count = _softmax_rows(spec, x, pos, lse)
+            row_sum, count = _softmax_rows(spec, x, pos, lse, pair_weights(multilabel, la, kb[1]))
             return (acc[0] + row_sum, acc[1] + count, acc[2] + nan_where_nonfinite(x, axis=1)), None
 
-        return lax.scan(term_step, (zeros, zeros.astype(jnp.int32), zeros), key_blocks)[0]
+        return lax.scan(term_step, (zeros, zeros, zeros), key_blocks)[0]
 
     row_sum, count, row_bad = lax.map(jax.checkpoint(anchor_block), anchors)
     real = jnp.arange(nb * b) < n
     row_sum = jnp.where(real, row_sum.reshape(-1), 0.0)
-    count = jnp.where(real, count.reshape(-1), 0)
+    count = jnp.where(real, count.reshape(-1), 0.0)
     bad = jnp.sum(jnp.where(real, row_bad.reshape(-1), 0.0))
     return _softmax_reduce(spec, row_sum, count, bad, scale, axis_name)
 
@@ -335,14 +368,16 @@ _BLOCKED_DOC = """{title} in blocks, from embeddings.
 
     Args:
         embeddings: [n, D] floating embeddings of the n anchors.
-        labels: [n] integer labels of the anchors.
+        labels: [n] integer labels of the anchors, or [n, L] multi-hot label sets, as in the plain form.
         temperature: τ > 0 (a scalar, may be traced); the logits are x = s / τ.
         base_temperature: None (no factor) or τ_base > 0, which multiplies the loss by τ / τ_base, as in
             the plain form.
+        multilabel: 'any' or 'jaccard', the weights of the positive pairs of multi-hot labels, as in the
+            plain form.
         similarity: a name of ``geojax.similarity.get`` or a callable (a [B, D], b [K, D]) → [B, K].
         block_size: positive int, the rows per anchor block and per key block; memory O(block_size²).
         key_embeddings: [M, D] floating embeddings of the keys; None: the keys are the anchors.
-        key_labels: [M] integer labels of the keys; None: the keys are the anchors.
+        key_labels: [M] integer labels of the keys ([M, L] multi-hot sets); None: the keys are the anchors.
         self_index: [n] integer column of each anchor's own key in [0, M), masked as a self-pair; with
             ``key_labels`` but no ``self_index`` no column is excluded.
         key_valid: [M] bool, False on key columns to leave out (a cross-batch memory's empty slots,
@@ -358,7 +393,8 @@ _BLOCKED_DOC = """{title} in blocks, from embeddings.
         ValueError: ``embeddings`` or ``key_embeddings`` is not a non-empty floating matrix, or their widths
             differ; labels, ``self_index`` or ``key_valid`` have the wrong length, dtype or range;
             ``key_labels`` is missing while the keys differ from the anchors; ``temperature``,
-            ``base_temperature`` or ``block_size`` is not positive; ``similarity`` is an unknown name.
+            ``base_temperature`` or ``block_size`` is not positive; ``multilabel`` or ``similarity`` is an
+            unknown name.
 
     References:
         {references}
@@ -384,6 +420,7 @@ def _blocked_form(spec: _Softmax, name: str, title: str, references: str) -> Cal
         *,
         temperature: float | jax.Array = 0.1,
         base_temperature: float | None = None,
+        multilabel: MultiLabel = "any",
         similarity: str | _similarity.Similarity = "cosine",
         block_size: int = 512,
         key_embeddings: ArrayLike | None = None,
@@ -393,8 +430,8 @@ def _blocked_form(spec: _Softmax, name: str, title: str, references: str) -> Cal
         axis_name: str | None = None,
     ) -> jax.Array:
         return _softmax_blocked(
-            spec, embeddings, labels, temperature, base_temperature, similarity, block_size, key_embeddings,
-            key_labels, self_index, key_valid, axis_name,
+            spec, embeddings, labels, temperature, base_temperature, multilabel, similarity, block_size,
+            key_embeddings, key_labels, self_index, key_valid, axis_name,
         )  # fmt: skip
 
     blocked.__name__ = blocked.__qualname__ = f"{name}_blocked"
