@@ -32,6 +32,15 @@ from geojax.losses._common import Reduction as Reduction
 from geojax.losses._margin import contrastive as contrastive
 from geojax.losses._margin import lifted_structured as lifted_structured
 from geojax.losses._margin import triplet as triplet
+from geojax.losses._pairs import circle as circle
+from geojax.losses._pairs import multi_similarity as multi_similarity
+from geojax.losses._proxy import arcface as arcface
+from geojax.losses._proxy import cosface as cosface
+from geojax.losses._proxy import normalized_softmax as normalized_softmax
+from geojax.losses._proxy import proxy_anchor as proxy_anchor
+from geojax.losses._proxy import proxy_nca as proxy_nca
+from geojax.losses._sigmoid import sigmoid as sigmoid
+from geojax.losses._sigmoid import sigmoid_ring as sigmoid_ring
 from geojax.losses._simo import simo as simo
 from geojax.losses._softmax import info_nce as info_nce
 from geojax.losses._softmax import info_nce_blocked as info_nce_blocked

@@ -10,6 +10,7 @@ from typing import Literal, get_args
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.typing import ArrayLike
 
 from geojax import _checks, parallel
@@ -26,6 +27,14 @@ LossName = Literal[
     "triplet",
     "lifted_structured",
     "simo",
+    "proxy_anchor",
+    "proxy_nca",
+    "normalized_softmax",
+    "arcface",
+    "cosface",
+    "multi_similarity",
+    "circle",
+    "sigmoid",
 ]
 Mining = Literal["all", "hard", "semihard"]
 Reduction = Literal["mean_nonzero", "mean"]
@@ -40,7 +49,7 @@ MULTILABELS: tuple[str, ...] = get_args(MultiLabel)
 # validation (Python level, before any tracing)
 
 
-def check_positive(v, name: str) -> None:
+def check_positive(v: float | jax.Array, name: str) -> None:
     """Raise unless the hyper-parameter ``v`` is a scalar > 0 (skipped when ``v`` is traced).
 
     Args:
@@ -56,7 +65,7 @@ def check_positive(v, name: str) -> None:
         raise ValueError(f"{name} must be a positive scalar, got {v!r}")
 
 
-def check_nonnegative(v, name: str) -> None:
+def check_nonnegative(v: float | jax.Array, name: str) -> None:
     """Raise unless the hyper-parameter ``v`` is a scalar ≥ 0 (skipped when ``v`` is traced).
 
     Args:
@@ -72,7 +81,7 @@ def check_nonnegative(v, name: str) -> None:
         raise ValueError(f"{name} must be a non-negative scalar, got {v!r}")
 
 
-def check_labels(x, name: str, n: int, what: str) -> None:
+def check_labels(x: ArrayLike, name: str, n: int, what: str) -> None:
     """Raise unless ``x`` is an integer vector of length ``n``.
 
     Args:
@@ -98,16 +107,24 @@ def _check_multi_hot(x, name: str, n: int, what: str, width: int | None) -> None
         raise ValueError(
             f"{name} must have {width} label columns, as labels, got shape {tuple(jnp.shape(x))}"
         )
-    if (
-        not _checks.is_traced(x)
-        and jnp.size(x)
-        and not bool(jnp.all((jnp.asarray(x) == 0) | (jnp.asarray(x) == 1)))
-    ):
-        raise ValueError(f"{name} must be multi-hot (bool, or integers 0 and 1)")
+    if _checks.is_traced(x):
+        return
+    with jax.ensure_compile_time_eval():  # a concrete array closed over by a traced function is read too
+        values = np.unique(np.asarray(x))
+    if not set(values.tolist()) <= {0, 1}:
+        raise ValueError(f"{name} must be multi-hot (bool, or integers 0 and 1), got values {values[:5]}")
 
 
 def check_keys(
-    labels, n: int, m: int, key_labels, self_index, key_valid, rows: str, cols: str, multi_hot: bool = False
+    labels: ArrayLike,
+    n: int,
+    m: int,
+    key_labels: ArrayLike | None,
+    self_index: ArrayLike | None,
+    key_valid: ArrayLike | None,
+    rows: str,
+    cols: str,
+    multi_hot: bool = False,
 ) -> None:
     """Check the labels of n anchors and m keys, the anchors' own key columns and the valid keys.
 
@@ -147,12 +164,20 @@ def check_keys(
     if self_index is not None:
         check_labels(self_index, "self_index", n, rows)
         if not isinstance(self_index, jax.core.Tracer):
-            lo, hi = int(jnp.min(self_index)), int(jnp.max(self_index))
+            with jax.ensure_compile_time_eval():  # also when closed over by a traced function
+                lo, hi = int(jnp.min(self_index)), int(jnp.max(self_index))
             if lo < 0 or hi >= m:
                 raise ValueError(f"self_index must lie in [0, {m}) ({cols}), got values in [{lo}, {hi}]")
 
 
-def check_sim(sim, labels, key_labels, self_index, key_valid=None, multi_hot: bool = False) -> None:
+def check_sim(
+    sim: ArrayLike,
+    labels: ArrayLike,
+    key_labels: ArrayLike | None,
+    self_index: ArrayLike | None,
+    key_valid: ArrayLike | None = None,
+    multi_hot: bool = False,
+) -> None:
     """Check a similarity matrix [n, M] and the labels, self columns and valid keys that go with it.
 
     Args:
@@ -168,23 +193,29 @@ def check_sim(sim, labels, key_labels, self_index, key_valid=None, multi_hot: bo
     """
     _checks.check_matrix(sim, "sim")
     _checks.check_floating(sim, "sim")
-    n, m = sim.shape
+    n, m = jnp.shape(sim)
     check_keys(labels, n, m, key_labels, self_index, key_valid, "rows of sim", "columns of sim", multi_hot)
 
 
 def check_embeddings(
-    embeddings, key_embeddings, labels, key_labels, self_index, key_valid=None, multi_hot: bool = False
+    embeddings: ArrayLike,
+    key_embeddings: ArrayLike | None,
+    labels: ArrayLike,
+    key_labels: ArrayLike | None,
+    self_index: ArrayLike | None,
+    key_valid: ArrayLike | None = None,
+    multi_hot: bool = False,
 ) -> None:
     """Check anchor embeddings [n, D], optional key embeddings [M, D] and the labels that go with them.
 
     Args:
         embeddings: [n, D] floating embeddings of the anchors.
         key_embeddings: [M, D] floating embeddings of the keys, or None (the anchors).
-        labels: [n] integer labels of the anchors ([n, L] multi-hot sets with ``multi_hot``).
-        key_labels: [M] integer labels of the keys, or None.
-        self_index: [n] integer self columns, or None.
-        key_valid: [M] bool, or None.
-        multi_hot: whether labels may be multi-hot sets.
+        labels: the anchors' labels, as for :func:`check_sim`.
+        key_labels: the keys' labels, as for :func:`check_sim`.
+        self_index: the self columns, as for :func:`check_sim`.
+        key_valid: the valid keys, as for :func:`check_sim`.
+        multi_hot: as for :func:`check_sim`.
 
     Raises:
         ValueError: an embedding set is not a non-empty floating matrix, the widths differ, or
@@ -192,13 +223,13 @@ def check_embeddings(
     """
     _checks.check_matrix(embeddings, "embeddings")
     _checks.check_floating(embeddings, "embeddings")
-    m = embeddings.shape[0]
+    m = jnp.shape(embeddings)[0]
     if key_embeddings is not None:
         _checks.check_matrix(key_embeddings, "key_embeddings")
         _checks.check_floating(key_embeddings, "key_embeddings")
         _checks.check_same_width(embeddings, key_embeddings, "embeddings", "key_embeddings")
-        m = key_embeddings.shape[0]
-    n = embeddings.shape[0]
+        m = jnp.shape(key_embeddings)[0]
+    n = jnp.shape(embeddings)[0]
     rows, cols = "rows of embeddings", "rows of key_embeddings"
     check_keys(labels, n, m, key_labels, self_index, key_valid, rows, cols, multi_hot)
 
@@ -207,7 +238,9 @@ def check_embeddings(
 # shared masking and reduction
 
 
-def resolve_keys(labels: jax.Array, key_labels, self_index) -> tuple[jax.Array, jax.Array]:
+def resolve_keys(
+    labels: jax.Array, key_labels: ArrayLike | None, self_index: ArrayLike | None
+) -> tuple[jax.Array, jax.Array]:
     """The key labels and each anchor's self column, from the optional arguments of a loss.
 
     Args:
@@ -219,11 +252,11 @@ def resolve_keys(labels: jax.Array, key_labels, self_index) -> tuple[jax.Array, 
         (key labels [M], self columns [n] int32); −1 marks 'no self column' (never equal to a key column).
     """
     n = labels.shape[0]
-    if key_labels is None:
-        return labels, jnp.arange(n, dtype=jnp.int32) if self_index is None else self_index.astype(jnp.int32)
     if self_index is None:
-        return key_labels, jnp.full((n,), -1, jnp.int32)
-    return key_labels, self_index.astype(jnp.int32)
+        self_cols = jnp.arange(n, dtype=jnp.int32) if key_labels is None else jnp.full((n,), -1, jnp.int32)
+    else:
+        self_cols = jnp.asarray(self_index, jnp.int32)
+    return (labels if key_labels is None else jnp.asarray(key_labels)), self_cols
 
 
 def label_overlap(labels: jax.Array, key_labels: jax.Array) -> jax.Array:
@@ -240,7 +273,13 @@ def label_overlap(labels: jax.Array, key_labels: jax.Array) -> jax.Array:
     return jnp.einsum("nl,kl->nk", a, b, preferred_element_type=jnp.float32)
 
 
-def pair_masks(labels, key_labels, self_cols, key_cols, key_valid=None) -> tuple[jax.Array, jax.Array]:
+def pair_masks(
+    labels: jax.Array,
+    key_labels: jax.Array,
+    self_cols: jax.Array,
+    key_cols: jax.Array,
+    key_valid: ArrayLike | None = None,
+) -> tuple[jax.Array, jax.Array]:
     """Positive and negative masks of anchors against keys.
 
     Positive: same label (for multi-hot sets, at least one label shared), not the anchor's own column;
@@ -263,7 +302,8 @@ def pair_masks(labels, key_labels, self_cols, key_cols, key_valid=None) -> tuple
     pos = same & (key_cols[None, :] != self_cols[:, None])
     neg = ~same
     if key_valid is not None:
-        pos, neg = pos & key_valid[None, :], neg & key_valid[None, :]
+        valid = jnp.asarray(key_valid)[None, :]
+        pos, neg = pos & valid, neg & valid
     return pos, neg
 
 
@@ -288,7 +328,7 @@ def pair_weights(multilabel: str, labels: jax.Array, key_labels: jax.Array) -> j
     return safe_div(shared, sizes - shared)
 
 
-def check_pair_mask(mask, name: str, shape: tuple[int, int]) -> None:
+def check_pair_mask(mask: ArrayLike | None, name: str, shape: tuple[int, ...]) -> None:
     """Raise unless a miner's mask is a bool matrix of the similarity's shape.
 
     Args:
@@ -307,7 +347,13 @@ def check_pair_mask(mask, name: str, shape: tuple[int, int]) -> None:
 
 
 def prepare(
-    sim, labels, key_labels, self_index, key_valid, pos_mask=None, neg_mask=None
+    sim: ArrayLike,
+    labels: ArrayLike,
+    key_labels: ArrayLike | None,
+    self_index: ArrayLike | None,
+    key_valid: ArrayLike | None,
+    pos_mask: ArrayLike | None = None,
+    neg_mask: ArrayLike | None = None,
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     """Validate a pair loss's arguments, then its similarities and pair masks.
 
@@ -327,19 +373,20 @@ def prepare(
         ValueError: :func:`check_sim` or :func:`check_pair_mask` fails.
     """
     check_sim(sim, labels, key_labels, self_index, key_valid)
-    check_pair_mask(pos_mask, "pos_mask", sim.shape)
-    check_pair_mask(neg_mask, "neg_mask", sim.shape)
-    key_labels, self_cols = resolve_keys(labels, key_labels, self_index)
+    check_pair_mask(pos_mask, "pos_mask", jnp.shape(sim))
+    check_pair_mask(neg_mask, "neg_mask", jnp.shape(sim))
+    labels = jnp.asarray(labels)
+    all_keys, self_cols = resolve_keys(labels, key_labels, self_index)
     s = as_f32(sim)
-    pos, neg = pair_masks(labels, key_labels, self_cols, jnp.arange(s.shape[1]), key_valid)
+    pos, neg = pair_masks(labels, all_keys, self_cols, jnp.arange(s.shape[1]), key_valid)
     if pos_mask is not None:
-        pos = pos & pos_mask
+        pos = pos & jnp.asarray(pos_mask)
     if neg_mask is not None:
-        neg = neg & neg_mask
+        neg = neg & jnp.asarray(neg_mask)
     return s, pos, neg, nan_where_nonfinite(s)
 
 
-def global_mean(num: jax.Array, den: jax.Array, axis_name) -> jax.Array:
+def global_mean(num: jax.Array, den: jax.Array, axis_name: str | None) -> jax.Array:
     """Global numerator over global denominator, both summed over the devices of ``axis_name``.
 
     Args:
@@ -353,7 +400,7 @@ def global_mean(num: jax.Array, den: jax.Array, axis_name) -> jax.Array:
     return safe_div(*parallel.global_sum((num, den.astype(jnp.float32)), axis_name))
 
 
-def mean_nonzero(terms: jax.Array, mask: jax.Array, bad: jax.Array, axis_name) -> jax.Array:
+def mean_nonzero(terms: jax.Array, mask: jax.Array, bad: jax.Array, axis_name: str | None) -> jax.Array:
     """Mean of the masked terms that are > 0 (pytorch-metric-learning's AvgNonZeroReducer), over the devices.
 
     Args:
@@ -400,14 +447,21 @@ KEYS_DOC = """key_labels: [M] integer labels of the keys (rectangular / distribu
             every device); None on one device."""
 
 
-def with_shared_args(doc: str | None) -> str:
-    """A loss's docstring with its ``{masks}`` and ``{keys}`` lines filled in (:data:`MASKS_DOC`,
-    :data:`KEYS_DOC`).
+#: The sections of the pair losses' docstrings, by the name of the line they take the place of.
+PAIR_SECTIONS = {"masks": MASKS_DOC, "keys": KEYS_DOC}
+
+
+def fill_doc(doc: str | None, **sections: str) -> str:
+    """A docstring with its placeholder lines (a name in braces) replaced by the texts shared by name.
 
     Args:
         doc: the docstring as written in the ``def``.
+        **sections: name → the shared text.
 
     Returns:
         The docstring as users read it.
     """
-    return (doc or "").replace("{masks}", MASKS_DOC).replace("{keys}", KEYS_DOC)
+    doc = doc or ""
+    for name, text in sections.items():
+        doc = doc.replace("{" + name + "}", text)
+    return doc

@@ -42,13 +42,13 @@ def lse_init(zeros: jax.Array) -> LSE:
     return LSE(zeros - BIG, zeros)
 
 
-def lse_update(state: LSE, x: jax.Array, mask: jax.Array) -> LSE:
+def lse_update(state: LSE, x: jax.Array, mask: jax.Array | bool) -> LSE:
     """Fold the masked entries of a block of columns into the running row log-sum-exp (online softmax).
 
     Args:
         state: the running state of n rows.
         x: [n, K] fp32 values.
-        mask: [n, K] bool (or broadcastable), the entries that count.
+        mask: [n, K] bool (or broadcastable: True counts every entry), the entries that count.
 
     Returns:
         The state after the block.
@@ -72,12 +72,12 @@ def lse_finish(state: LSE) -> jax.Array:
     return jnp.where(ok, state.m + jnp.log(jnp.where(ok, state.s, 1.0)), -BIG)
 
 
-def row_lse(x: jax.Array, mask: jax.Array) -> jax.Array:
+def row_lse(x: jax.Array, mask: jax.Array | bool) -> jax.Array:
     """log Σ exp over the masked entries of each row of one matrix.
 
     Args:
         x: [n, K] fp32 values.
-        mask: [n, K] bool (or broadcastable), the entries that count.
+        mask: [n, K] bool (or broadcastable: True counts every entry), the entries that count.
 
     Returns:
         [n] fp32; −1e30 for an empty row (finite, zero gradient).

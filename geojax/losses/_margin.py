@@ -4,7 +4,9 @@ structured, over a similarity matrix with margins in similarity units.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -15,13 +17,14 @@ from geojax import _checks, parallel
 from geojax.losses._common import (
     BIG,
     MININGS,
+    PAIR_SECTIONS,
     REDUCTIONS,
     Mining,
     Reduction,
+    fill_doc,
     global_mean,
     mean_nonzero,
     prepare,
-    with_shared_args,
 )
 from geojax.losses._lse import column_lse, row_lse
 
@@ -87,7 +90,14 @@ def _kth_positive(pos: jax.Array, rank: jax.Array, k) -> tuple[jax.Array, jax.Ar
     return jnp.argmax(hit, axis=1), jnp.any(hit, axis=1)
 
 
-def triplet_pass(s: jax.Array, pos: jax.Array, neg: jax.Array, select, visit, init):
+def triplet_pass(
+    s: jax.Array,
+    pos: jax.Array,
+    neg: jax.Array,
+    select: Callable[[jax.Array, jax.Array], jax.Array],
+    visit: Callable[[Any, jax.Array, jax.Array, jax.Array], Any],
+    init: Any,
+) -> Any:
     """Loop over the k-th positive p of every anchor at once; ``visit`` folds each step's selected triplets.
 
     The loop runs max_a |P(a)| steps of O(n·M) work each, so the n·M·M triplet tensor is never formed.
@@ -307,6 +317,6 @@ def lifted_structured(
     return global_mean(jnp.sum(terms) + bad, jnp.sum(valid), axis_name)
 
 
-contrastive.__doc__ = with_shared_args(contrastive.__doc__)
-triplet.__doc__ = with_shared_args(triplet.__doc__)
-lifted_structured.__doc__ = with_shared_args(lifted_structured.__doc__)
+contrastive.__doc__ = fill_doc(contrastive.__doc__, **PAIR_SECTIONS)
+triplet.__doc__ = fill_doc(triplet.__doc__, **PAIR_SECTIONS)
+lifted_structured.__doc__ = fill_doc(lifted_structured.__doc__, **PAIR_SECTIONS)
