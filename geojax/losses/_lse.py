@@ -53,10 +53,12 @@ def lse_update(state: LSE, x: jax.Array, mask: jax.Array | bool) -> LSE:
     Returns:
         The state after the block.
     """
-    block_max = jnp.max(jnp.where(mask, lax.stop_gradient(x), -BIG), axis=1)
-    m = jnp.maximum(state.m, block_max)
-    z = jnp.where(mask, x - m[:, None], -BIG)
-    return LSE(m, state.s * jnp.exp(state.m - m) + jnp.sum(jnp.exp(z), axis=1))
+    # One masked array feeds both the maximum and the exponentials (XLA fuses it into each). Where a row has
+    # no entry yet, m stays −1e30 and its masked entries add exp(0) each: the log-sum-exp is then
+    # −1e30 + log K, which is −1e30 in fp32, and the gradient through the mask is 0.
+    masked = jnp.where(mask, x, -BIG)
+    m = jnp.maximum(state.m, lax.stop_gradient(jnp.max(masked, axis=1)))
+    return LSE(m, state.s * jnp.exp(state.m - m) + jnp.sum(jnp.exp(masked - m[:, None]), axis=1))
 
 
 def lse_finish(state: LSE) -> jax.Array:
@@ -99,7 +101,8 @@ def column_lse(x: jax.Array, mask: jax.Array, axis_name: str | None) -> jax.Arra
     Returns:
         [K] fp32, the same on every device; −1e30 for an empty column (finite, zero gradient).
     """
-    top = jnp.max(jnp.where(mask, lax.stop_gradient(x), -BIG), axis=0)
+    masked = jnp.where(mask, x, -BIG)  # as in lse_update: an empty column's log-sum-exp is −1e30 + log n
+    top = lax.stop_gradient(jnp.max(masked, axis=0))
     top = top if axis_name is None else lax.pmax(top, axis_name)
-    total = jnp.sum(jnp.exp(jnp.where(mask, x - top[None, :], -BIG)), axis=0)
+    total = jnp.sum(jnp.exp(masked - top[None, :]), axis=0)
     return lse_finish(LSE(top, parallel.global_sum(total, axis_name)))

@@ -32,9 +32,10 @@ def _check_scale_bias(scale, bias) -> None:
 
 
 def _pair_terms(s: jax.Array, pos: jax.Array, neg: jax.Array, scale, bias) -> jax.Array:
-    """−log σ(z (t·s + b)) per pair [n, K], z = +1 on the positives and −1 on the negatives, 0 elsewhere."""
+    """−log σ(z (t·s + b)) = softplus(−z (t·s + b)) per pair [n, K], z = +1 on the positives and −1 on the
+    negatives, 0 elsewhere."""
     logits = scale * s + bias
-    return jnp.where(pos, jax.nn.softplus(-logits), 0.0) + jnp.where(neg, jax.nn.softplus(logits), 0.0)
+    return jnp.where(pos | neg, jax.nn.softplus(jnp.where(pos, -logits, logits)), 0.0)
 
 
 def sigmoid(
