@@ -267,7 +267,7 @@ def label_overlap(labels: jax.Array, key_labels: jax.Array) -> jax.Array:
         key_labels: [K, L] multi-hot labels of the keys.
 
     Returns:
-        [n, K] fp32 counts |y_a ∩ y_k|.
+        [n, K] fp32 counts #(y_a ∩ y_k).
     """
     a, b = labels.astype(jnp.float32), key_labels.astype(jnp.float32)
     return jnp.einsum("nl,kl->nk", a, b, preferred_element_type=jnp.float32)
@@ -311,7 +311,7 @@ def pair_weights(multilabel: str, labels: jax.Array, key_labels: jax.Array) -> j
     """The weight of each positive pair in the mean over an anchor's positives.
 
     Args:
-        multilabel: 'any' (every positive pair weighs 1) or 'jaccard' (|y_a ∩ y_k| / |y_a ∪ y_k|).
+        multilabel: 'any' (every positive pair weighs 1) or 'jaccard' (#(y_a ∩ y_k) / #(y_a ∪ y_k)).
         labels: [n] or [n, L] multi-hot labels of the anchors.
         key_labels: [K] or [K, L] multi-hot labels of the keys.
 

@@ -71,8 +71,8 @@ def proxy_anchor(
     """Proxy Anchor loss (Kim et al. 2020, eq. 4).
 
     Each proxy p is an anchor against the batch: with X⁺_p the embeddings of its class and X⁻_p the others,
-    L = 1/|P⁺| Σ_{p∈P⁺} log(1 + Σ_{x∈X⁺_p} e^{−α(s(x,p) − δ)}) + 1/|P| Σ_{p∈P} log(1 + Σ_{x∈X⁻_p}
-    e^{α(s(x,p) + δ)}), P⁺ the proxies with a positive in the (global) batch, |P| = C. The sums over x are
+    L = mean_{p∈P⁺} log(1 + Σ_{x∈X⁺_p} e^{−α(s(x,p) − δ)}) + mean_{p∈P} log(1 + Σ_{x∈X⁻_p} e^{α(s(x,p) + δ)}),
+    P⁺ the proxies with a positive in the (global) batch, P all C proxies. The sums over x are
     log-sum-exps per column, summed over the devices of ``axis_name`` before the log. Equals
     pytorch-metric-learning's ``ProxyAnchorLoss(C, D, margin=δ, alpha=α)`` with its proxies and cosine
     similarity.

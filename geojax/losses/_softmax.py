@@ -241,7 +241,7 @@ supcon.__doc__ = (supcon.__doc__ or "").replace(
         base_temperature: None (pytorch-metric-learning's form, no factor) or τ_base > 0, which multiplies
             the loss by τ / τ_base as SupContrast's code does (its default τ_base is 0.07).
         multilabel: how multi-hot labels weigh the positive pairs in an anchor's mean over its positives:
-            'any' (each weighs 1) or 'jaccard' (pair (a, p) weighs w_ap = |y_a ∩ y_p| / |y_a ∪ y_p|, and
+            'any' (each weighs 1) or 'jaccard' (pair (a, p) weighs w_ap = #(y_a ∩ y_p) / #(y_a ∪ y_p), and
             the anchor's term is Σ_p w_ap ℓ_ap / Σ_p w_ap; InfoNCE's mean over all positive pairs is weighted
             alike). The denominators are not weighted. Integer labels are one-hot sets: both give the same
             loss.
