@@ -210,3 +210,20 @@ def test_ring_memory_does_not_grow_with_the_devices():
     assert gathered[4] > 1.5 * gathered[2]
     assert ring[4] <= 1.1 * ring[2]
     assert ring[4] < gathered[4] / 2
+
+
+def test_ring_takes_a_scale_that_varies_over_the_devices():
+    """A scale sharded over the devices (each holding the same value) gives the replicated scale's loss."""
+    emb, _ = _data(seed=6)
+    labels = LABELS["random"]
+
+    def per_device(e, y, t):
+        return losses.sigmoid_ring(e, y, scale=t[0], bias=-1.0, axis_name=AXIS)
+
+    mapped = jax.jit(
+        jax.shard_map(per_device, mesh=MESH, in_specs=(P(AXIS), P(AXIS), P(AXIS)), out_specs=P())
+    )
+    with jax.set_mesh(MESH):
+        got = mapped(*jax.device_put((emb, labels, jnp.full(4, 3.0)), NamedSharding(MESH, P(AXIS))))
+    want = losses.sigmoid(cosine(emb, emb), labels, scale=3.0, bias=-1.0)
+    np.testing.assert_allclose(got, want, rtol=1e-5)

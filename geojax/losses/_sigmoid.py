@@ -232,9 +232,10 @@ def sigmoid_ring(
     sim_fn = _similarity.get(similarity)
     keys = embeddings if key_embeddings is None else key_embeddings
     key_labels = labels if key_labels is None else key_labels
-    scale, bias = as_f32(scale), as_f32(bias)
-    if axis_name is not None:  # replicated parameters meet this device's terms: their gradient is summed
-        scale, bias = lax.pcast((scale, bias), axis_name, to="varying")
+    # a zero that varies over the devices wherever the embeddings do: a replicated scale or bias plus it
+    # meets the custom VJP's per-device cotangents, and its gradient is summed over the devices
+    zero = jnp.zeros_like(embeddings[0, 0], jnp.float32)
+    scale, bias = as_f32(scale) + zero, as_f32(bias) + zero
     exclude_self = key_embeddings is None
     rows = _ring_rows(sim_fn, axis_name, exclude_self, embeddings, keys, labels, key_labels, scale, bias)
     return global_mean(jnp.sum(rows), jnp.asarray(rows.shape[0], jnp.float32), axis_name)
