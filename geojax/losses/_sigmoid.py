@@ -230,7 +230,8 @@ def sigmoid_ring(
         raise ValueError("key_labels is required with key_embeddings (the keys' own labels)")
     _check_scale_bias(scale, bias)
     sim_fn = _similarity.get(similarity)
-    keys = embeddings if key_embeddings is None else key_embeddings
+    embeddings = jnp.asarray(embeddings)
+    keys = embeddings if key_embeddings is None else jnp.asarray(key_embeddings)
     key_labels = labels if key_labels is None else key_labels
     # a zero that varies over the devices wherever the embeddings do: a replicated scale or bias plus it
     # meets the custom VJP's per-device cotangents, and its gradient is summed over the devices
