@@ -1,4 +1,5 @@
-"""Forward + backward time of geojax losses vs pytorch-metric-learning, and memory of the blocked form.
+"""Forward + backward time of geojax losses vs pytorch-metric-learning and vs a plain jnp form of the same
+formula, and memory of the blocked form.
 
     python -m benchmarks.losses            # N = 1024 and 4096, D = 128; blocked memory at N = 16384
     python -m benchmarks.losses --quick    # small sizes, seconds
@@ -9,16 +10,23 @@ A full run writes its figures (the two tables, sizes and repeats, the machine) t
 ``benchmarks/results/losses.json``; ``--quick`` writes only where ``--out FOLDER`` says.
 
 Both sides compute the same loss on the same inputs: cosine similarity, SupCon (τ = 0.1, 8 samples per
-class), InfoNCE / NT-Xent (τ = 0.1, two views per image: SimCLR labels) and the triplet margin loss (m = 0.2,
-all triplets, mean over non-zero terms). The values are checked against each other before timing. Times
-are medians of --repeats rounds that time geojax and PML in turn (after a warm-up call each), so that load
-from other processes falls on both alike; geojax is jitted (jax picks the device), torch runs on CPU with as
-many threads as there are cores.
+class), InfoNCE / NT-Xent (τ = 0.1, two views per image: SimCLR labels), the triplet margin loss (m = 0.2,
+all triplets, mean over non-zero terms), MultiSimilarity (α = 2, β = 50, λ = 0.5) and Circle (m = 0.4,
+γ = 80), 8 samples per class; ProxyAnchor (δ = 0.1, α = 32) against C = 100 and 1,000 proxies and ArcFace
+(PML's default margin 28.6° and scale 64) against 1,000 class weights, gradients w.r.t. the embeddings and
+the proxies; the SigLIP sigmoid loss (t = 10, b = −10), which PML does not have. The floor of a loss is a
+plain jnp form of its formula on the same cosine matrix (no checks, no masks beyond the labels', no
+stop-gradient maxima, no NaN guard, no device axis): geojax/floor says what geojax's generality costs. The
+values are checked against each other before timing. Times are medians of --repeats rounds that time
+geojax, its floor and PML in turn (after a warm-up call each), so that load from other processes falls on
+all alike; geojax is jitted (jax picks the device), torch runs on CPU with as many threads as there are
+cores.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from functools import partial
 
@@ -35,27 +43,107 @@ from train.helpers.timing import Call, interleaved
 
 D = 128
 PER_CLASS = 8
+# The proxy losses' rows: the number of class proxies (the similarity is [N, C] to them).
+CLASSES = {"proxy_anchor C=100": 100, "proxy_anchor C=1000": 1000, "arcface C=1000": 1000}
+ARC_MARGIN_DEGREES = 28.6  # pytorch-metric-learning's default ArcFace margin
+ARC_MARGIN = math.radians(ARC_MARGIN_DEGREES)
+NO_PML = ("sigmoid",)  # PML has no such loss: its row compares with the floor alone
 
 
 def labels_for(name: str, n: int) -> np.ndarray:
-    """SimCLR labels (two views per image) for InfoNCE, 8 samples per class otherwise."""
-    return (np.arange(n) // 2 if name == "info_nce" else np.arange(n) % (n // PER_CLASS)).astype(np.int32)
+    """SimCLR labels (two views per image) for InfoNCE, every class once before any twice for the proxy
+    losses, 8 samples per class otherwise."""
+    if name == "info_nce":
+        return (np.arange(n) // 2).astype(np.int32)
+    return (np.arange(n) % CLASSES.get(name, n // PER_CLASS)).astype(np.int32)
 
 
 # ----------------------------------------------------------------------------------------------------------
-# geojax side
+# geojax side, and the floors: the same formulas in plain jnp
 
 
 GEOJAX = {
     "supcon": partial(losses.supcon, temperature=0.1),
     "info_nce": partial(losses.info_nce, temperature=0.1),
     "triplet": partial(losses.triplet, margin=0.2, mining="all"),
+    "proxy_anchor C=100": partial(losses.proxy_anchor, margin=0.1, alpha=32.0),
+    "proxy_anchor C=1000": partial(losses.proxy_anchor, margin=0.1, alpha=32.0),
+    "multi_similarity": partial(losses.multi_similarity, alpha=2.0, beta=50.0, base=0.5),
+    "circle": partial(losses.circle, margin=0.4, gamma=80.0),
+    "arcface C=1000": partial(losses.arcface, margin=ARC_MARGIN, scale=64.0),
+    "sigmoid": partial(losses.sigmoid, scale=10.0, bias=-10.0),
 }
 
 
-def geojax_step(name: str, labels: np.ndarray):
-    loss = GEOJAX[name]
+def _pairs(sim, y):
+    """(positive, negative) masks of a square batch: same label but not the diagonal, other label."""
+    same = y[:, None] == y[None, :]
+    return same & ~jnp.eye(sim.shape[0], dtype=bool), ~same
+
+
+def plain_supcon(sim, y, temperature=0.1):
+    x = sim / temperature
+    pos, _ = _pairs(sim, y)
+    lse = jax.nn.logsumexp(jnp.where(jnp.eye(sim.shape[0], dtype=bool), -jnp.inf, x), axis=1)
+    return jnp.mean(jnp.sum(jnp.where(pos, lse[:, None] - x, 0.0), axis=1) / jnp.sum(pos, axis=1))
+
+
+def plain_proxy_anchor(sim, y, margin=0.1, alpha=32.0):
+    own = y[:, None] == jnp.arange(sim.shape[1])
+    pos = jnp.log1p(jnp.sum(jnp.where(own, jnp.exp(-alpha * (sim - margin)), 0.0), axis=0))
+    neg = jnp.log1p(jnp.sum(jnp.where(own, 0.0, jnp.exp(alpha * (sim + margin))), axis=0))
+    return jnp.sum(pos) / jnp.sum(jnp.any(own, axis=0)) + jnp.mean(neg)
+
+
+def plain_multi_similarity(sim, y, alpha=2.0, beta=50.0, base=0.5):
+    pos, neg = _pairs(sim, y)
+    pos_term = jnp.log1p(jnp.sum(jnp.where(pos, jnp.exp(-alpha * (sim - base)), 0.0), axis=1)) / alpha
+    neg_term = jnp.log1p(jnp.sum(jnp.where(neg, jnp.exp(beta * (sim - base)), 0.0), axis=1)) / beta
+    return jnp.mean(pos_term + neg_term)
+
+
+def plain_circle(sim, y, m=0.4, gamma=80.0):
+    pos, neg = _pairs(sim, y)
+    alpha_p = jax.lax.stop_gradient(jax.nn.relu(1 + m - sim))
+    alpha_n = jax.lax.stop_gradient(jax.nn.relu(sim + m))
+    lp = jax.nn.logsumexp(jnp.where(pos, -gamma * alpha_p * (sim - 1 + m), -jnp.inf), axis=1)
+    ln = jax.nn.logsumexp(jnp.where(neg, gamma * alpha_n * (sim - m), -jnp.inf), axis=1)
+    return jnp.mean(jax.nn.softplus(lp + ln))  # every anchor has a positive and a negative here
+
+
+def plain_arcface(sim, y, margin=ARC_MARGIN, scale=64.0):
+    rows = jnp.arange(sim.shape[0])
+    theta = jnp.arccos(jnp.clip(sim[rows, y], -1 + 1e-7, 1 - 1e-7))
+    target = jnp.where(
+        theta <= math.pi - margin, jnp.cos(theta + margin), jnp.cos(theta) - margin * math.sin(margin)
+    )
+    logits = scale * sim.at[rows, y].set(target)
+    return -jnp.mean(jax.nn.log_softmax(logits)[rows, y])
+
+
+def plain_sigmoid(sim, y, scale=10.0, bias=-10.0):
+    z = jnp.where(y[:, None] == y[None, :], 1.0, -1.0)
+    terms = jax.nn.softplus(-z * (scale * sim + bias))
+    return jnp.sum(jnp.where(jnp.eye(sim.shape[0], dtype=bool), 0.0, terms)) / sim.shape[0]
+
+
+FLOORS = {
+    "supcon": plain_supcon,
+    "proxy_anchor C=100": plain_proxy_anchor,
+    "proxy_anchor C=1000": plain_proxy_anchor,
+    "multi_similarity": plain_multi_similarity,
+    "circle": plain_circle,
+    "arcface C=1000": plain_arcface,
+    "sigmoid": plain_sigmoid,
+}
+
+
+def jax_step(loss, labels: np.ndarray, proxies: bool):
+    """Jitted value and gradients of ``loss(cosine(x, keys), labels)``; the keys are the proxies (a second
+    argument, which gets its gradient too) or the embeddings themselves."""
     y = jnp.asarray(labels)
+    if proxies:
+        return jax.jit(jax.value_and_grad(lambda x, p: loss(cosine(x, p), y), argnums=(0, 1)))
     return jax.jit(jax.value_and_grad(lambda x: loss(cosine(x, x), y)))
 
 
@@ -64,15 +152,22 @@ def geojax_step(name: str, labels: np.ndarray):
 
 
 def pml_loss(name: str):
+    """PML's module for the row, with the same values."""
     from pytorch_metric_learning import distances
     from pytorch_metric_learning import losses as pml
 
     cos = distances.CosineSimilarity()
-    if name == "supcon":
-        return pml.SupConLoss(temperature=0.1, distance=cos)
-    if name == "info_nce":
-        return pml.NTXentLoss(temperature=0.1, distance=cos)
-    return pml.TripletMarginLoss(margin=0.2, distance=cos, triplets_per_anchor="all")
+    modules = {
+        "supcon": lambda: pml.SupConLoss(temperature=0.1, distance=cos),
+        "info_nce": lambda: pml.NTXentLoss(temperature=0.1, distance=cos),
+        "triplet": lambda: pml.TripletMarginLoss(margin=0.2, distance=cos, triplets_per_anchor="all"),
+        "multi_similarity": lambda: pml.MultiSimilarityLoss(alpha=2.0, beta=50.0, base=0.5),
+        "circle": lambda: pml.CircleLoss(m=0.4, gamma=80.0),
+        "arcface C=1000": lambda: pml.ArcFaceLoss(1000, D, margin=ARC_MARGIN_DEGREES, scale=64.0),
+    }
+    if name.startswith("proxy_anchor"):
+        return pml.ProxyAnchorLoss(CLASSES[name], D, margin=0.1, alpha=32.0)
+    return modules[name]()
 
 
 def pml_bytes(name: str, labels: np.ndarray) -> float:
@@ -81,7 +176,9 @@ def pml_bytes(name: str, labels: np.ndarray) -> float:
     counts = np.bincount(labels)
     pos_pairs = float(np.sum(counts * (counts - 1)))
     neg_pairs = float(n) * n - np.sum(counts.astype(float) ** 2)
-    if name == "supcon":
+    if name in CLASSES:
+        return 8.0 * 4 * n * CLASSES[name]  # a handful of [N, C] fp32 matrices
+    if name in ("supcon", "multi_similarity", "circle", "sigmoid"):
         return 8.0 * 4 * n * n  # a handful of [N, N] fp32 matrices
     if name == "info_nce":
         return 4.0 * 4 * pos_pairs * neg_pairs  # [pos pairs, neg pairs] fp32 tensors (17 GB RSS at N=1024)
@@ -98,15 +195,21 @@ def available_bytes() -> float:
         return 8e9
 
 
-def pml_step(name: str, x: np.ndarray, labels: np.ndarray):
+def pml_step(name: str, x: np.ndarray, labels: np.ndarray, proxies: np.ndarray | None):
+    """PML's fwd+bwd on the same embeddings (and the same proxies, in its module's parameter)."""
     import torch
 
     loss_fn = pml_loss(name)
+    if proxies is not None:
+        param = loss_fn.proxies if name.startswith("proxy_anchor") else loss_fn.W  # W is [D, C]
+        with torch.no_grad():
+            param.copy_(torch.tensor(proxies if name.startswith("proxy_anchor") else proxies.T))
     xt = torch.tensor(x, requires_grad=True)
     yt = torch.tensor(labels.astype(np.int64))
 
     def step():
         xt.grad = None
+        loss_fn.zero_grad()
         loss = loss_fn(xt, yt)
         loss.backward()
         return float(loss.detach())
@@ -117,47 +220,60 @@ def pml_step(name: str, x: np.ndarray, labels: np.ndarray):
 # ----------------------------------------------------------------------------------------------------------
 
 
+def _agreement(value: float, other: float) -> float:
+    return abs(value - other) / max(abs(other), 1e-12)
+
+
 def time_losses(sizes, args) -> list[dict]:
-    """One row per (N, loss): geojax's and PML's fwd+bwd :class:`Timing` (None when PML did not run), timed
-    in alternating rounds after one warm-up call each, and a note (the values' agreement, or why PML did not
-    run; ``pml_need_gb`` its estimated memory then)."""
+    """One row per (N, loss): geojax's, its floor's and PML's fwd+bwd :class:`Timing` (None when the floor or
+    PML did not run), timed in alternating rounds after one warm-up call each, and a note (the values'
+    agreement, or why PML did not run; ``pml_need_gb`` its estimated memory then)."""
     rows = []
     for n in sizes:
         rng = np.random.default_rng(n)
         x = rng.normal(size=(n, D)).astype(np.float32)
-        xj = jnp.asarray(x)
         for name in GEOJAX:
             labels = labels_for(name, n)
-            step = geojax_step(name, labels)
-            value = float(step(xj)[0])  # also the warm-up
-            row = {"loss": name, "N": n, "pml": None, "pml_need_gb": None}
+            proxies = rng.normal(size=(CLASSES[name], D)).astype(np.float32) if name in CLASSES else None
+            args_j = (jnp.asarray(x),) if proxies is None else (jnp.asarray(x), jnp.asarray(proxies))
+            step = jax_step(GEOJAX[name], labels, proxies is not None)
+            value = float(step(*args_j)[0])  # also the warm-up
+            calls = {"geojax": Call(step, args_j)}
+            row = {"loss": name, "N": n, "pml": None, "floor": None, "pml_need_gb": None}
             rows.append(row)
+            floor_value = None
+            if name in FLOORS:
+                calls["floor"] = Call(jax_step(FLOORS[name], labels, proxies is not None), args_j)
+                floor_value = float(calls["floor"].fn(*args_j)[0])  # also the warm-up
             peer = pml_value = None
             need = pml_bytes(name, labels)
-            heavy = name != "supcon" and n >= 4096
+            heavy = name in ("info_nce", "triplet") and n >= 4096
             if not args.peer:
                 row["note"] = "PML not installed"
+            elif name in NO_PML:
+                row["note"] = "PML has no such loss"
             elif need > 0.7 * available_bytes():
                 row.update(pml_need_gb=need / 1e9, note=f"PML skipped: needs ~{need / 1e9:.0f} GB")
             elif heavy and not args.full:
                 row.update(pml_need_gb=need / 1e9, note=f"PML skipped (~{need / 1e9:.1f} GB, slow): --full")
             else:
                 try:
-                    peer = pml_step(name, x, labels)
+                    peer = pml_step(name, x, labels, proxies)
                     pml_value = peer()  # also the warm-up
                 except (RuntimeError, MemoryError) as err:  # torch reports OOM as RuntimeError
                     row["note"] = f"PML failed: {str(err).splitlines()[0][:60]}"
                     peer = None
-            calls = {"geojax": Call(step, (xj,))}
             if peer is not None:
                 calls["pml"] = Call(peer)
             times = interleaved(calls, rounds=args.repeats, warmup=0)
-            row["geojax"] = times["geojax"]
+            row.update(geojax=times["geojax"], floor=times.get("floor"))
             if peer is not None:
-                rel = abs(value - pml_value) / max(abs(pml_value), 1e-12)
-                row.update(
-                    pml=times["pml"], note=f"geojax {value:.6f} vs PML {pml_value:.6f} (rel {rel:.1e})"
-                )
+                row.update(pml=times["pml"], note=f"geojax {value:.6f} vs PML {pml_value:.6f} "
+                           f"(rel {_agreement(value, pml_value):.1e})")  # fmt: skip
+            if floor_value is not None:
+                versus = "vs floor" if peer is not None else f"geojax {value:.6f} vs floor"
+                row["note"] += f"; {versus} {floor_value:.6f} (rel {_agreement(value, floor_value):.1e})"
+            if peer is not None or floor_value is not None:
                 print(f"  checked {name} N={n}: {row['note']}", flush=True)
     return rows
 
@@ -178,10 +294,10 @@ def blocked_memory(n: int, block: int) -> list[tuple]:
 
 def timing_figures(rows: list[dict]) -> list[dict]:
     """The timing rows as printed and stored: median wall and CPU (all threads) milliseconds, PML's over
-    geojax's."""
+    geojax's, and geojax's over its floor's."""
     figures = []
     for r in rows:
-        geo, pml = r["geojax"], r["pml"]
+        geo, pml, floor = r["geojax"], r["pml"], r["floor"]
         figures.append(
             {
                 "loss": r["loss"],
@@ -192,6 +308,8 @@ def timing_figures(rows: list[dict]) -> list[dict]:
                 "pml_cpu_ms": None if pml is None else 1e3 * pml.cpu_median,
                 "pml_over_geojax": None if pml is None else pml.median / geo.median,
                 "pml_over_geojax_cpu": None if pml is None else pml.cpu_median / geo.cpu_median,
+                "floor_ms": None if floor is None else 1e3 * floor.median,
+                "geojax_over_floor": None if floor is None else geo.median / floor.median,
                 "pml_need_gb": r["pml_need_gb"],
                 "note": r["note"],
             }
@@ -248,11 +366,16 @@ def main(argv: list[str] | None = None) -> None:
         [r["loss"], r["N"], f"{r['geojax_ms']:.2f}", f"{r['geojax_cpu_ms']:.2f}"]
         + [r[k] and f"{r[k]:.1f}" for k in ("pml_ms", "pml_cpu_ms")]
         + [r[k] and f"{r[k]:.1f}×" for k in ("pml_over_geojax", "pml_over_geojax_cpu")]
+        + [
+            r["floor_ms"] and f"{r['floor_ms']:.2f}",
+            r["geojax_over_floor"] and f"{r['geojax_over_floor']:.2f}×",
+        ]
         + [r["note"]]
         for r in timing
     ]
     header = ["loss", "N", "geojax ms", "geojax CPU ms", "PML ms", "PML CPU ms", "PML/geojax", "CPU ratio"]
-    print(markdown_table([*header, "note"], cells, align="lrrrrrrrl"))
+    header += ["floor ms", "geojax/floor"]
+    print(markdown_table([*header, "note"], cells, align="lrrrrrrrrrl"))
 
     block = 512
     print(f"\npeak temporary memory of jitted fwd+bwd, N={mem_n}, D={D} (compiled memory_analysis)")

@@ -320,10 +320,11 @@ def check_index_range(x, name: str, n: int, what: str) -> None:
     if is_traced(x) or jnp.size(x) == 0:
         return
     xp, v = _values(x)
-    lo, hi = int(xp.min(v)), int(xp.max(v))
-    if lo < 0 or hi >= n:
+    with jax.ensure_compile_time_eval():  # a concrete array closed over by a traced function is read too
+        lo, hi = int(xp.min(v)), int(xp.max(v))
         wide = v.astype(xp.int64) if xp is np else v.astype(jnp.int32)
         bad = int(xp.sum((wide < 0) | (wide >= n)))
+    if lo < 0 or hi >= n:
         raise ValueError(
             f"{name} must lie in [0, {n - 1}] ({what}): {bad} entries outside, smallest {lo}, largest {hi}"
         )

@@ -57,7 +57,7 @@ def _nonfinite_pairs(a: ArrayLike, b: ArrayLike) -> jax.Array:
     return nan_where_nonfinite(a, axis=-1)[:, None] + nan_where_nonfinite(b, axis=-1)[None, :]
 
 
-def _pad_rows(x: jax.Array, rows: int) -> jax.Array:
+def _pad_rows_with_zeros(x: jax.Array, rows: int) -> jax.Array:
     return jnp.pad(x, ((0, rows - x.shape[0]), (0, 0)))
 
 
@@ -87,7 +87,7 @@ def _sq_dist(a: ArrayLike, b: ArrayLike) -> jax.Array:
 
     tn, tm = min(_TILE, n), min(_TILE, m)
     nb, nk = -(-n // tn), -(-m // tm)
-    a, b = _pad_rows(a, nb * tn), _pad_rows(b, nk * tm)
+    a, b = _pad_rows_with_zeros(a, nb * tn), _pad_rows_with_zeros(b, nk * tm)
     ac, bc = a - mu, b - mu
     a2, b2 = jnp.sum(jnp.square(ac), axis=1), jnp.sum(jnp.square(bc), axis=1)
     sq = jnp.maximum(a2[:, None] + b2[None, :] - 2.0 * _gram(ac, bc, lax.Precision.HIGHEST), 0.0)

@@ -6,6 +6,7 @@ import importlib.util
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -204,13 +205,27 @@ def test_losses_quick(tmp_path):
     assert [f"{m['temporary_mib']:,.1f}" for m in figures["memory"]["forms"]] == [
         r["temporary MiB"] for r in memory
     ]
-    assert [(r["loss"], r["N"]) for r in timing] == [
-        (loss, n) for n in ("128", "256") for loss in ("supcon", "info_nce", "triplet")
-    ]
+    names = ["supcon", "info_nce", "triplet", "proxy_anchor C=100", "proxy_anchor C=1000", "multi_similarity"]
+    names += ["circle", "arcface C=1000", "sigmoid"]
+    assert [(r["loss"], r["N"]) for r in timing] == [(loss, n) for n in ("128", "256") for loss in names]
     assert all(float(r["geojax ms"]) > 0 for r in timing)
+    floored = {"supcon", *names[3:]}  # the rows with a plain jnp form of the same formula
+    for stored, printed in zip(figures["timing"], timing, strict=True):
+        if stored["loss"] not in floored:
+            assert stored["floor_ms"] is None and printed["floor ms"] == printed["geojax/floor"] == "–"
+            continue
+        assert f"{stored['floor_ms']:.2f}" == printed["floor ms"]
+        assert f"{stored['geojax_ms'] / stored['floor_ms']:.2f}×" == printed["geojax/floor"]
+        # the floor computes the same value as geojax
+        assert float(re.search(r"vs floor \S+ \(rel (\S+)\)", stored["note"]).group(1)) < 1e-5
     if not _installed("pytorch_metric_learning") or not _installed("torch"):
         assert all(r["PML ms"] == r["PML/geojax"] == "–" for r in timing)
-        assert all(r["note"] == "PML not installed" for r in timing)
+        assert all(r["note"].startswith("PML not installed") for r in timing)
+    else:
+        assert [r["loss"] for r in timing if r["PML ms"] == "–"] == ["sigmoid", "sigmoid"]  # PML has none
+        for r in figures["timing"]:
+            if r["pml_ms"] is not None:  # PML computes the same value as geojax
+                assert float(re.search(r"vs PML \S+ \(rel (\S+)\)", r["note"]).group(1)) < 1e-5
     plain, blocked = (float(r["temporary MiB"].replace(",", "")) for r in memory)
     assert blocked < plain  # the blocked form never holds an [N, N] matrix
 

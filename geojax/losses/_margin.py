@@ -4,7 +4,9 @@ structured, over a similarity matrix with margins in similarity units.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -12,37 +14,19 @@ from jax import lax
 from jax.typing import ArrayLike
 
 from geojax import _checks, parallel
-from geojax._numerics import nan_where_nonfinite
 from geojax.losses._common import (
-    _BIG,
+    BIG,
     MININGS,
+    PAIR_SECTIONS,
     REDUCTIONS,
     Mining,
     Reduction,
-    _check_sim,
-    _f32,
-    _mean,
-    _pair_masks,
-    _resolve_keys,
+    fill_doc,
+    global_mean,
+    mean_nonzero,
+    prepare,
 )
-from geojax.losses._softmax import _LSE, _lse_finish, _lse_init, _lse_update
-
-
-def _prepare(
-    sim, labels, key_labels, self_index, key_valid
-) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
-    """Validate, then (sim fp32 [n, M], positive mask, negative mask, 0 or NaN if sim is not all finite)."""
-    _check_sim(sim, labels, key_labels, self_index, key_valid)
-    key_labels, self_cols = _resolve_keys(labels, key_labels, self_index)
-    s = _f32(sim)
-    pos, neg = _pair_masks(labels, key_labels, self_cols, jnp.arange(s.shape[1]), key_valid)
-    return s, pos, neg, nan_where_nonfinite(s)
-
-
-def _mean_nonzero(terms: jax.Array, mask: jax.Array, bad: jax.Array, axis_name) -> jax.Array:
-    """Mean of the masked terms that are > 0 (pytorch-metric-learning's AvgNonZeroReducer); ``bad`` (0 or
-    NaN) joins the numerator."""
-    return _mean(jnp.sum(jnp.where(mask, terms, 0.0)) + bad, jnp.sum(mask & (terms > 0)), axis_name)
+from geojax.losses._lse import column_lse, row_lse
 
 
 def contrastive(
@@ -51,6 +35,8 @@ def contrastive(
     *,
     pos_margin: float = 1.0,
     neg_margin: float = 0.0,
+    pos_mask: ArrayLike | None = None,
+    neg_mask: ArrayLike | None = None,
     key_labels: ArrayLike | None = None,
     self_index: ArrayLike | None = None,
     key_valid: ArrayLike | None = None,
@@ -67,14 +53,8 @@ def contrastive(
         labels: [n] integer labels of the anchors.
         pos_margin: m_pos, the similarity a positive pair should reach.
         neg_margin: m_neg, the similarity a negative pair should stay below.
-        key_labels: [M] integer labels of the keys (rectangular / distributed form); None: the keys are the
-            anchors.
-        self_index: [n] integer column of each anchor's own key in [0, M), masked as a self-pair; with
-            ``key_labels`` but no ``self_index`` no column is excluded.
-        key_valid: [M] bool, False on key columns to leave out (a cross-batch memory's empty slots,
-            ``geojax.memory.keys``); None: every column is a key.
-        axis_name: named mapped axis over which numerators and counts are summed (the global batch's loss on
-            every device); None on one device.
+        {masks}
+        {keys}
 
     Returns:
         Scalar fp32 loss; NaN when ``sim`` holds a NaN or ±Inf anywhere.
@@ -82,7 +62,8 @@ def contrastive(
     Raises:
         ValueError: ``sim`` is not a non-empty floating [n, M] matrix; ``labels``, ``key_labels`` or
             ``self_index`` has the wrong length or a non-integer dtype; ``self_index`` lies outside [0, M);
-            ``key_labels`` is missing while M ≠ n; ``key_valid`` is not a bool [M] vector.
+            ``key_labels`` is missing while M ≠ n; ``key_valid`` is not a bool [M] vector; ``pos_mask`` or
+            ``neg_mask`` is not a bool [n, M] matrix.
 
     References:
         Hadsell, Chopra & LeCun 2006, "Dimensionality Reduction by Learning an Invariant Mapping", eq. 4
@@ -97,8 +78,8 @@ def contrastive(
         >>> round(float(losses.contrastive(sim, labels, pos_margin=0.95, neg_margin=0.2)), 4)
         0.25
     """
-    s, pos, neg, bad = _prepare(sim, labels, key_labels, self_index, key_valid)
-    return _mean_nonzero(jax.nn.relu(pos_margin - s), pos, bad, axis_name) + _mean_nonzero(
+    s, pos, neg, bad = prepare(sim, labels, key_labels, self_index, key_valid, pos_mask, neg_mask)
+    return mean_nonzero(jax.nn.relu(pos_margin - s), pos, bad, axis_name) + mean_nonzero(
         jax.nn.relu(s - neg_margin), neg, bad, axis_name
     )
 
@@ -109,12 +90,29 @@ def _kth_positive(pos: jax.Array, rank: jax.Array, k) -> tuple[jax.Array, jax.Ar
     return jnp.argmax(hit, axis=1), jnp.any(hit, axis=1)
 
 
-def _triplet_pass(s, pos, neg, margin, semihard: bool, visit, init):
-    """Loop over the k-th positive p of every anchor at once; ``visit`` folds each step's active triplets.
+def triplet_pass(
+    s: jax.Array,
+    pos: jax.Array,
+    neg: jax.Array,
+    select: Callable[[jax.Array, jax.Array], jax.Array],
+    visit: Callable[[Any, jax.Array, jax.Array, jax.Array], Any],
+    init: Any,
+) -> Any:
+    """Loop over the k-th positive p of every anchor at once; ``visit`` folds each step's selected triplets.
 
-    For each anchor a and its k-th positive p, the active negatives are those with m + s_an − s_ap > 0
-    (and s_an < s_ap for 'semihard'). The loop runs max_a |P(a)| steps of O(n M) work each, so the
-    n·M·M triplet tensor is never formed.
+    The loop runs max_a |P(a)| steps of O(n·M) work each, so the n·M·M triplet tensor is never formed.
+
+    Args:
+        s: [n, M] similarities.
+        pos: [n, M] bool positive pairs.
+        neg: [n, M] bool negative pairs.
+        select: (s_ap [n, 1], s [n, M]) → [n, M] bool, which negatives n make the triplet (a, p, n) count.
+        visit: (acc, col [n], s_ap [n], active [n, M]) → acc, folding the step where ``col`` is each anchor's
+            k-th positive and ``active`` its selected negatives (none for an anchor with fewer positives).
+        init: the accumulator before the first step.
+
+    Returns:
+        The accumulator after the last step.
     """
     rank = jnp.cumsum(pos, axis=1, dtype=jnp.int32) - 1
     steps = jnp.max(jnp.sum(pos, axis=1, dtype=jnp.int32))
@@ -122,12 +120,19 @@ def _triplet_pass(s, pos, neg, margin, semihard: bool, visit, init):
     def body(k, acc):
         col, has = _kth_positive(pos, rank, k)
         s_ap = jnp.take_along_axis(s, col[:, None], axis=1)[:, 0]
-        active = neg & has[:, None] & (s > (s_ap - margin)[:, None])
-        if semihard:
-            active = active & (s < s_ap[:, None])
-        return visit(acc, col, s_ap, active)
+        return visit(acc, col, s_ap, neg & has[:, None] & select(s_ap[:, None], s))
 
     return lax.fori_loop(0, steps, body, init)
+
+
+def _violating(margin, semihard: bool):
+    """The negatives of the loss's triplets: m + s_an − s_ap > 0, and s_an < s_ap for 'semihard'."""
+
+    def select(s_ap, s):
+        active = s > s_ap - margin
+        return active & (s < s_ap) if semihard else active
+
+    return select
 
 
 def _triplet_forward(s, pos, neg, margin, semihard):
@@ -137,7 +142,7 @@ def _triplet_forward(s, pos, neg, margin, semihard):
         return total + cnt * (margin - s_ap) + jnp.sum(jnp.where(active, s, 0.0), axis=1), count + cnt
 
     zeros = jnp.zeros_like(s[:, 0])
-    return _triplet_pass(s, pos, neg, margin, semihard, visit, (zeros, zeros))
+    return triplet_pass(s, pos, neg, _violating(margin, semihard), visit, (zeros, zeros))
 
 
 @partial(jax.custom_vjp, nondiff_argnums=(4,))
@@ -161,7 +166,8 @@ def _triplet_sums_bwd(semihard, residuals, cotangents):
         grad = grad + jnp.where(active, g[:, None], 0.0)
         return grad - jnp.where(cols[None, :] == col[:, None], (g * cnt)[:, None], 0.0)
 
-    return _triplet_pass(s, pos, neg, margin, semihard, visit, jnp.zeros_like(s)), None, None, None
+    select = _violating(margin, semihard)
+    return triplet_pass(s, pos, neg, select, visit, jnp.zeros_like(s)), None, None, None
 
 
 _triplet_sums.defvjp(_triplet_sums_fwd, _triplet_sums_bwd)
@@ -174,6 +180,8 @@ def triplet(
     margin: float = 0.2,
     mining: Mining = "all",
     reduction: Reduction = "mean_nonzero",
+    pos_mask: ArrayLike | None = None,
+    neg_mask: ArrayLike | None = None,
     key_labels: ArrayLike | None = None,
     self_index: ArrayLike | None = None,
     key_valid: ArrayLike | None = None,
@@ -185,7 +193,9 @@ def triplet(
     triplets; 'hard' = hardest positive (lowest s_ap) and hardest negative (highest s_an) per anchor (Hermans
     et al. 2017); 'semihard' = triplets with s_ap − m < s_an < s_ap. 'all' and 'semihard' loop over the k-th
     positive of every anchor (O(n·M·max|P|) time, O(n·M) memory, custom VJP); the margin is a hyper-parameter
-    and receives no gradient.
+    and receives no gradient. With a miner's ``pos_mask`` / ``neg_mask`` the triplets are every (a, p, n)
+    whose pairs (a, p) and (a, n) both are kept: one triplet per anchor from ``geojax.miners.batch_hard``, a
+    superset of the mined triplets from ``geojax.miners.triplet_margin``.
 
     Args:
         sim: [n, M] floating similarities of n anchors to M keys (higher = more similar).
@@ -194,14 +204,8 @@ def triplet(
         mining: 'all', 'hard' or 'semihard' (above).
         reduction: 'mean_nonzero' averages the positive terms (pytorch-metric-learning's AvgNonZeroReducer),
             'mean' all selected triplets.
-        key_labels: [M] integer labels of the keys (rectangular / distributed form); None: the keys are the
-            anchors.
-        self_index: [n] integer column of each anchor's own key in [0, M), masked as a self-pair; with
-            ``key_labels`` but no ``self_index`` no column is excluded.
-        key_valid: [M] bool, False on key columns to leave out (a cross-batch memory's empty slots,
-            ``geojax.memory.keys``); None: every column is a key.
-        axis_name: named mapped axis over which numerators and counts are summed (the global batch's loss on
-            every device); None on one device.
+        {masks}
+        {keys}
 
     Returns:
         Scalar fp32 loss; 0 when no triplet exists; NaN when ``sim`` holds a NaN or ±Inf anywhere.
@@ -227,30 +231,21 @@ def triplet(
     """
     _checks.check_choice(mining, "mining", MININGS)
     _checks.check_choice(reduction, "reduction", REDUCTIONS)
-    s, pos, neg, bad = _prepare(sim, labels, key_labels, self_index, key_valid)
+    s, pos, neg, bad = prepare(sim, labels, key_labels, self_index, key_valid, pos_mask, neg_mask)
     if mining == "hard":
         valid = jnp.any(pos, axis=1) & jnp.any(neg, axis=1)
-        hardest_pos = jnp.min(jnp.where(pos, s, _BIG), axis=1)
-        hardest_neg = jnp.max(jnp.where(neg, s, -_BIG), axis=1)
-        terms = jax.nn.relu(margin + jnp.where(valid, hardest_neg - hardest_pos, -_BIG))
+        hardest_pos = jnp.min(jnp.where(pos, s, BIG), axis=1)
+        hardest_neg = jnp.max(jnp.where(neg, s, -BIG), axis=1)
+        terms = jax.nn.relu(margin + jnp.where(valid, hardest_neg - hardest_pos, -BIG))
         if reduction == "mean_nonzero":
-            return _mean_nonzero(terms, valid, bad, axis_name)
-        return _mean(jnp.sum(terms) + bad, jnp.sum(valid), axis_name)
+            return mean_nonzero(terms, valid, bad, axis_name)
+        return global_mean(jnp.sum(terms) + bad, jnp.sum(valid), axis_name)
     total, count = _triplet_sums(s, pos, neg, jnp.asarray(margin, jnp.float32), mining == "semihard")
     if reduction == "mean" and mining == "all":
         selected = jnp.sum(pos, axis=1, dtype=jnp.float32) * jnp.sum(neg, axis=1, dtype=jnp.float32)
     else:
         selected = count  # 'semihard' selects only violating triplets; 'mean_nonzero' counts the terms > 0
-    return _mean(jnp.sum(total) + bad, jnp.sum(selected), axis_name)
-
-
-def _column_lse(x: jax.Array, mask: jax.Array, axis_name) -> jax.Array:
-    """log Σ exp over the masked rows of x [n, K], per column, over the anchors of every device [K]; −1e30
-    for an empty column (finite, zero gradient). The (stop-gradient) column maximum is subtracted first."""
-    top = jnp.max(jnp.where(mask, lax.stop_gradient(x), -_BIG), axis=0)
-    top = top if axis_name is None else lax.pmax(top, axis_name)
-    total = jnp.sum(jnp.exp(jnp.where(mask, x - top[None, :], -_BIG)), axis=0)
-    return _lse_finish(_LSE(top, parallel.global_sum(total, axis_name)))
+    return global_mean(jnp.sum(total) + bad, jnp.sum(selected), axis_name)
 
 
 def lifted_structured(
@@ -259,6 +254,8 @@ def lifted_structured(
     *,
     pos_margin: float = 0.0,
     neg_margin: float = 1.0,
+    pos_mask: ArrayLike | None = None,
+    neg_mask: ArrayLike | None = None,
     key_labels: ArrayLike | None = None,
     self_index: ArrayLike | None = None,
     key_valid: ArrayLike | None = None,
@@ -271,7 +268,8 @@ def lifted_structured(
     taken to be the anchors of all devices in ``axis_name`` order (the ``all_gather`` layout), so key p's row
     log-sum-exp is gathered from its device. Keys past them (a cross-batch memory's rows, ``geojax.memory``:
     Wang et al. 2020) have no row of their own: N(p) of such a key is read from its column, the anchors of the
-    whole batch whose label differs from p's (for a symmetric similarity, the batch part of p's row).
+    whole batch whose label differs from p's (for a symmetric similarity, the batch part of p's row). A
+    ``neg_mask`` narrows N(a) to its row a and N(p) to its row p (for a memory key, its column).
 
     Args:
         sim: [n, M] floating similarities of n anchors to M keys: one column per anchor of the (gathered)
@@ -279,14 +277,8 @@ def lifted_structured(
         labels: [n] integer labels of the anchors.
         pos_margin: m_pos, in similarity units.
         neg_margin: m_neg, in similarity units.
-        key_labels: [M] integer labels of the keys (rectangular / distributed form); None: the keys are the
-            anchors.
-        self_index: [n] integer column of each anchor's own key in [0, M), masked as a self-pair; with
-            ``key_labels`` but no ``self_index`` no column is excluded.
-        key_valid: [M] bool, False on key columns to leave out (a cross-batch memory's empty slots,
-            ``geojax.memory.keys``); None: every column is a key.
-        axis_name: named mapped axis over which numerators and counts are summed (the global batch's loss on
-            every device); None on one device.
+        {masks}
+        {keys}
 
     Returns:
         Scalar fp32 loss; NaN when ``sim`` holds a NaN or ±Inf anywhere.
@@ -308,9 +300,9 @@ def lifted_structured(
         >>> round(float(losses.lifted_structured(sim, labels, pos_margin=1.0, neg_margin=0.5)), 4)
         0.7769
     """
-    s, pos, neg, bad = _prepare(sim, labels, key_labels, self_index, key_valid)
-    row_lse = _lse_finish(_lse_update(_lse_init(jnp.zeros_like(s[:, 0])), s, neg))  # [n]
-    key_lse = parallel.gather(row_lse, axis_name)
+    s, pos, neg, bad = prepare(sim, labels, key_labels, self_index, key_valid, pos_mask, neg_mask)
+    anchor_lse = row_lse(s, neg)  # [n]
+    key_lse = parallel.gather(anchor_lse, axis_name)
     batch = key_lse.shape[0]
     if s.shape[1] < batch:
         raise ValueError(
@@ -318,8 +310,13 @@ def lifted_structured(
             f"{batch} anchors, got {s.shape[1]} columns"
         )
     if s.shape[1] > batch:  # keys without a row (memory): N(p) from their column over the global batch
-        key_lse = jnp.concatenate([key_lse, _column_lse(s[:, batch:], neg[:, batch:], axis_name)])
-    union = jnp.logaddexp(row_lse[:, None], key_lse[None, :])
-    valid = pos & (union > -_BIG / 2)
+        key_lse = jnp.concatenate([key_lse, column_lse(s[:, batch:], neg[:, batch:], axis_name)])
+    union = jnp.logaddexp(anchor_lse[:, None], key_lse[None, :])
+    valid = pos & (union > -BIG / 2)
     terms = jnp.square(jax.nn.relu(jnp.where(valid, union - neg_margin + pos_margin - s, 0.0))) / 2
-    return _mean(jnp.sum(terms) + bad, jnp.sum(valid), axis_name)
+    return global_mean(jnp.sum(terms) + bad, jnp.sum(valid), axis_name)
+
+
+contrastive.__doc__ = fill_doc(contrastive.__doc__, **PAIR_SECTIONS)
+triplet.__doc__ = fill_doc(triplet.__doc__, **PAIR_SECTIONS)
+lifted_structured.__doc__ = fill_doc(lifted_structured.__doc__, **PAIR_SECTIONS)

@@ -11,7 +11,7 @@ from jax.typing import ArrayLike
 from geojax import parallel
 from geojax import similarity as _similarity
 from geojax._numerics import nan_where_nonfinite, safe_div
-from geojax.losses._common import _check_embeddings, _check_nonnegative, _resolve_keys
+from geojax.losses._common import check_embeddings, check_nonnegative, resolve_keys
 
 
 def simo(
@@ -71,11 +71,11 @@ def simo(
         >>> round(float(losses.simo(e, labels, orthogonality=False)), 4)
         0.9
     """
-    _check_embeddings(embeddings, key_embeddings, labels, key_labels, self_index, key_valid)
-    _check_nonnegative(eps, "eps")
+    check_embeddings(embeddings, key_embeddings, labels, key_labels, self_index, key_valid)
+    check_nonnegative(eps, "eps")
     keys = embeddings if key_embeddings is None else key_embeddings
     labels = jnp.asarray(labels)
-    key_labels, self_cols = _resolve_keys(labels, key_labels, self_index)
+    key_labels, self_cols = resolve_keys(labels, key_labels, self_index)
     d = -_similarity.neg_sq_euclidean(embeddings, keys)
     dots = _similarity.dot(embeddings, keys)
     o = jnp.square(dots) if orthogonality else jnp.ones_like(dots)

@@ -16,45 +16,18 @@ from geojax import _checks
 from geojax import similarity as _similarity
 from geojax._numerics import nan_where_nonfinite
 from geojax.losses._common import (
-    _BIG,
-    _check_embeddings,
-    _check_positive,
-    _check_sim,
-    _f32,
-    _mean,
-    _pair_masks,
-    _resolve_keys,
+    MULTILABELS,
+    MultiLabel,
+    as_f32,
+    check_embeddings,
+    check_positive,
+    check_sim,
+    global_mean,
+    pair_masks,
+    pair_weights,
+    resolve_keys,
 )
-
-# ----------------------------------------------------------------------------------------------------------
-# online log-sum-exp (also lifted structured's, in _margin.py)
-
-
-class _LSE(NamedTuple):
-    """Running log-sum-exp state per row: stop-gradient max ``m`` [n] and rescaled sum ``s`` [n]."""
-
-    m: jax.Array
-    s: jax.Array
-
-
-def _lse_init(zeros: jax.Array) -> _LSE:
-    """Empty state shaped (and, under shard_map, device-varying) like ``zeros`` [n]."""
-    return _LSE(zeros - _BIG, zeros)
-
-
-def _lse_update(state: _LSE, x: jax.Array, mask: jax.Array) -> _LSE:
-    """Fold the masked entries of x [n, K] into the running row log-sum-exp (online softmax)."""
-    block_max = jnp.max(jnp.where(mask, lax.stop_gradient(x), -_BIG), axis=1)
-    m = jnp.maximum(state.m, block_max)
-    z = jnp.where(mask, x - m[:, None], -_BIG)
-    return _LSE(m, state.s * jnp.exp(state.m - m) + jnp.sum(jnp.exp(z), axis=1))
-
-
-def _lse_finish(state: _LSE) -> jax.Array:
-    """log Σ exp per row [n]; −1e30 for an empty row (finite, zero gradient)."""
-    ok = state.s > 0
-    return jnp.where(ok, state.m + jnp.log(jnp.where(ok, state.s, 1.0)), -_BIG)
-
+from geojax.losses._lse import lse_finish, lse_init, lse_update, row_lse
 
 # ----------------------------------------------------------------------------------------------------------
 # softmax family: supcon, sincere, info_nce
@@ -76,23 +49,25 @@ _SINCERE = _Softmax(lambda pos, neg: neg, lambda x, lse: jax.nn.softplus(lse - x
 _INFO_NCE = _SINCERE._replace(per_anchor=False)
 
 
-def _softmax_rows(spec: _Softmax, x, pos, lse) -> tuple[jax.Array, jax.Array]:
-    """Σ over positives of the pair term [n] and the positive count [n], for x [n, K] and lse [n]."""
-    terms = jnp.where(pos, spec.term(x, lse[:, None]), 0.0)
-    return jnp.sum(terms, axis=1), jnp.sum(pos, axis=1, dtype=jnp.int32)
+def _softmax_rows(spec: _Softmax, x, pos, lse, weight) -> tuple[jax.Array, jax.Array]:
+    """Σ over positives of the (weighted) pair term [n] and of the weights [n], for x [n, K], lse [n] and the
+    positive pairs' weights [n, K] (None: each weighs 1, the sum of the weights is the positive count)."""
+    w = pos.astype(jnp.float32) if weight is None else jnp.where(pos, weight, 0.0)
+    terms = jnp.where(pos, spec.term(x, lse[:, None]) * w, 0.0)
+    return jnp.sum(terms, axis=1), jnp.sum(w, axis=1)
 
 
 def _softmax_reduce(
     spec: _Softmax, row_sum: jax.Array, count: jax.Array, bad: jax.Array, scale, axis_name
 ) -> jax.Array:
-    """The loss from per-anchor sums and positive counts [n]; ``bad`` (0 or NaN) joins the numerator, and
-    ``scale`` (τ / τ_base, or None) multiplies the result."""
+    """The loss from per-anchor sums and positive weights (counts) [n]; ``bad`` (0 or NaN) joins the
+    numerator, and ``scale`` (τ / τ_base, or None) multiplies the result."""
     if spec.per_anchor:
         has = count > 0
-        num = jnp.sum(jnp.where(has, row_sum / jnp.maximum(count, 1), 0.0))
-        loss = _mean(num + bad, jnp.sum(has), axis_name)
+        num = jnp.sum(jnp.where(has, row_sum / jnp.where(has, count, 1.0), 0.0))
+        loss = global_mean(num + bad, jnp.sum(has), axis_name)
     else:
-        loss = _mean(jnp.sum(row_sum) + bad, jnp.sum(count), axis_name)
+        loss = global_mean(jnp.sum(row_sum) + bad, jnp.sum(count), axis_name)
     return loss if scale is None else loss * scale
 
 
@@ -100,21 +75,32 @@ def _base_scale(temperature, base_temperature):
     """SupContrast's factor τ / τ_base, or None (no factor) when ``base_temperature`` is None."""
     if base_temperature is None:
         return None
-    _check_positive(base_temperature, "base_temperature")
+    check_positive(base_temperature, "base_temperature")
     return temperature / base_temperature
 
 
 def _softmax_loss(
-    spec: _Softmax, sim, labels, temperature, base_temperature, key_labels, self_index, key_valid, axis_name
+    spec: _Softmax,
+    sim,
+    labels,
+    temperature,
+    base_temperature,
+    multilabel,
+    key_labels,
+    self_index,
+    key_valid,
+    axis_name,
 ) -> jax.Array:
-    _check_sim(sim, labels, key_labels, self_index, key_valid)
-    _check_positive(temperature, "temperature")
+    check_sim(sim, labels, key_labels, self_index, key_valid, multi_hot=True)
+    check_positive(temperature, "temperature")
+    _checks.check_choice(multilabel, "multilabel", MULTILABELS)
     scale = _base_scale(temperature, base_temperature)
-    key_labels, self_cols = _resolve_keys(labels, key_labels, self_index)
-    x = _f32(sim) / temperature
-    pos, neg = _pair_masks(labels, key_labels, self_cols, jnp.arange(x.shape[1]), key_valid)
-    lse = _lse_finish(_lse_update(_lse_init(jnp.zeros_like(x[:, 0])), x, spec.denominator(pos, neg)))
-    row_sum, count = _softmax_rows(spec, x, pos, lse)
+    labels = jnp.asarray(labels)
+    key_labels, self_cols = resolve_keys(labels, key_labels, self_index)
+    x = as_f32(sim) / temperature
+    pos, neg = pair_masks(labels, key_labels, self_cols, jnp.arange(x.shape[1]), key_valid)
+    lse = row_lse(x, spec.denominator(pos, neg))
+    row_sum, count = _softmax_rows(spec, x, pos, lse, pair_weights(multilabel, labels, key_labels))
     return _softmax_reduce(spec, row_sum, count, nan_where_nonfinite(x), scale, axis_name)
 
 
@@ -124,6 +110,7 @@ def supcon(
     *,
     temperature: float | jax.Array = 0.1,
     base_temperature: float | None = None,
+    multilabel: MultiLabel = "any",
     key_labels: ArrayLike | None = None,
     self_index: ArrayLike | None = None,
     key_valid: ArrayLike | None = None,
@@ -153,8 +140,9 @@ def supcon(
         3.2017
     """
     return _softmax_loss(
-        _SUPCON, sim, labels, temperature, base_temperature, key_labels, self_index, key_valid, axis_name
-    )
+        _SUPCON, sim, labels, temperature, base_temperature, multilabel, key_labels, self_index, key_valid,
+        axis_name,
+    )  # fmt: skip
 
 
 def sincere(
@@ -163,6 +151,7 @@ def sincere(
     *,
     temperature: float | jax.Array = 0.1,
     base_temperature: float | None = None,
+    multilabel: MultiLabel = "any",
     key_labels: ArrayLike | None = None,
     self_index: ArrayLike | None = None,
     key_valid: ArrayLike | None = None,
@@ -191,8 +180,9 @@ def sincere(
         0.4482
     """
     return _softmax_loss(
-        _SINCERE, sim, labels, temperature, base_temperature, key_labels, self_index, key_valid, axis_name
-    )
+        _SINCERE, sim, labels, temperature, base_temperature, multilabel, key_labels, self_index, key_valid,
+        axis_name,
+    )  # fmt: skip
 
 
 def info_nce(
@@ -201,6 +191,7 @@ def info_nce(
     *,
     temperature: float | jax.Array = 0.1,
     base_temperature: float | None = None,
+    multilabel: MultiLabel = "any",
     key_labels: ArrayLike | None = None,
     self_index: ArrayLike | None = None,
     key_valid: ArrayLike | None = None,
@@ -229,8 +220,9 @@ def info_nce(
         0.4482
     """
     return _softmax_loss(
-        _INFO_NCE, sim, labels, temperature, base_temperature, key_labels, self_index, key_valid, axis_name
-    )
+        _INFO_NCE, sim, labels, temperature, base_temperature, multilabel, key_labels, self_index, key_valid,
+        axis_name,
+    )  # fmt: skip
 
 
 # The three losses above share their Args, Returns and Raises: written once here, they take the place of
@@ -242,12 +234,19 @@ supcon.__doc__ = (supcon.__doc__ or "").replace(
         _SOFTMAX_SECTIONS := """Args:
         sim: [n, M] floating similarities of n anchors to M keys (higher = more similar); the square call
             ``{name}(sim, labels)`` has keys = anchors.
-        labels: [n] integer labels of the anchors.
+        labels: [n] integer labels of the anchors, or [n, L] multi-hot label sets (bool, or integers 0 and
+            1): a key is then a positive of an anchor when they share a label, a negative when they share
+            none.
         temperature: τ > 0 (a scalar, may be traced); the logits are x = s / τ.
         base_temperature: None (pytorch-metric-learning's form, no factor) or τ_base > 0, which multiplies
             the loss by τ / τ_base as SupContrast's code does (its default τ_base is 0.07).
-        key_labels: [M] integer labels of the keys (rectangular / distributed form); None: the keys are the
-            anchors.
+        multilabel: how multi-hot labels weigh the positive pairs in an anchor's mean over its positives:
+            'any' (each weighs 1) or 'jaccard' (pair (a, p) weighs w_ap = #(y_a ∩ y_p) / #(y_a ∪ y_p), and
+            the anchor's term is Σ_p w_ap ℓ_ap / Σ_p w_ap; InfoNCE's mean over all positive pairs is weighted
+            alike). The denominators are not weighted. Integer labels are one-hot sets: both give the same
+            loss.
+        key_labels: [M] integer labels of the keys (rectangular / distributed form), [M, L] multi-hot sets
+            with multi-hot labels; None: the keys are the anchors.
         self_index: [n] integer column of each anchor's own key in [0, M), masked as a self-pair; with
             ``key_labels`` but no ``self_index`` no column is excluded.
         key_valid: [M] bool, False on key columns to leave out (a cross-batch memory's empty slots,
@@ -261,9 +260,10 @@ supcon.__doc__ = (supcon.__doc__ or "").replace(
 
     Raises:
         ValueError: ``sim`` is not a non-empty floating [n, M] matrix; ``labels``, ``key_labels`` or
-            ``self_index`` has the wrong length or a non-integer dtype; ``key_labels`` is missing while
-            M ≠ n; ``self_index`` lies outside [0, M); ``key_valid`` is not a bool [M] vector;
-            ``temperature`` or ``base_temperature`` is not > 0."""
+            ``self_index`` has the wrong length or a non-integer dtype; multi-hot ``labels`` or ``key_labels``
+            hold values other than 0 and 1 or differ in width; ``key_labels`` is missing while M ≠ n;
+            ``self_index`` lies outside [0, M); ``key_valid`` is not a bool [M] vector; ``temperature`` or
+            ``base_temperature`` is not > 0; ``multilabel`` is not 'any' or 'jaccard'."""
     ).format(name="supcon"),
 )
 sincere.__doc__ = (sincere.__doc__ or "").replace("{sections}", _SOFTMAX_SECTIONS.format(name="sincere"))
@@ -274,7 +274,7 @@ info_nce.__doc__ = (info_nce.__doc__ or "").replace("{sections}", _SOFTMAX_SECTI
 # memory-bounded (blocked) softmax losses
 
 
-def _pad_rows(x: jax.Array, rows: int) -> jax.Array:
+def _pad_rows_repeating_last(x: jax.Array, rows: int) -> jax.Array:
     """Pad the leading axis to ``rows`` by repeating the last row (keeps similarities finite)."""
     pad = rows - x.shape[0]
     return x if pad == 0 else jnp.concatenate([x, jnp.repeat(x[-1:], pad, axis=0)], axis=0)
@@ -286,6 +286,7 @@ def _softmax_blocked(
     labels,
     temperature,
     base_temperature,
+    multilabel,
     similarity,
     block_size,
     key_embeddings,
@@ -295,29 +296,31 @@ def _softmax_blocked(
     axis_name,
 ) -> jax.Array:
     """Blocked form of a softmax loss: [B, K] similarity tiles only, recomputed in the backward pass."""
-    _check_embeddings(embeddings, key_embeddings, labels, key_labels, self_index, key_valid)
-    _check_positive(temperature, "temperature")
+    check_embeddings(embeddings, key_embeddings, labels, key_labels, self_index, key_valid, multi_hot=True)
+    check_positive(temperature, "temperature")
+    _checks.check_choice(multilabel, "multilabel", MULTILABELS)
     scale = _base_scale(temperature, base_temperature)
     _checks.check_positive_int(block_size, "block_size")
     sim_fn = _similarity.get(similarity)
     keys = embeddings if key_embeddings is None else key_embeddings
-    key_labels, self_cols = _resolve_keys(labels, key_labels, self_index)
+    labels = jnp.asarray(labels)
+    key_labels, self_cols = resolve_keys(labels, key_labels, self_index)
     (n, _), m = embeddings.shape, keys.shape[0]
     b, k = min(block_size, n), min(block_size, m)
     nb, nk = -(-n // b), -(-m // k)
 
     anchors = (
-        _pad_rows(embeddings, nb * b).reshape(nb, b, -1),
-        _pad_rows(labels, nb * b).reshape(nb, b),
-        _pad_rows(self_cols, nb * b).reshape(nb, b),
+        _pad_rows_repeating_last(embeddings, nb * b).reshape(nb, b, -1),
+        _pad_rows_repeating_last(labels, nb * b).reshape(nb, b, *labels.shape[1:]),
+        _pad_rows_repeating_last(self_cols, nb * b).reshape(nb, b),
     )
     key_cols = jnp.arange(nk * k, dtype=jnp.int32)
     real_keys = key_cols < m
     if key_valid is not None:
         real_keys = real_keys & jnp.pad(key_valid, (0, nk * k - m))
     key_blocks = (
-        _pad_rows(keys, nk * k).reshape(nk, k, -1),
-        _pad_rows(key_labels, nk * k).reshape(nk, k),
+        _pad_rows_repeating_last(keys, nk * k).reshape(nk, k, -1),
+        _pad_rows_repeating_last(key_labels, nk * k).reshape(nk, k, *key_labels.shape[1:]),
         key_cols.reshape(nk, k),
         real_keys.reshape(nk, k),
     )
@@ -329,96 +332,35 @@ def _softmax_blocked(
 
         def tile(kb):
             kv, lk, ck, valid = kb
-            x = _f32(sim_fn(a, kv)) / temperature
-            return (x, *_pair_masks(la, lk, sa, ck, valid))
+            x = as_f32(sim_fn(a, kv)) / temperature
+            return (x, *pair_masks(la, lk, sa, ck, valid))
 
         @jax.checkpoint
         def lse_step(state, kb):
             x, pos, neg = tile(kb)
-            return _lse_update(state, x, spec.denominator(pos, neg)), None
+            return lse_update(state, x, spec.denominator(pos, neg)), None
 
-        lse = _lse_finish(lax.scan(lse_step, _lse_init(zeros), key_blocks)[0])
+        lse = lse_finish(lax.scan(lse_step, lse_init(zeros), key_blocks)[0])
 
         @jax.checkpoint
         def term_step(acc, kb):
             x, pos, _ = tile(kb)
-            row_sum, count = _softmax_rows(spec, x, pos, lse)
+            row_sum, count = _softmax_rows(spec, x, pos, lse, pair_weights(multilabel, la, kb[1]))
             return (acc[0] + row_sum, acc[1] + count, acc[2] + nan_where_nonfinite(x, axis=1)), None
 
-        return lax.scan(term_step, (zeros, zeros.astype(jnp.int32), zeros), key_blocks)[0]
+        return lax.scan(term_step, (zeros, zeros, zeros), key_blocks)[0]
 
     row_sum, count, row_bad = lax.map(jax.checkpoint(anchor_block), anchors)
     real = jnp.arange(nb * b) < n
     row_sum = jnp.where(real, row_sum.reshape(-1), 0.0)
-    count = jnp.where(real, count.reshape(-1), 0)
+    count = jnp.where(real, count.reshape(-1), 0.0)
     bad = jnp.sum(jnp.where(real, row_bad.reshape(-1), 0.0))
     return _softmax_reduce(spec, row_sum, count, bad, scale, axis_name)
 
 
-def supcon_blocked(
-    embeddings: ArrayLike,
-    labels: ArrayLike,
-    *,
-    temperature: float | jax.Array = 0.1,
-    base_temperature: float | None = None,
-    similarity: str | _similarity.Similarity = "cosine",
-    block_size: int = 512,
-    key_embeddings: ArrayLike | None = None,
-    key_labels: ArrayLike | None = None,
-    self_index: ArrayLike | None = None,
-    key_valid: ArrayLike | None = None,
-    axis_name: str | None = None,
-) -> jax.Array:
-    return _softmax_blocked(
-        _SUPCON, embeddings, labels, temperature, base_temperature, similarity, block_size, key_embeddings,
-        key_labels, self_index, key_valid, axis_name,
-    )  # fmt: skip
-
-
-def sincere_blocked(
-    embeddings: ArrayLike,
-    labels: ArrayLike,
-    *,
-    temperature: float | jax.Array = 0.1,
-    base_temperature: float | None = None,
-    similarity: str | _similarity.Similarity = "cosine",
-    block_size: int = 512,
-    key_embeddings: ArrayLike | None = None,
-    key_labels: ArrayLike | None = None,
-    self_index: ArrayLike | None = None,
-    key_valid: ArrayLike | None = None,
-    axis_name: str | None = None,
-) -> jax.Array:
-    return _softmax_blocked(
-        _SINCERE, embeddings, labels, temperature, base_temperature, similarity, block_size, key_embeddings,
-        key_labels, self_index, key_valid, axis_name,
-    )  # fmt: skip
-
-
-def info_nce_blocked(
-    embeddings: ArrayLike,
-    labels: ArrayLike,
-    *,
-    temperature: float | jax.Array = 0.1,
-    base_temperature: float | None = None,
-    similarity: str | _similarity.Similarity = "cosine",
-    block_size: int = 512,
-    key_embeddings: ArrayLike | None = None,
-    key_labels: ArrayLike | None = None,
-    self_index: ArrayLike | None = None,
-    key_valid: ArrayLike | None = None,
-    axis_name: str | None = None,
-) -> jax.Array:
-    return _softmax_blocked(
-        _INFO_NCE, embeddings, labels, temperature, base_temperature, similarity, block_size, key_embeddings,
-        key_labels, self_index, key_valid, axis_name,
-    )  # fmt: skip
-
-
-# The three blocked forms share one docstring, written once here and filled in with the plain form's name,
-# title and references (documentation by reference, as the plain forms' sections above).
-supcon_blocked.__doc__ = (
-    _BLOCKED_DOC := """{title} in blocks, from embeddings.
+# The three blocked forms share one signature and one docstring, filled in with the plain form's name, title
+# and references.
+_BLOCKED_DOC = """{title} in blocks, from embeddings.
 
     Equals ``{name}(similarity(embeddings, keys), labels, ...)`` without materialising the [n, M] matrix
     (nor storing it for the backward pass): anchors are processed in blocks, each with an online
@@ -426,14 +368,16 @@ supcon_blocked.__doc__ = (
 
     Args:
         embeddings: [n, D] floating embeddings of the n anchors.
-        labels: [n] integer labels of the anchors.
+        labels: [n] integer labels of the anchors, or [n, L] multi-hot label sets, as in the plain form.
         temperature: τ > 0 (a scalar, may be traced); the logits are x = s / τ.
         base_temperature: None (no factor) or τ_base > 0, which multiplies the loss by τ / τ_base, as in
             the plain form.
+        multilabel: 'any' or 'jaccard', the weights of the positive pairs of multi-hot labels, as in the
+            plain form.
         similarity: a name of ``geojax.similarity.get`` or a callable (a [B, D], b [K, D]) → [B, K].
         block_size: positive int, the rows per anchor block and per key block; memory O(block_size²).
         key_embeddings: [M, D] floating embeddings of the keys; None: the keys are the anchors.
-        key_labels: [M] integer labels of the keys; None: the keys are the anchors.
+        key_labels: [M] integer labels of the keys ([M, L] multi-hot sets); None: the keys are the anchors.
         self_index: [n] integer column of each anchor's own key in [0, M), masked as a self-pair; with
             ``key_labels`` but no ``self_index`` no column is excluded.
         key_valid: [M] bool, False on key columns to leave out (a cross-batch memory's empty slots,
@@ -449,7 +393,8 @@ supcon_blocked.__doc__ = (
         ValueError: ``embeddings`` or ``key_embeddings`` is not a non-empty floating matrix, or their widths
             differ; labels, ``self_index`` or ``key_valid`` have the wrong length, dtype or range;
             ``key_labels`` is missing while the keys differ from the anchors; ``temperature``,
-            ``base_temperature`` or ``block_size`` is not positive; ``similarity`` is an unknown name.
+            ``base_temperature`` or ``block_size`` is not positive; ``multilabel`` or ``similarity`` is an
+            unknown name.
 
     References:
         {references}
@@ -464,19 +409,52 @@ supcon_blocked.__doc__ = (
         >>> round(float(losses.{name}(similarity.cosine(e, e), labels)), 4)
         0.0638
     """
-).format(
+
+
+def _blocked_form(spec: _Softmax, name: str, title: str, references: str) -> Callable[..., jax.Array]:
+    """The public blocked form of the softmax loss ``spec``: ``{name}_blocked`` with its docstring."""
+
+    def blocked(
+        embeddings: ArrayLike,
+        labels: ArrayLike,
+        *,
+        temperature: float | jax.Array = 0.1,
+        base_temperature: float | None = None,
+        multilabel: MultiLabel = "any",
+        similarity: str | _similarity.Similarity = "cosine",
+        block_size: int = 512,
+        key_embeddings: ArrayLike | None = None,
+        key_labels: ArrayLike | None = None,
+        self_index: ArrayLike | None = None,
+        key_valid: ArrayLike | None = None,
+        axis_name: str | None = None,
+    ) -> jax.Array:
+        return _softmax_blocked(
+            spec, embeddings, labels, temperature, base_temperature, multilabel, similarity, block_size,
+            key_embeddings, key_labels, self_index, key_valid, axis_name,
+        )  # fmt: skip
+
+    blocked.__name__ = blocked.__qualname__ = f"{name}_blocked"
+    blocked.__doc__ = _BLOCKED_DOC.format(title=title, name=name, references=references)
+    return blocked
+
+
+supcon_blocked = _blocked_form(
+    _SUPCON,
+    "supcon",
     title="SupCon (Khosla et al. 2020, eq. 2)",
-    name="supcon",
     references='Khosla et al. 2020, "Supervised Contrastive Learning" (arXiv 2004.11362), eq. 2.',
 )
-sincere_blocked.__doc__ = _BLOCKED_DOC.format(
+sincere_blocked = _blocked_form(
+    _SINCERE,
+    "sincere",
     title="SINCERE (Feeney & Hughes 2024)",
-    name="sincere",
     references='Feeney & Hughes 2024, similarity functions × contrastive losses, "cross entropy losses".',
 )
-info_nce_blocked.__doc__ = _BLOCKED_DOC.format(
+info_nce_blocked = _blocked_form(
+    _INFO_NCE,
+    "info_nce",
     title="InfoNCE / NT-Xent (Chen et al. 2020, eq. 1)",
-    name="info_nce",
     references='Oord et al. 2018 (arXiv 1807.03748); Chen et al. 2020, "A Simple Framework for Contrastive\n'
     '        Learning of Visual Representations" (arXiv 2002.05709), eq. 1.',
 )

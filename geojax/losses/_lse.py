@@ -1,0 +1,108 @@
+"""The log-sum-exps every loss of :mod:`geojax.losses` uses: a running (online) row log-sum-exp over blocks of
+columns, the masked row log-sum-exp of one matrix, and a column log-sum-exp over the anchors of every device.
+
+Each runs in fp32 with the stop-gradient maximum subtracted, masks with a large finite value (``BIG``) rather
+than −inf, and gives −1e30 for an empty row or column: finite, with a zero gradient, so that
+``softplus(lse)`` of it (log(1 + Σ), the form of several losses) is exactly 0.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from geojax import parallel
+from geojax.losses._common import BIG
+
+
+class LSE(NamedTuple):
+    """Running log-sum-exp state per row.
+
+    Attributes:
+        m: [n] the stop-gradient maximum seen so far (−1e30 before any entry).
+        s: [n] Σ exp(x − m) over the entries seen so far.
+    """
+
+    m: jax.Array
+    s: jax.Array
+
+
+def lse_init(zeros: jax.Array) -> LSE:
+    """The empty state, shaped (and, under shard_map, device-varying) like ``zeros``.
+
+    Args:
+        zeros: [n] fp32 zeros.
+
+    Returns:
+        The state of n empty rows.
+    """
+    return LSE(zeros - BIG, zeros)
+
+
+def lse_update(state: LSE, x: jax.Array, mask: jax.Array | bool) -> LSE:
+    """Fold the masked entries of a block of columns into the running row log-sum-exp (online softmax).
+
+    Args:
+        state: the running state of n rows.
+        x: [n, K] fp32 values.
+        mask: [n, K] bool (or broadcastable: True counts every entry), the entries that count.
+
+    Returns:
+        The state after the block.
+    """
+    # One masked array feeds both the maximum and the exponentials (XLA fuses it into each). Where a row has
+    # no entry yet, m stays −1e30 and its masked entries add exp(0) each: the log-sum-exp is then
+    # −1e30 + log K, which is −1e30 in fp32, and the gradient through the mask is 0.
+    masked = jnp.where(mask, x, -BIG)
+    m = jnp.maximum(state.m, lax.stop_gradient(jnp.max(masked, axis=1)))
+    return LSE(m, state.s * jnp.exp(state.m - m) + jnp.sum(jnp.exp(masked - m[:, None]), axis=1))
+
+
+def lse_finish(state: LSE) -> jax.Array:
+    """log Σ exp per row.
+
+    Args:
+        state: the running state of n rows.
+
+    Returns:
+        [n] fp32; −1e30 for an empty row (finite, zero gradient).
+    """
+    ok = state.s > 0
+    return jnp.where(ok, state.m + jnp.log(jnp.where(ok, state.s, 1.0)), -BIG)
+
+
+def row_lse(x: jax.Array, mask: jax.Array | bool) -> jax.Array:
+    """log Σ exp over the masked entries of each row of one matrix.
+
+    Args:
+        x: [n, K] fp32 values.
+        mask: [n, K] bool (or broadcastable: True counts every entry), the entries that count.
+
+    Returns:
+        [n] fp32; −1e30 for an empty row (finite, zero gradient).
+    """
+    return lse_finish(lse_update(lse_init(jnp.zeros_like(x[:, 0])), x, mask))
+
+
+def column_lse(x: jax.Array, mask: jax.Array, axis_name: str | None) -> jax.Array:
+    """log Σ exp over the masked rows of each column, over the rows of every device of ``axis_name``.
+
+    The column maximum is taken over the devices (``lax.pmax``, no gradient) and the sums of the exponentials
+    are summed over them before the log, so every device gets the log-sum-exp of the global column.
+
+    Args:
+        x: [n, K] fp32 values, n the rows (anchors) of this device.
+        mask: [n, K] bool, the entries that count.
+        axis_name: the named mapped axis the rows are split over; None on one device.
+
+    Returns:
+        [K] fp32, the same on every device; −1e30 for an empty column (finite, zero gradient).
+    """
+    masked = jnp.where(mask, x, -BIG)  # as in lse_update: an empty column's log-sum-exp is −1e30 + log n
+    top = lax.stop_gradient(jnp.max(masked, axis=0))
+    top = top if axis_name is None else lax.pmax(top, axis_name)
+    total = jnp.sum(jnp.exp(masked - top[None, :]), axis=0)
+    return lse_finish(LSE(top, parallel.global_sum(total, axis_name)))
