@@ -31,7 +31,7 @@ README = Path(__file__).resolve().parents[1] / "README.md"
         (["geometry=sphere", "charts=4"], "charts applies to geometry=atlas, not geometry='sphere'"),
         (
             ["loss=triplet", "temperature=0.3"],
-            "temperature applies to loss=supcon|sincere|info_nce, not loss='triplet'",
+            "temperature applies to loss=supcon|sincere|info_nce|normalized_softmax, not loss='triplet'",
         ),
         (["mining=hard"], "mining applies to loss=triplet, not loss='supcon'"),
         (["loss=contrastive", "margin=0.1"], "margin applies to loss=triplet"),
@@ -115,6 +115,10 @@ LOSS_KWARGS = {
     "lifted_structured": {},
     "triplet": {"margin": 0.2, "mining": "all"},
     "simo": {"eps": 1e-6, "orthogonality": True},
+    # the metric-learning losses: every key none (the loss's own) but the softmax temperature
+    **{loss: {} for loss in ("multi_similarity", "circle", "sigmoid", "proxy_anchor", "proxy_nca")},
+    **{loss: {} for loss in ("arcface", "cosface")},
+    "normalized_softmax": {"temperature": 0.1},
 }
 
 

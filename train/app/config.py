@@ -702,6 +702,14 @@ def validate(cfg: RunConfig) -> None:
         )
     if not vectors and cfg.loss == "simo":
         raise UsageError("loss='simo' needs vectors: with an atlas geometry use projection=mixed or mlp")
+    loss = registry.option("loss", cfg.loss)
+    if loss.info.get("input") == "proxies" and cfg.labels != "class":
+        raise UsageError(f"loss={cfg.loss!r} learns one proxy per class: it needs labels='class'")
+    if loss.info.get("cosine") and cfg.similarity != "cosine":
+        raise UsageError(
+            f"loss={cfg.loss!r} puts its margin on the angle (or the cosine) to the class weights: it needs "
+            f"similarity='cosine', got {cfg.similarity!r}"
+        )
     if cfg.labels == "instance" and cfg.views < 2:
         raise UsageError("labels='instance' needs views >= 2 (the positives are the other views)")
     if cfg.sampler == "m_per_class" and cfg.batch_size % cfg.m_per_class:

@@ -399,7 +399,7 @@ def _state(
     """The graph definition, the state on ``mesh`` and its step: the newest checkpoint of the run directory
     (``saved``: its config), else that of ``init_from``, else a fresh state."""
     init = step.init_replicas if cfg.seeds > 1 else step.init_state
-    graphdef, state = init(cfg, ds.image_shape)
+    graphdef, state = init(cfg, ds.image_shape, classes=int(ds.train_y.max()) + 1)
     state = step.replicate(state, mesh)
     start = 0
     if saved is not None:

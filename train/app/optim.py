@@ -3,8 +3,10 @@ optax constructor it calls (:mod:`train.app.registry`)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import functools
+from typing import TYPE_CHECKING, Any
 
+import jax
 import optax
 
 from train.app import registry
@@ -157,14 +159,36 @@ def schedule(cfg: RunConfig) -> optax.Schedule:
     return make(cfg.lr, warmup, cfg.steps, **registry.option_kwargs(cfg, "schedule"))
 
 
-def make_optimizer(cfg: RunConfig) -> optax.GradientTransformation:
-    """optax.chain(clip_by_global_norm(c) | clip(c), [l2·w added to the gradient,] optimiser).
+def proxy_lr_scale(cfg: RunConfig) -> float:
+    """The learning-rate factor of the loss's proxies.
 
-    PyTorch's order, clipping the loss's gradient before SGD / RMSprop adds its coupled weight decay (``l2``,
-    PyTorch's ``weight_decay``); no clipping when ``clip`` is None.
+    ``proxy_lr_scale``, or the loss's own (1 where the loss has no proxies).
 
     Args:
-        cfg: the run's configuration (clip, clip_mode, optimizer and its keys, and the schedule's).
+        cfg: the run's configuration (its loss and ``proxy_lr_scale``).
+
+    Returns:
+        The factor, > 0.
+    """
+    own = registry.option("loss", cfg.loss).info.get("proxy_lr_scale", 1.0)
+    return own if getattr(cfg, "proxy_lr_scale", None) is None else cfg.proxy_lr_scale
+
+
+def _is_proxy(path: tuple[Any, ...], _leaf: Any) -> bool:
+    return any(getattr(entry, "key", None) == "proxies" for entry in path)
+
+
+def make_optimizer(cfg: RunConfig) -> optax.GradientTransformation:
+    """optax.chain(clip_by_global_norm(c) | clip(c), [l2·w added to the gradient,] optimiser[, × factor]).
+
+    PyTorch's order, clipping the loss's gradient before SGD / RMSprop adds its coupled weight decay (``l2``,
+    PyTorch's ``weight_decay``); no clipping when ``clip`` is None. The updates of a proxy loss's proxies
+    are then multiplied by :func:`proxy_lr_scale` (a factor ≠ 1 only): their learning rate, decay included,
+    is the factor times the model's, as a parameter group of its own.
+
+    Args:
+        cfg: the run's configuration (clip, clip_mode, optimizer and its keys, the schedule's, the loss's
+            ``proxy_lr_scale``).
 
     Returns:
         The optax transformation of the run.
@@ -174,4 +198,8 @@ def make_optimizer(cfg: RunConfig) -> optax.GradientTransformation:
         clip_mode = cfg.clip_mode == "global_norm"
         parts.append(optax.clip_by_global_norm(cfg.clip) if clip_mode else optax.clip(cfg.clip))
     make = registry.option("optimizer", cfg.optimizer).calls
-    return optax.chain(*parts, *make(schedule(cfg), **registry.option_kwargs(cfg, "optimizer")))
+    parts += make(schedule(cfg), **registry.option_kwargs(cfg, "optimizer"))
+    if (factor := proxy_lr_scale(cfg)) != 1.0:
+        mask = functools.partial(jax.tree_util.tree_map_with_path, _is_proxy)
+        parts.append(optax.masked(optax.scale(factor), mask))
+    return optax.chain(*parts)

@@ -34,7 +34,7 @@ from geojax import memory as memory_lib
 from geojax import models, parallel
 from train.app import data, registry
 from train.app.model import build_model, compute_dtype
-from train.app.objective import Objective
+from train.app.objective import Objective, attach_loss_params
 from train.app.optim import make_optimizer
 
 if TYPE_CHECKING:
@@ -73,21 +73,31 @@ def resolve(cfg: RunConfig, n_train: int) -> RunConfig:
 
 
 def init_state(
-    cfg: RunConfig, image_shape: tuple[int, int, int], *, axis_name: str | None = parallel.AXIS
+    cfg: RunConfig,
+    image_shape: tuple[int, int, int],
+    *,
+    axis_name: str | None = parallel.AXIS,
+    classes: int | None = None,
 ) -> tuple[nnx.GraphDef, State]:
     """(graphdef, state) of a fresh run: parameters, other variables, optimiser state, step 0.
+
+    The parameters include the loss's own (class proxies, a learned sigmoid's scale and bias:
+    :func:`train.app.objective.attach_loss_params`), checkpointed and stacked per seed with the rest.
 
     Args:
         cfg: the run's configuration (model, optimiser, ``ema``, ``memory``, ``seed``).
         image_shape: the input images' shape (H, W, C).
         axis_name: the data-parallel mesh axis batch norm averages over (None: a single-device step).
+        classes: the classes of the training labels, C (a proxy loss trains one proxy per class).
 
     Returns:
         The model's NNX graph definition and the state ``{'params', 'rest', 'opt_state', 'step'}`` (step an
         int32 scalar 0), with ``ema`` (a copy of the parameters) when ``cfg.ema`` is set and ``memory`` (an
         empty cross-batch memory of ``cfg.memory`` rows) when ``cfg.memory`` > 0.
     """
-    graphdef, params, rest = nnx.split(build_model(cfg, image_shape, axis_name=axis_name), nnx.Param, ...)
+    model = build_model(cfg, image_shape, axis_name=axis_name)
+    attach_loss_params(model, cfg, classes)
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
     state = {
         "params": params,
         "rest": rest,
@@ -112,7 +122,9 @@ def _key_rows_like(cfg: RunConfig, image_shape: tuple[int, int, int]) -> Any:
     return jax.eval_shape(rows, jax.ShapeDtypeStruct((1, *image_shape), jnp.float32))
 
 
-def init_replicas(cfg: RunConfig, image_shape: tuple[int, int, int]) -> tuple[nnx.GraphDef, State]:
+def init_replicas(
+    cfg: RunConfig, image_shape: tuple[int, int, int], *, classes: int | None = None
+) -> tuple[nnx.GraphDef, State]:
     """(graphdef, state) of ``cfg.seeds`` fresh runs with seeds ``cfg.seed …``, stacked on a leading axis.
 
     Each replica is exactly the state of the single run with its seed.
@@ -120,13 +132,16 @@ def init_replicas(cfg: RunConfig, image_shape: tuple[int, int, int]) -> tuple[nn
     Args:
         cfg: the run's configuration (``seed``, ``seeds`` = S).
         image_shape: the input images' shape (H, W, C).
+        classes: the classes of the training labels (:func:`init_state`).
 
     Returns:
         The graph definition (shared) and the state of :func:`init_state` with every leaf stacked on a
         leading axis of S replicas, plus ``seed`` [S] int32, the replicas' seeds.
     """
     seeds = range(cfg.seed, cfg.seed + cfg.seeds)
-    inits = [init_state(dataclasses.replace(cfg, seed=s, seeds=1), image_shape) for s in seeds]
+    inits = [
+        init_state(dataclasses.replace(cfg, seed=s, seeds=1), image_shape, classes=classes) for s in seeds
+    ]
     state = jax.tree.map(lambda *leaves: jnp.stack(leaves), *(st for _, st in inits))
     return inits[0][0], {**state, "seed": jnp.asarray(list(seeds), jnp.int32)}
 
@@ -228,7 +243,8 @@ def make_loss(
         labels = jnp.tile(batch["y"], views.n)
         model = nnx.merge(graphdef, params, rest, copy=True)
         out = model(x)
-        total, terms = objective_fn(out, labels, k_prior, axis_name, memory)
+        loss_params = getattr(model, "loss_params", None)
+        total, terms = objective_fn(out, labels, k_prior, axis_name, memory, loss_params)
         enqueue = None if memory is None else objective_fn.gathered_keys(out, labels, axis_name)
         return total, (terms, nnx.state(model, nnx.Not(nnx.Param)), enqueue)
 
