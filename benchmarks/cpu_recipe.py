@@ -28,6 +28,7 @@ from train.helpers.results import add_out_argument, destination, invocation, mac
 from train.helpers.tables import markdown_table
 
 TARGET_P1, TARGET_S = 0.90, 600.0
+REPOSITORY = str(Path(__file__).resolve().parents[1])
 
 
 def train_once(args: list[str]) -> dict:
@@ -37,7 +38,7 @@ def train_once(args: list[str]) -> dict:
         capture_output=True,
         text=True,
         check=False,
-        cwd=Path(__file__).resolve().parents[1],
+        cwd=REPOSITORY,
         env=os.environ,
     )
     if proc.returncode:
@@ -45,6 +46,69 @@ def train_once(args: list[str]) -> dict:
     workdir = next(a.split("=", 1)[1] for a in args if a.startswith("workdir="))
     with open(os.path.join(workdir, "report.json")) as f:
         return json.load(f)
+
+
+LOADS = "load.json"  # the load average before and after a training, kept in its run directory
+
+
+def load_average() -> list[float]:
+    """The 1-, 5- and 15-minute load averages, rounded to 0.01."""
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def check_trained_as(here: str, line: list[str]) -> None:
+    """Refuse a finished training read back from ``here`` that is not ``line``'s: another recipe (the app's
+    own check, ``train.app.loop.check_workdir``, names the keys) or another length.
+
+    Args:
+        here: the run directory holding the training.
+        line: the ``python -m train`` arguments it must have been trained with (without ``workdir``).
+
+    Raises:
+        SystemExit: a one-line message naming what differs.
+    """
+    from train.app import config, loop
+    from train.app.errors import UsageError
+
+    cfg = config.from_args([*line, f"workdir={here}"])
+    try:
+        saved = loop.check_workdir(cfg)
+    except UsageError as err:
+        raise SystemExit(f"{err} (the run: {' '.join(line)})") from None
+    if saved is None or saved.get("steps") != cfg.steps:
+        got = "no config.json" if saved is None else f"steps={saved.get('steps')}"
+        raise SystemExit(f"{here} holds a training of {got}, the run asks steps={cfg.steps}")
+
+
+def trained(line: list[str], workdir: str) -> tuple[dict, dict]:
+    """``python -m train LINE workdir=WORKDIR``'s report, trained in a fresh process, or read back when the
+    run directory holds that training finished (a run stopped part way resumes); and the load averages
+    measured before and after it trained (None where it trained elsewhere and they were not kept).
+
+    Args:
+        line: the app's arguments, without ``workdir``.
+        workdir: the run directory, relative to the repository (as the app is given it) or absolute.
+
+    Returns:
+        (report, {"load_before", "load_after"}); the loads are kept in the run directory's load.json.
+    """
+    here = os.path.join(REPOSITORY, workdir)
+    loads = os.path.join(here, LOADS)
+    if os.path.exists(os.path.join(here, "report.json")):
+        check_trained_as(here, line)
+        with open(os.path.join(here, "report.json")) as f:
+            rep = json.load(f)
+    else:
+        before = load_average()
+        rep = train_once([*line, f"workdir={workdir}"])
+        with open(loads + ".tmp", "w") as f:
+            json.dump({"load_before": before, "load_after": load_average()}, f)
+        os.replace(loads + ".tmp", loads)
+    measured = {"load_before": None, "load_after": None}
+    if os.path.exists(loads):
+        with open(loads) as f:
+            measured = json.load(f)
+    return rep, measured
 
 
 def row(seed: int, rep: dict) -> dict:

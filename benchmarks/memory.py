@@ -29,7 +29,6 @@ checkout on any machine, the finished trainings read back.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import tempfile
@@ -38,40 +37,20 @@ from typing import Any
 import jax
 import numpy as np
 
-from benchmarks.cpu_recipe import train_once
+from benchmarks.cpu_recipe import trained
 from benchmarks.train_step import Case, geojax_call, step_times, torch_block, torch_step
-from train.app import config, data, loop
-from train.app.errors import UsageError
+from train.app import config, data
 from train.helpers.results import add_out_argument, destination, invocation, machine_info, write_result
 from train.helpers.tables import markdown_table
 
 ARMS = ((64, 0), (64, 1024), (64, 8192), (512, 0))  # (batch, memory rows)
 QUICK_ARMS = ((16, 0), (16, 64))
 TARGET = 1.3
-REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUNS = os.path.join("benchmarks", "results", "memory_runs")  # a full run's trainings (module docstring)
-LOADS = "load.json"  # the load average before and after a training, kept in its run directory
 
 
 def _counts(text: str) -> list[int]:
     return [int(t) for t in text.split(",")]
-
-
-def _load() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
-
-
-def _check_trained_as(here: str, line: list[str]) -> None:
-    """Refuse a finished training read back from ``here`` that is not the arm's command line: another recipe
-    (the app's own check, ``train.app.loop.check_workdir``, names the keys) or another length."""
-    cfg = config.from_args([*line, f"workdir={here}"])
-    try:
-        saved = loop.check_workdir(cfg)
-    except UsageError as err:
-        raise SystemExit(f"{err} (the arm: {' '.join(line)})") from None
-    if saved is None or saved.get("steps") != cfg.steps:
-        got = "no config.json" if saved is None else f"steps={saved.get('steps')}"
-        raise SystemExit(f"{here} holds a training of {got}, the arm asks steps={cfg.steps}")
 
 
 def train_arm(
@@ -84,23 +63,7 @@ def train_arm(
     line += [f"steps={args.steps}", f"seed={seed}", "progress=false", *extra]
     if size:
         line.append(f"memory_warmup={args.warmup}")
-    workdir = os.path.join(root, f"b{batch}_m{size}_s{seed}")  # as the app is given it: from the repository
-    here = os.path.join(REPOSITORY, workdir)  # (train_once's folder); an absolute workdir stays as it is
-    loads = os.path.join(here, LOADS)
-    if os.path.exists(os.path.join(here, "report.json")):
-        _check_trained_as(here, line)
-        with open(os.path.join(here, "report.json")) as f:
-            rep = json.load(f)
-    else:
-        before = _load()
-        rep = train_once([*line, f"workdir={workdir}"])
-        with open(loads + ".tmp", "w") as f:
-            json.dump({"load_before": before, "load_after": _load()}, f)
-        os.replace(loads + ".tmp", loads)
-    measured = {"load_before": None, "load_after": None}  # a run trained elsewhere: not known
-    if os.path.exists(loads):
-        with open(loads) as f:
-            measured = json.load(f)
+    rep, measured = trained(line, os.path.join(root, f"b{batch}_m{size}_s{seed}"))
     t = rep["timing"]
     return {
         "seed": seed,

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from subprocess_env import child_env
 
-from benchmarks import ivf, memory, step_profile, train_step
+from benchmarks import cpu_recipe, ivf, reality_check, step_profile, train_step
 from train.helpers.results import (
     RESULTS_DIR,
     check_ratios,
@@ -616,7 +616,7 @@ def test_memory_quick(tmp_path):
         assert timing["pml_memory_over_none"] is None and len(speed) == 2
 
 
-def test_memory_reads_back_only_a_training_of_the_same_arm(tmp_path):
+def test_a_benchmark_reads_back_only_a_training_of_the_same_command(tmp_path):
     """A committed training is read back for its own arm; one of another seed, memory, batch or length is
     refused, naming what differs."""
     from dataclasses import asdict
@@ -627,14 +627,14 @@ def test_memory_reads_back_only_a_training_of_the_same_arm(tmp_path):
     line += ["seed=0", "progress=false", "memory_warmup=5"]
     saved = asdict(config.from_args([*line, f"workdir={tmp_path}"]))
     (tmp_path / "config.json").write_text(json.dumps(saved))
-    memory._check_trained_as(str(tmp_path), line)  # the same arm: read back
-    memory._check_trained_as(str(tmp_path), [*line[:-2], "progress=true", line[-1]])  # not the arm: progress
+    cpu_recipe.check_trained_as(str(tmp_path), line)  # the same arm: read back
+    cpu_recipe.check_trained_as(str(tmp_path), [*line[:-2], "progress=true", line[-1]])  # a run key differs
     for changed, named in (("seed=1", "seed"), ("memory=8192", "memory"), ("batch_size=32", "batch_size")):
         other = [changed if a.split("=")[0] == named else a for a in line]
         with pytest.raises(SystemExit, match=f"different config.*{named}"):
-            memory._check_trained_as(str(tmp_path), other)
-    with pytest.raises(SystemExit, match="steps=30, the arm asks steps=40"):
-        memory._check_trained_as(str(tmp_path), [a if a != "steps=30" else "steps=40" for a in line])
+            cpu_recipe.check_trained_as(str(tmp_path), other)
+    with pytest.raises(SystemExit, match="steps=30, the run asks steps=40"):
+        cpu_recipe.check_trained_as(str(tmp_path), [a if a != "steps=30" else "steps=40" for a in line])
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -719,3 +719,70 @@ def test_search_check_reruns_the_stored_command_and_fails_on_a_fallen_ratio(tmp_
     assert "uint8 wrap-L1 64-byte top-k" in fell
     assert ("Hamming" in fell) is not _installed("faiss")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["search.json"]
+
+
+@pytest.mark.slow
+def test_reality_check_quick(tmp_path):
+    """Two losses (one on the batch, one on proxies) tuned on a validation split and trained on both
+    protocols at a few steps: the table's rows are the file's, each setting the best of its grid."""
+    argv = ("--quick", "--out", str(tmp_path))
+    out = _run_script("reality_check", *argv)
+    assert re.search(r"\d+ trainings left: expected [\d.]+ h", out)  # said before anything trains
+    (rows,) = _tables(out)
+    figures = _figures(tmp_path, "reality_check", argv)
+    names = [r["loss"] for r in figures["losses"]]
+    assert (
+        [r["loss"] for r in rows]
+        == ["raw pixels (784-d, Euclidean)", *names]
+        == ["raw pixels (784-d, Euclidean)", "supcon", "proxy_anchor"]
+    )
+    for loss, row in zip(figures["losses"], rows[1:], strict=True):
+        tuning = figures["tuning"][loss["loss"]]
+        best = max(tuning["scores"], key=lambda s: s["val_p_at_1"])["val_p_at_1"]
+        chosen = next(s for s in tuning["scores"] if s["setting"] == tuning["setting"])
+        assert chosen["val_p_at_1"] == best
+        for protocol, column in (("a", "(a) P@1"), ("b", "(b) R@1")):
+            summary = loss[protocol]
+            assert row[column] == f"{100 * summary['precision_at_1_mean']:.1f}"
+            assert 0 <= summary["map_at_r_mean"] <= 1 and len(summary["runs"]) == 1
+
+
+def test_reality_check_page_and_plan():
+    """The sweep's pieces: a tuning run validates once at its last step, the final runs name their protocol,
+    the table marks a loss under the bar, and the page's section is replaced in place."""
+    plan = reality_check.Plan("digits", None, 50, (0, 1), reality_check.LOSSES[:1], "runs", full=200)
+    loss = plan.losses[0]
+    line = reality_check.tune_line(plan, loss, loss.grid[1])
+    assert {"select_best=true", "val_every=50", "steps=50", "seed=0", "temperature=0.05", "koleo=0"} <= set(
+        line
+    )
+    assert "classes=disjoint" in reality_check.final_line(plan, loss, (), "b", 1)
+    assert "classes=all" in reality_check.final_line(plan, loss, (), "a", 1)
+    left = reality_check.left_to_train(plan)
+    assert sorted(left) == [*[("a", 200)] * 2, *[("b", 100)] * 2, *[("tune", 50)] * 3]
+    raw = {"a": {"precision_at_1": 0.85, "map_at_r": 0.5}, "b": {"precision_at_1": 0.7, "map_at_r": 0.4}}
+
+    def summary(p1):
+        return {
+            "precision_at_1_mean": p1,
+            "precision_at_1_sd": 0.01,
+            "map_at_r_mean": 0.6,
+            "map_at_r_sd": None,
+        }
+
+    rows = [
+        {"loss": "good", "keys": ["loss=x", "t=1"], "a": summary(0.9), "b": summary(0.8)},
+        {"loss": "weak", "keys": ["loss=y"], "a": summary(0.87), "b": summary(0.8)},
+    ]
+    text = reality_check.table(rows, raw)
+    assert "| good | `t=1` | 90.0 ± 1.0 | 60.0 |" in text and "| weak | – | 87.0 ± 1.0 | 60.0 |" in text
+    assert text.splitlines()[-2].endswith("| yes |") and text.splitlines()[-1].endswith("| **no** |")
+
+
+def test_reality_check_writes_its_section_in_place(tmp_path):
+    page = tmp_path / "losses.md"
+    page.write_text(f"# Losses\n\ntable\n\n{reality_check.HEADING}\n\nold text\n\n## Miners\n\nkept\n")
+    reality_check.write_page("| a |\n|---|\n| 1 |", str(page))
+    reality_check.write_page("| a |\n|---|\n| 2 |", str(page))  # a second run replaces the first
+    heading = reality_check.HEADING
+    assert page.read_text() == f"# Losses\n\ntable\n\n{heading}\n\n| a |\n|---|\n| 2 |\n\n## Miners\n\nkept\n"

@@ -1,0 +1,375 @@
+"""A metric-learning reality check on Fashion-MNIST, after Musgrave, Belongie & Lim 2020: every loss the field
+uses daily, trained by one recipe, tuned on a validation split only, tested on two protocols.
+
+    python -m benchmarks.reality_check --data idx:data/fashion-mnist [--print]
+    python -m benchmarks.reality_check --quick     # the bundled digits, a few steps: a smoke run
+
+The recipe is ``preset=supcon_sphere_cpu``'s (the small CNN with batch norm, the sphere at D = 16, one
+crop-and-flip view per image, AdamW, 12 epochs, batch 256) with KoLeo off, so that the loss alone differs
+(:data:`RECIPE`); every loss is ``python -m train`` with its own ``loss=`` keys (:data:`LOSSES`).
+
+1. **Tuning.** Each loss's small grid (:data:`LOSSES`, its paper's values first) trains one seed at an
+   eighth of the length (:data:`TUNE_SHARE`: 1.5 epochs, so that the whole sweep trains in about 8 hours on
+   two cores) with ``select_best=true``: 10 % of the training images are held out and each run's score is
+   its P@1 on them against the rest, measured once, at its last step. The test set is never seen. The best
+   setting of each loss (the earliest on a tie) goes on to step 2, for both protocols.
+2. **Protocol (a), seen classes**: the official split, the 10,000 test images against the 60,000 training
+   images, P@1 and MAP@R. **Protocol (b), unseen classes**: ``classes=disjoint``, the zero-shot protocol of
+   metric learning: train on classes 0-4, retrieve the test images of classes 5-9 among themselves, R@1 and
+   MAP@R. Three seeds each (:data:`SEEDS`), mean ± sample sd, beside the raw pixels' 1-NN and MAP@R under
+   the same protocol.
+
+A loss "reaches the bar" when its mean P@1 on protocol (a) is at least the raw pixels' + 3 points. MAP@R
+(Musgrave et al. 2020) is computed here from each run's embeddings and kept in its run directory
+(analysis.json). Each training lives in ``benchmarks/results/reality_check_runs/STAGE/NAME`` (:data:`RUNS`),
+whose report.json, config.json, load.json and analysis.json are committed as they finish: the sweep goes on
+from any checkout, reading finished runs back. Before it trains, the command prints the runs left and their
+expected time. A full run writes ``benchmarks/results/reality_check.json`` and the table of docs/losses.md
+("Reality check on Fashion-MNIST").
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+import tempfile
+from typing import Any
+
+import numpy as np
+
+from benchmarks.cpu_recipe import REPOSITORY, trained
+from geojax import metrics
+from train.app import config, data
+from train.helpers import files
+from train.helpers.results import (
+    RESULTS_DIR,
+    add_out_argument,
+    destination,
+    invocation,
+    machine_info,
+    write_result,
+)
+from train.helpers.tables import markdown_table
+
+RUNS = os.path.join("benchmarks", "results", "reality_check_runs")  # the trainings (module docstring)
+RECIPE = ["preset=supcon_sphere_cpu", "koleo=0"]
+SEEDS = (0, 1, 2)
+TUNE_SHARE = 0.125  # the tuning runs' share of the recipe's length (1.5 of its 12 epochs)
+ABOVE_RAW = 0.03  # "reaches the bar": mean P@1 (protocol a) ≥ raw pixels + 3 points
+ANALYSIS = "analysis.json"  # MAP@R of a run, computed from its embeddings, kept beside its report
+PAGE = os.path.join("docs", "losses.md")
+HEADING = "## Reality check on Fashion-MNIST"
+
+
+@dataclasses.dataclass(frozen=True)
+class Loss:
+    """One row of the table: the loss's fixed keys and its tuning grid (each setting a few keys)."""
+
+    name: str
+    keys: tuple[str, ...]
+    grid: tuple[tuple[str, ...], ...]
+
+
+LOSSES = (
+    Loss("supcon", ("loss=supcon",), (("temperature=0.1",), ("temperature=0.05",), ("temperature=0.2",))),
+    Loss(
+        "triplet (semihard)",
+        ("loss=triplet", "mining=semihard"),
+        (("margin=0.2",), ("margin=0.1",), ("margin=0.4",)),
+    ),
+    Loss(
+        "contrastive",
+        ("loss=contrastive", "pos_margin=1.0"),
+        (("neg_margin=0.0",), ("neg_margin=0.3",), ("neg_margin=0.6",)),
+    ),
+    Loss("multi_similarity", ("loss=multi_similarity",), (("base=0.5",), ("base=0.3",), ("base=0.7",))),
+    Loss(
+        "multi_similarity + its miner",
+        ("loss=multi_similarity", "miner=multi_similarity"),
+        (("base=0.5",), ("base=0.3",), ("base=0.7",)),
+    ),
+    Loss("circle", ("loss=circle",), (("gamma=80",), ("gamma=32",), ("gamma=256",))),
+    Loss("proxy_anchor", ("loss=proxy_anchor",), (("alpha=32",), ("alpha=16",), ("alpha=64",))),
+    Loss("proxy_nca", ("loss=proxy_nca",), (("loss_scale=1",), ("loss_scale=8",), ("loss_scale=32",))),
+    Loss(
+        "normalized_softmax",
+        ("loss=normalized_softmax",),
+        (("temperature=0.05",), ("temperature=0.02",), ("temperature=0.1",)),
+    ),
+    Loss("arcface", ("loss=arcface",), (("loss_margin=0.5",), ("loss_margin=0.3",), ("loss_margin=0.1",))),
+    Loss("cosface", ("loss=cosface",), (("loss_margin=0.35",), ("loss_margin=0.2",), ("loss_margin=0.1",))),
+    Loss(
+        "sigmoid",
+        ("loss=sigmoid", "sigmoid_learn=true"),
+        (("sigmoid_bias=-10",), ("sigmoid_bias=-5",), ("sigmoid_bias=-2",)),
+    ),
+)
+QUICK_LOSSES = (LOSSES[0], LOSSES[6])  # SupCon and ProxyAnchor: one batch loss, one proxy loss
+
+
+def slug(text: str) -> str:
+    """A run-directory name of a loss or setting: letters, digits, '-' and '.'."""
+    return "".join(c if c.isalnum() or c in "-." else "-" for c in text).strip("-")
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """The sweep's sizes: the data set, the lengths and the seeds (a full run, or ``--quick``'s)."""
+
+    data: str
+    steps: int | None  # the recipe's own length (None) or a fixed number of steps
+    tune_steps: int
+    seeds: tuple[int, ...]
+    losses: tuple[Loss, ...]
+    root: str
+    full: int  # the recipe's length in steps on the data set (for the time estimate)
+
+
+def full_steps(data_name: str) -> int:
+    """The recipe's length in steps on ``data_name``'s official training set (its 12 epochs)."""
+    cfg = config.from_args([*RECIPE, f"dataset={data_name}"])
+    ds = data.load(cfg.dataset, test_fraction=cfg.test_fraction, data_dir=cfg.data_dir)
+    return max(1, round(cfg.epochs * (len(ds.train_y) // cfg.batch_size)))
+
+
+def tune_line(plan: Plan, loss: Loss, setting: tuple[str, ...]) -> list[str]:
+    """The tuning run's ``python -m train`` arguments: one validation, at the last step."""
+    steps = plan.tune_steps
+    return [*RECIPE, f"dataset={plan.data}", *loss.keys, *setting, f"steps={steps}", "seed=0"] + [
+        "select_best=true",
+        f"val_every={steps}",
+        "progress=false",
+    ]
+
+
+def final_line(plan: Plan, loss: Loss, setting: tuple[str, ...], protocol: str, seed: int) -> list[str]:
+    """A final run's arguments: protocol (a) ``classes=all`` or (b) ``classes=disjoint``."""
+    length = [] if plan.steps is None else [f"steps={plan.steps}"]
+    classes = "all" if protocol == "a" else "disjoint"
+    line = [*RECIPE, f"dataset={plan.data}", *loss.keys, *setting, *length, f"classes={classes}"]
+    return [*line, f"seed={seed}", "progress=false"]
+
+
+def run_dir(plan: Plan, stage: str, *parts: str) -> str:
+    return os.path.join(plan.root, stage, "_".join(slug(p) for p in parts))
+
+
+def map_at_r(workdir: str) -> float:
+    """MAP@R of a finished run from its embeddings (kept in its analysis.json once computed): the test
+    images against the training images, or among themselves for ``classes=disjoint``."""
+    here = os.path.join(REPOSITORY, workdir)
+    path = os.path.join(here, ANALYSIS)
+    if os.path.exists(path):
+        with open(path) as f:
+            return float(json.load(f)["map_at_r"])
+    with open(os.path.join(here, "config.json")) as f:
+        disjoint = json.load(f)["classes"] == "disjoint"
+    emb = np.load(os.path.join(here, "embeddings.npz"))
+    similarity = str(emb["similarity"])
+    query = (emb["query"], emb["query_labels"])
+    args = query if disjoint else (*query, emb["reference"], emb["reference_labels"])
+    value = metrics.map_at_r(*args, similarity=similarity)
+    files.write_json(path, {"map_at_r": value})
+    return value
+
+
+def raw_pixels(plan: Plan) -> dict[str, dict[str, float]]:
+    """The raw pixels' P@1 (1-NN) and MAP@R under each protocol (Euclidean distance on the flat images)."""
+    cfg = config.from_args([*RECIPE, f"dataset={plan.data}"])
+    ds = data.load(cfg.dataset, test_fraction=cfg.test_fraction, data_dir=cfg.data_dir)
+    out = {}
+    for protocol, split in (("a", ds), ("b", data.disjoint_classes(ds))):
+        flat = lambda x: x.reshape(len(x), -1).astype(np.float32)  # noqa: E731
+        args = (flat(split.test_x), split.test_y)
+        if protocol == "a":
+            args += (flat(split.train_x), split.train_y)
+        out[protocol] = {
+            "precision_at_1": metrics.precision_at_1(*args, similarity="neg_euclidean"),
+            "map_at_r": metrics.map_at_r(*args, similarity="neg_euclidean"),
+        }
+    return out
+
+
+def expected_s(plan: Plan, left: list[tuple[str, int]]) -> float:
+    """Seconds the runs ``left`` (stage, steps) should take, at the training speed and evaluation time of the
+    finished runs of the same stage (of any stage when none is finished; 5 steps/s and 60 s otherwise)."""
+    done = [_timing(os.path.join(REPOSITORY, plan.root, stage)) for stage in ("tune", "a", "b")]
+    every = [t for times in done for t in times]
+    total = 0.0
+    for stage, steps in left:
+        own = done[("tune", "a", "b").index(stage)] or every
+        rate = statistics.median(t["steps_per_s"] for t in own) if own else 5.0
+        evaluation = statistics.median(t["eval_s"] for t in own) if own else 60.0
+        total += steps / rate + evaluation
+    return total
+
+
+def _timing(folder: str) -> list[dict[str, float]]:
+    found = []
+    if os.path.isdir(folder):
+        for name in sorted(os.listdir(folder)):
+            path = os.path.join(folder, name, "report.json")
+            if os.path.exists(path):
+                with open(path) as f:
+                    found.append(json.load(f)["timing"])
+    return found
+
+
+def _finished(plan: Plan, workdir: str) -> bool:
+    return os.path.exists(os.path.join(REPOSITORY, workdir, "report.json"))
+
+
+def tune(plan: Plan) -> dict[str, dict[str, Any]]:
+    """Every loss's grid, one seed at the tuning length; per loss its scores and the chosen setting."""
+    chosen = {}
+    for loss in plan.losses:
+        scores = []
+        for setting in loss.grid:
+            workdir = run_dir(plan, "tune", loss.name, *setting)
+            rep, loads = trained(tune_line(plan, loss, setting), workdir)
+            scores.append(
+                {"setting": list(setting), "val_p_at_1": rep["selection"][0]["precision_at_1"], **loads}
+            )
+            print(
+                f"tune {loss.name} {' '.join(setting)}: validation P@1 {scores[-1]['val_p_at_1']:.4f}",
+                flush=True,
+            )
+        best = max(range(len(scores)), key=lambda i: (scores[i]["val_p_at_1"], -i))
+        chosen[loss.name] = {"scores": scores, "setting": list(loss.grid[best])}
+    return chosen
+
+
+def final(plan: Plan, chosen: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every loss's chosen setting on both protocols, each seed; per loss its runs and their summaries."""
+    rows = []
+    for loss in plan.losses:
+        setting = tuple(chosen[loss.name]["setting"])
+        row: dict[str, Any] = {"loss": loss.name, "keys": [*loss.keys, *setting]}
+        for protocol in ("a", "b"):
+            runs = []
+            for seed in plan.seeds:
+                workdir = run_dir(plan, protocol, loss.name, f"seed{seed}")
+                rep, loads = trained(final_line(plan, loss, setting, protocol, seed), workdir)
+                runs.append(
+                    {
+                        "seed": seed,
+                        "precision_at_1": rep["precision_at_1"],
+                        "map_at_r": map_at_r(workdir),
+                        "train_s": rep["timing"]["train_s"],
+                        "steps": rep["timing"]["steps_run"],
+                        **loads,
+                    }
+                )
+                print(f"({protocol}) {loss.name} seed {seed}: {json.dumps(runs[-1])}", flush=True)
+            row[protocol] = {"runs": runs, **_summary(runs)}
+        rows.append(row)
+    return rows
+
+
+def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    out = {}
+    for key in ("precision_at_1", "map_at_r"):
+        values = [r[key] for r in runs]
+        out[f"{key}_mean"] = statistics.mean(values)
+        out[f"{key}_sd"] = statistics.stdev(values) if len(values) > 1 else None
+    return out
+
+
+def left_to_train(plan: Plan) -> list[tuple[str, int]]:
+    """(stage, steps) of every run not finished yet (the final runs of the grid's first setting stand for
+    those of the chosen one, whose choice is not known before tuning)."""
+    left = []
+    for loss in plan.losses:
+        for setting in loss.grid:
+            if not _finished(plan, run_dir(plan, "tune", loss.name, *setting)):
+                left.append(("tune", plan.tune_steps))
+        for protocol, share in (("a", 1.0), ("b", 0.5)):  # (b) trains on half the classes
+            for seed in plan.seeds:
+                if not _finished(plan, run_dir(plan, protocol, loss.name, f"seed{seed}")):
+                    left.append((protocol, round(share * (plan.steps or plan.full))))
+    return left
+
+
+def table(rows: list[dict[str, Any]], raw: dict[str, dict[str, float]]) -> str:
+    """The Markdown table of docs/losses.md: each loss's setting and its figures on both protocols."""
+
+    def pct(summary: dict[str, Any], key: str) -> str:
+        sd = summary[f"{key}_sd"]
+        return f"{100 * summary[f'{key}_mean']:.1f}" + ("" if sd is None else f" ± {100 * sd:.1f}")
+
+    body = [
+        ["raw pixels (784-d, Euclidean)", "–"]
+        + [f"{100 * raw[p][k]:.1f}" for p in ("a", "b") for k in ("precision_at_1", "map_at_r")]
+        + ["–"]
+    ]
+    for r in rows:
+        bar = raw["a"]["precision_at_1"] + ABOVE_RAW
+        reached = "yes" if r["a"]["precision_at_1_mean"] >= bar else "**no**"
+        keys = " ".join(k for k in r["keys"] if not k.startswith("loss="))
+        body.append(
+            [r["loss"], f"`{keys}`" if keys else "–"]
+            + [pct(r[p], k) for p in ("a", "b") for k in ("precision_at_1", "map_at_r")]
+            + [reached]
+        )
+    head = ["loss", "tuned keys", "(a) P@1", "(a) MAP@R", "(b) R@1", "(b) MAP@R", "raw + 3 pts on (a)"]
+    return markdown_table(head, body, align="llrrrrl")
+
+
+def write_page(text: str, path: str = os.path.join(REPOSITORY, PAGE)) -> None:
+    """Put ``text`` under the page's reality-check heading (replacing what was there, up to the next
+    heading of its level)."""
+    with open(path, encoding="utf-8") as f:
+        page = f.read()
+    start = page.index(HEADING) + len(HEADING)
+    end = page.find("\n## ", start)
+    files.write_text(path, page[:start] + "\n\n" + text.strip() + "\n" + ("" if end < 0 else page[end:]))
+
+
+def plan_of(args: argparse.Namespace, root: str) -> Plan:
+    """The full sweep's plan, or ``--quick``'s (the digits, two losses, 20 steps, one seed)."""
+    if args.quick:
+        return Plan("digits", 20, 10, (0,), QUICK_LOSSES, root, full=20)
+    full = full_steps(args.data)
+    return Plan(args.data, None, max(1, round(TUNE_SHARE * full)), SEEDS, LOSSES, root, full=full)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", default="idx:data/fashion-mnist", help="the app's dataset= value")
+    ap.add_argument("--quick", action="store_true", help="the digits, two losses, a few steps: a smoke run")
+    ap.add_argument(
+        "--print", action="store_true", help="print the runs left and their expected time, then stop"
+    )
+    add_out_argument(ap)
+    args = ap.parse_args()
+    machine = machine_info()
+    with tempfile.TemporaryDirectory() as tmp:
+        plan = plan_of(args, os.path.join(tmp, "runs") if args.quick else RUNS)
+        left = left_to_train(plan)
+        hours = expected_s(plan, left) / 3600
+        print(f"{len(left)} trainings left: expected {hours:.1f} h on this machine", flush=True)
+        if args.print:
+            return
+        chosen = tune(plan)
+        rows = final(plan, chosen)
+        raw = raw_pixels(plan)
+    print(table(rows, raw))
+    out = destination(args.out, quick=args.quick)
+    if out is None:
+        return
+    figures = {"recipe": RECIPE, "data": plan.data, "seeds": list(plan.seeds), "tuning": chosen}
+    figures |= {"raw_pixels": raw, "losses": rows, "above_raw": ABOVE_RAW}
+    print(
+        write_result(
+            "reality_check", figures, argv=invocation("benchmarks.reality_check"), machine=machine, folder=out
+        )
+    )
+    if out == RESULTS_DIR:
+        write_page(table(rows, raw))
+
+
+if __name__ == "__main__":
+    main()
