@@ -481,7 +481,7 @@ BASELINE_CLAIM = (
 
 
 def baseline_claim(n: dict[str, Any]) -> Claim:
-    """ "A significant improvement over the baseline in small dimensions" (Korman 2021 §1, Tables 3-4): R@1 of
+    """Korman 2021's "significant improvement over the baseline in small dimensions" (§1, Tables 3-4): R@1 of
     MTriplet's compressed code at d = 2 with n = 16 charts against the paper's baseline, normalised triplet
     training in R^{d+1}, both under the disjoint-class protocol; no baseline runs: inconclusive."""
     lo, hi = CLAIM_CHARTS

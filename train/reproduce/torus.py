@@ -740,13 +740,13 @@ def stability_note(sizes: Sizes, *, own: bool) -> str:
 SETTINGS_TRIED = (
     "Settings tried for the stability runs (Fashion-MNIST, the cpu scale's CNN, KoLeo 1.0): the scale's "
     "AdamW recipe for 300 steps (1.3 epochs, 2 seeds per D and arm, the page before this one) made no run "
-    "diverge in 12, and its clip at 100 never bound at D = 4 and 8 (max ‖g‖ 58 and 43). By hand, seed 0, 600 "
-    "steps of SGD at 0.1 (batch 200): without clipping torusC diverged at step 5, 7 and 11 (D = 2, 4, 8), "
-    "and at step 8 with SGD at 0.01 (D = 2); with the clip at 100 (element-wise) it collapsed to one point "
-    "or stayed at chance (P@1 10.0, 10.0, 9.8 at D = 2, 4, 8; at 0.01 too, D = 2), and with the clip on the "
-    "global norm it collapsed by step 60 (D = 2); torusN at D = 2 with the clip made no progress in 200 "
-    "steps; the sphere at D = 16 with the same SGD recipe, unclipped, reached P@1 85.9 (gradient norms about "
-    "3)."
+    "diverge in 12, and its clip at 100 never bound at D = 4 and 8 (max ‖g‖ 58 and 43). By hand, one seed, "
+    "600 steps of SGD at 0.1 (batch 200): without clipping torusC diverged at step 5, 7 and 11 (D = 2, 4, "
+    "8), and at step 8 with SGD at 0.01 (D = 2); with the clip at 100 (element-wise) it collapsed to one "
+    "point or stayed at chance (P@1 10.0, 10.0, 9.8 at D = 2, 4, 8; at 0.01 too, D = 2), and with the clip "
+    "on the global norm it collapsed by step 60 (D = 2); torusN at D = 2 with the clip made no progress in "
+    "200 steps; the sphere at D = 16 with the same SGD recipe, unclipped, reached P@1 85.9 (gradient norms "
+    "about 3)."
 )
 
 
