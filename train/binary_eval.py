@@ -20,14 +20,15 @@ import argparse
 import math
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import numpy as np
 
 from geojax import binary, search, tt
 from train.helpers import files, tables
-from train.helpers.timing import measure
+from train.helpers.timing import Timing, measure
 
 FACTORS = (0.25, 0.5, 1.0, 2.0, 4.0)
 QUICK_FACTORS = (0.5, 1.0, 2.0)
@@ -122,6 +123,25 @@ def code_bits(factor: float, d_padded: int) -> int:
     return 8 * max(1, round(factor * d_padded / 8))
 
 
+def alternate_timings(
+    encode: Callable[..., Any], models: dict[str, Any], x: np.ndarray, repeats: int
+) -> dict[str, Timing]:
+    """Per model, ``repeats`` timings of ``encode(model, x)`` (each after one warm-up call), taken in turn
+    (A, B, A, B, ...) so that a change of the machine's load between them falls on every model alike."""
+    samples: dict[str, list[Timing]] = {name: [] for name in models}
+    for i in range(repeats):
+        for name, model in models.items():
+            samples[name].append(measure(encode, model, x, repeats=1, warmup=1 if i == 0 else 0))
+    return {
+        name: Timing(
+            seconds=tuple(t.seconds[0] for t in found),
+            cpu_seconds=tuple(t.cpu_seconds[0] for t in found),
+            result=found[-1].result,
+        )
+        for name, found in samples.items()
+    }
+
+
 def itq_vs_tp(
     x: np.ndarray,
     *,
@@ -162,11 +182,14 @@ def itq_vs_tp(
                 db, bits, in_modes=in_modes, out_modes=out_modes, rank=rank, key=key, iters=tp_iters
             ),
         }
+        models, fit_s = {}, {}
         for method, fit in fits.items():
             start = time.perf_counter()
-            model = jax.block_until_ready(fit())
-            fit_s = time.perf_counter() - start
-            timing = measure(encode, model, db, repeats=encode_repeats)
+            models[method] = jax.block_until_ready(fit())
+            fit_s[method] = time.perf_counter() - start
+        timings = alternate_timings(encode, models, db, encode_repeats)
+        for method, model in models.items():
+            timing = timings[method]
             db_codes, seconds = timing.result, timing.median
             params = tt.num_params(model.projection) if method == "TP" else int(model.projection.size)
             ap = hamming_ap(encode(model, q), db_codes, relevant)
@@ -178,7 +201,7 @@ def itq_vs_tp(
                     "params": params,
                     "encode_us_per_vector": 1e6 * seconds / db.shape[0],
                     "encode_us_samples": [1e6 * t / db.shape[0] for t in timing.seconds],
-                    "fit_s": fit_s,
+                    "fit_s": fit_s[method],
                     "out_modes": list(out_modes) if method == "TP" else None,
                     "tt_ranks": list(model.projection.ranks) if method == "TP" else None,
                     "objective_first": float(model.objective[0]),
