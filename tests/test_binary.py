@@ -238,18 +238,3 @@ def test_binary_eval_cli_writes_table_and_json(tmp_path, capsys):
         assert r["params"] == tt.num_params(shape)
     with pytest.raises(ValueError, match="data"):
         binary_eval.load_features("nothing")
-
-
-def test_encoding_timings_alternate_between_the_models():
-    """Each model's encoding is timed in turn with the other's (after one warm-up call each), so that a
-    change of the machine's load falls on both: the comparison of encoding times needs it."""
-    calls = []
-
-    def encode(model, x):
-        calls.append(model)
-        return x
-
-    timings = binary_eval.alternate_timings(encode, {"ITQ": "itq", "TP": "tp"}, np.zeros(3), 3)
-    assert calls == ["itq", "itq", "tp", "tp", "itq", "tp", "itq", "tp"]  # warm-up, then one timing each
-    assert {name: len(t.seconds) for name, t in timings.items()} == {"ITQ": 3, "TP": 3}
-    assert all(s >= 0 for t in timings.values() for s in t.seconds)

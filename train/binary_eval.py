@@ -20,15 +20,13 @@ import argparse
 import math
 import os
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import jax
 import numpy as np
 
 from geojax import binary, search, tt
-from train.helpers import files, tables
-from train.helpers.timing import Timing, measure
+from train.helpers import files, tables, timing
 
 FACTORS = (0.25, 0.5, 1.0, 2.0, 4.0)
 QUICK_FACTORS = (0.5, 1.0, 2.0)
@@ -123,25 +121,6 @@ def code_bits(factor: float, d_padded: int) -> int:
     return 8 * max(1, round(factor * d_padded / 8))
 
 
-def alternate_timings(
-    encode: Callable[..., Any], models: dict[str, Any], x: np.ndarray, repeats: int
-) -> dict[str, Timing]:
-    """Per model, ``repeats`` timings of ``encode(model, x)`` (each after one warm-up call), taken in turn
-    (A, B, A, B, ...) so that a change of the machine's load between them falls on every model alike."""
-    samples: dict[str, list[Timing]] = {name: [] for name in models}
-    for i in range(repeats):
-        for name, model in models.items():
-            samples[name].append(measure(encode, model, x, repeats=1, warmup=1 if i == 0 else 0))
-    return {
-        name: Timing(
-            seconds=tuple(t.seconds[0] for t in found),
-            cpu_seconds=tuple(t.cpu_seconds[0] for t in found),
-            result=found[-1].result,
-        )
-        for name, found in samples.items()
-    }
-
-
 def itq_vs_tp(
     x: np.ndarray,
     *,
@@ -158,7 +137,8 @@ def itq_vs_tp(
     """Run the ITQ vs TP comparison (Hong, Meng & Yuan 2018 §6.1) on features x [N, D]; returns the report
     as a JSON-able dict. With ``per_query``, each row also holds ``ap``: every query's AP (None for a query
     with no true neighbour), the same queries in every row, for a paired comparison of two rows. Encoding the
-    database is timed ``encode_repeats`` times after a warm-up call: each row holds the median
+    database is timed ``encode_repeats`` times after a warm-up call, the two fits of a code length in turn
+    (train.helpers.timing.interleaved): each row holds the median
     (``encode_us_per_vector``) and every timing (``encode_us_samples``), µs per vector."""
     n, d = x.shape
     n_q = queries if queries is not None else max(1, min(1000, n // 10))
@@ -187,10 +167,11 @@ def itq_vs_tp(
             start = time.perf_counter()
             models[method] = jax.block_until_ready(fit())
             fit_s[method] = time.perf_counter() - start
-        timings = alternate_timings(encode, models, db, encode_repeats)
+        # in turn, so that a change of the machine's load between timings falls on both fits alike
+        calls = {method: timing.Call(encode, (model, db)) for method, model in models.items()}
+        timings = timing.interleaved(calls, rounds=encode_repeats)
         for method, model in models.items():
-            timing = timings[method]
-            db_codes, seconds = timing.result, timing.median
+            db_codes, seconds = timings[method].result, timings[method].median
             params = tt.num_params(model.projection) if method == "TP" else int(model.projection.size)
             ap = hamming_ap(encode(model, q), db_codes, relevant)
             rows.append(
@@ -200,7 +181,7 @@ def itq_vs_tp(
                     "map": float(np.nanmean(ap)),
                     "params": params,
                     "encode_us_per_vector": 1e6 * seconds / db.shape[0],
-                    "encode_us_samples": [1e6 * t / db.shape[0] for t in timing.seconds],
+                    "encode_us_samples": [1e6 * t / db.shape[0] for t in timings[method].seconds],
                     "fit_s": fit_s[method],
                     "out_modes": list(out_modes) if method == "TP" else None,
                     "tt_ranks": list(model.projection.ranks) if method == "TP" else None,

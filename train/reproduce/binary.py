@@ -24,6 +24,7 @@ from train.reproduce.rules import (
     every,
     interval_text,
     significance,
+    value_text,
     welch_interval,
     within,
 )
@@ -231,7 +232,8 @@ def encoding_claim(n: dict[str, Any]) -> Claim:
     times = n.get("encode_us", {})
     diffs = {b: welch_interval(t["ITQ"], t["TP"]) for b, t in times.items()}
     ours = "; ".join(
-        f"b={b}: TP {_us(times[b]['TP'])} vs ITQ {_us(times[b]['ITQ'])} µs, ITQ − TP {_us_interval(ci)}"
+        f"b={b}: TP {_us(times[b]['TP'])} vs ITQ {_us(times[b]['ITQ'])} µs, ITQ − TP "
+        + value_text(ci, fmt="+.3g", missing="– (no repeated timings recorded)")
         for b, ci in diffs.items()
     )
     return Claim(
@@ -254,15 +256,6 @@ def encoding_claim(n: dict[str, Any]) -> Claim:
 def _us(samples: list[float]) -> str:
     """Timings as 'median (n timings)', '–' for none."""
     return f"{np.median(samples):.3g} ({len(samples)} timings)" if samples else "–"
-
-
-def _us_interval(ci: tuple[float, float, float]) -> str:
-    m, lo, hi = ci
-    if math.isnan(m):
-        return "– (no repeated timings recorded)"
-    if math.isnan(lo):
-        return f"{m:+.3g} (no interval)"
-    return f"{m:+.3g}, 95% CI [{lo:+.3g}, {hi:+.3g}]"
 
 
 def facts(n: dict[str, Any]) -> str:

@@ -383,6 +383,26 @@ def count_interval(counts: Sequence[float], level: float = LEVEL) -> Interval:
     return m, lo, hi
 
 
+def value_text(
+    ci: Interval, *, fmt: str, over: str = "", single: str = "no interval", missing: str = "–"
+) -> str:
+    """An interval of a quantity in its own units as the page states it: '+0.442, 95% CI [+0.3, +0.5] over
+    3 paired seeds' (``fmt`` the format of each number, ``over`` what the interval is over), the estimate
+    with ``single`` in brackets where the bounds are undefined, ``missing`` for no estimate.
+
+    >>> value_text((0.5, 0.25, 0.75), fmt="+.2f", over="3 seeds")
+    '+0.50, 95% CI [+0.25, +0.75] over 3 seeds'
+    >>> value_text((2.0, math.nan, math.nan), fmt="+.1f"), value_text((math.nan,) * 3, fmt="+.1f")
+    ('+2.0 (no interval)', '–')
+    """
+    m, lo, hi = ci
+    if math.isnan(m):
+        return missing
+    if math.isnan(lo) or math.isnan(hi):
+        return f"{m:{fmt}} ({single})"
+    return f"{m:{fmt}}, 95% CI [{lo:{fmt}}, {hi:{fmt}}]" + (f" over {over}" if over else "")
+
+
 def interval_text(ci: Interval, seeds: int, *, unit: str = "pts", over: str = "paired seeds") -> str:
     """An interval of a difference of fractions as the page states it: 'Δ +1.2 pts, 95% CI [+0.4, +2.0] over
     3 paired seeds'; 'Δ +1.2 pts (1 paired seed: no interval)' where its bounds are undefined, '–' for no

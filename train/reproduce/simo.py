@@ -33,6 +33,7 @@ from train.reproduce.rules import (
     mean_sd,
     nearest_labels,
     t_interval,
+    value_text,
     welch_interval,
 )
 from train.reproduce.rundirs import recipe_trials, run_analysis, train_recipe
@@ -371,12 +372,9 @@ def _separation_text(v: dict[str, Any], control: dict[str, Any] | None, names: S
 
 
 def _count_text(ci: Interval, seeds: int) -> str:
-    m, lo, hi = ci
-    if math.isnan(m):
-        return "classes lost: –"
-    if math.isnan(lo):
-        return f"classes lost {m:+.1f} over {seeds} paired seeds (no interval: one seed, or every seed alike)"
-    return f"classes lost {m:+.1f}, 95% CI [{lo:+.1f}, {hi:+.1f}] over {seeds} paired seeds"
+    no_interval = f"over {seeds} paired seeds, no interval: one seed, or every seed alike"
+    text = value_text(ci, fmt="+.1f", over=f"{seeds} paired seeds", single=no_interval)
+    return f"classes lost {text}"
 
 
 def claims(details: dict[str, Any]) -> list[Claim]:
@@ -448,8 +446,8 @@ def orthogonality_claim(dim: str, full: dict[str, Any], abl: dict[str, Any], sup
         claim=f"{ORTHOGONAL} (D={dim}: mean absolute cosine between class means)",
         ours="mean |cos| between class means (0: orthogonal), mean ± sd over seeds: "
         + ", ".join(f"{k} {_cos_text(v)}" for k, v in arms.items())
-        + f"; ablation − SimO {_difference(vs_ablation, len(simo_cos), 'paired seeds')}; SupCon on "
-        f"{SIMO_SIMILARITY} − SimO {_difference(vs_control, len(control), 'SupCon seeds (Welch)')}",
+        + f"; ablation − SimO {_difference(vs_ablation, f'{len(simo_cos)} paired seeds')}; SupCon on "
+        f"{SIMO_SIMILARITY} − SimO {_difference(vs_control, f'{len(control)} SupCon seeds (Welch)')}",
         paper='"Our results illustrate the formation of distinct, orthogonal class neighborhoods"; "each '
         'fiber corresponds to a specific class and is orthogonal to other fibers"',
         source="Abstract; 'Discussion and Limitations'",
@@ -461,20 +459,15 @@ def orthogonality_claim(dim: str, full: dict[str, Any], abl: dict[str, Any], sup
     )
 
 
+def _difference(ci: Interval, over: str) -> str:
+    return value_text(ci, fmt="+.3f", over=over, single="no interval: one seed", missing="– (no runs)")
+
+
 def _cos_text(values: Sequence[float]) -> str:
     if not values:
         return "–"
     sd = f" ± {np.std(values, ddof=1):.3f}" if len(values) > 1 else ""
     return f"{np.mean(values):.3f}{sd} ({len(values)} seed{'s' if len(values) > 1 else ''})"
-
-
-def _difference(ci: Interval, seeds: int, over: str) -> str:
-    m, lo, hi = ci
-    if math.isnan(m):
-        return "– (no runs)"
-    if math.isnan(lo):
-        return f"{m:+.3f} (no interval: one seed)"
-    return f"{m:+.3f}, 95% CI [{lo:+.3f}, {hi:+.3f}] over {seeds} {over}"
 
 
 def control_note(
