@@ -239,9 +239,8 @@ def encoding_claim(n: dict[str, Any]) -> Claim:
     return Claim(
         claim="TP has the least encoding time: less than ITQ's at every b (µs per vector)",
         ours=(ours or "no b run")
-        + " (one fit per method and b, its encoding of the database timed repeatedly; "
-        "the timings of one method follow each other, so a change of the machine's load between them is not "
-        "averaged out)",
+        + " (one fit per method and b; its encoding of the database timed repeatedly, the two fits in turn, "
+        "so that a change of the load of the machine, which is shared, falls on both alike)",
         paper='"The proposed TP takes the least encoding time among all state-of-the-art methods"; "our '
         "proposed TP uses the fewest parameters of the projection matrix to achieve the fastest binary "
         'encoding of high-dimensional features"',
