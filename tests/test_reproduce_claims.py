@@ -675,8 +675,9 @@ SIMO_P1 = [0.75, 0.74, 0.72]
 )
 def test_simo_control_note_follows_the_numbers(own, random, says):
     bn = [_p1_run(simo.BN_OWN, own, steps=5616), _p1_run(simo.BN_RANDOM, random, steps=2808)]
-    note = simo.control_note(bn + _supcon("cosine", [0.90]), SIMO_P1)
-    assert note.startswith("Controls (D = 16):") and says in note
+    trials = [{"name": "base", "steps": 1404, "p_at_1": 0.707}]
+    note = simo.control_note(bn + _supcon("cosine", [0.90]), SIMO_P1, trials, steps=5616)
+    assert note.startswith("Controls (D = 16):") and says in note and "at 5,616 (the sweep's run)" in note
     assert f"P@1 {100 * own:.1f} with the recipe's class-subsampled batches of 128 (5,616 steps)" in note
     assert f"{100 * random:.1f} with the scale's random batches of 256 in their place (2,808 steps" in note
     assert "against 73.7 ± 1.5 without batch norm" in note

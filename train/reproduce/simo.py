@@ -483,14 +483,14 @@ def control_note(
     p1 = {r.name: r.metric("precision_at_1") for r in controls}
     text = f"Controls (D = {DIM}):"
     if BN_OWN in p1 and BN_RANDOM in p1:
-        steps = {r.name: r.steps for r in controls}
+        own_steps = {r.name: r.steps for r in controls}
         lower = max(p1[BN_OWN], p1[BN_RANDOM]) < mean(simo) - ABOVE_BASELINE
         text += (
             " SimO on the scale's encoder with its batch norm (the first training seed) reaches P@1 "
             f"{mean_sd([p1[BN_OWN]])} with the recipe's class-subsampled batches of {BATCH} "
-            f"({steps[BN_OWN]:,} steps) and "
+            f"({own_steps[BN_OWN]:,} steps) and "
             f"{mean_sd([p1[BN_RANDOM]])} with the scale's random batches of {RANDOM_BATCH} in their place "
-            f"({steps[BN_RANDOM]:,} steps over the same epochs) ({BN_OWN}, {BN_RANDOM}), against "
+            f"({own_steps[BN_RANDOM]:,} steps over the same epochs) ({BN_OWN}, {BN_RANDOM}), against "
             f"{mean_sd(simo)} without batch norm (`norm={SIMO_NORM}`, the SimO runs above)"
             + (
                 f": with SimO's loss, batch norm goes with a P@1 more than {100 * ABOVE_BASELINE:g} points "
