@@ -503,10 +503,19 @@ def control_note(
     supcon = controlled(controls)["supcon"]
     cosine, own = supcon["cosine"]["p_at_1"], supcon[SIMO_SIMILARITY]["p_at_1"]
     if cosine or own:
+        reached = [
+            f"{mean_sd(p)} on {what} ({len(p)} seed{'s' if len(p) > 1 else ''})"
+            for p, what in (
+                (cosine, "the cosine (normalised)"),
+                (own, f"SimO's own {SIMO_SIMILARITY} (unnormalised)"),
+            )
+            if p
+        ]
         text += (
             " SupCon in place of SimO, with the same recipe, encoder, batches and steps, reaches P@1 "
-            f"{mean_sd(cosine)} on the cosine (normalised; {len(cosine)} seeds) and {mean_sd(own)} on SimO's "
-            f"own unnormalised {SIMO_SIMILARITY} ({len(own)} seeds). " + _loss_gap(own, simo)
+            + " and ".join(reached)
+            + ". "
+            + _loss_gap(own, simo)
         )
     return text + _length(simo, steps, trials)
 
