@@ -484,7 +484,10 @@ def test_binary_encoding_time_is_judged_on_repeated_timings_at_every_b():
     noisy = {"TP": [2.0, 4.0, 3.0, 2.5], "ITQ": [3.0, 2.0, 3.5, 2.9]}
     claim = binary.claims(_binary_numbers(encode_us={192: fast, 784: fast}))[2]
     assert claim.verdict == HOLDS and "least encoding time" in claim.paper and "§6.1.1" in claim.source
-    assert "b=192: TP 2.12 (4 timings) vs ITQ 2.98 (4 timings) µs, ITQ − TP +0.875, 95% CI [" in claim.ours
+    assert (
+        "b=192: TP 2.11 ± 0.085 (4 timings) vs ITQ 2.99 ± 0.085 (4 timings) µs, ITQ − TP +0.875, 95% CI ["
+        in (claim.ours)
+    )
     assert binary.claims(_binary_numbers(encode_us={192: fast, 784: slow}))[2].verdict == FAILS
     assert binary.claims(_binary_numbers(encode_us={192: fast, 784: noisy}))[2].verdict == INCONCLUSIVE
     stored = {192: {"TP": [], "ITQ": []}}  # a result stored with the median alone

@@ -253,8 +253,10 @@ def encoding_claim(n: dict[str, Any]) -> Claim:
 
 
 def _us(samples: list[float]) -> str:
-    """Timings as 'median (n timings)', '–' for none."""
-    return f"{np.median(samples):.3g} ({len(samples)} timings)" if samples else "–"
+    """Timings as 'mean ± sd (n timings)' (what Welch's interval compares), '–' for none."""
+    if not samples:
+        return "–"
+    return f"{np.mean(samples):.3g} ± {np.std(samples, ddof=1):.2g} ({len(samples)} timings)"
 
 
 def facts(n: dict[str, Any]) -> str:
