@@ -37,6 +37,7 @@ README = Path(__file__).resolve().parents[1] / "README.md"
         (["loss=contrastive", "margin=0.1"], "margin applies to loss=triplet"),
         (["pos_margin=0.5"], "pos_margin applies to loss=contrastive|lifted_structured"),
         (["simo_eps=0.1"], "simo_eps applies to loss=simo"),
+        (["simo_orthogonality_weight=2"], "simo_orthogonality_weight applies to loss=simo"),
         (["optimizer=adam", "weight_decay=0.1"], "weight_decay applies to optimizer=adamw"),
         (["schedule=constant", "lr_min=0.1"], "lr_min applies to schedule=cosine"),
         (["projection_dim=32"], "projection_dim applies to projection=mlp|mixed"),
@@ -114,7 +115,7 @@ LOSS_KWARGS = {
     "contrastive": {},  # both margins none: the loss's own
     "lifted_structured": {},
     "triplet": {"margin": 0.2, "mining": "all"},
-    "simo": {"eps": 1e-6, "orthogonality": True},
+    "simo": {"eps": 1e-6, "orthogonality": True, "orthogonality_weight": 1.0},
     # the metric-learning losses: every key none (the loss's own) but the softmax temperature
     **{loss: {} for loss in ("multi_similarity", "circle", "sigmoid", "proxy_anchor", "proxy_nca")},
     **{loss: {} for loss in ("arcface", "cosface")},
@@ -194,3 +195,20 @@ def test_koleo_eps_none_is_the_librarys_own():
         _, terms = step.Objective.from_config(cfg)(models.Outputs(z), labels, jax.random.key(0), None)
         assert float(terms["koleo"]) == pytest.approx(float(want), rel=1e-6)
     assert float(regularizers.koleo(z)) != pytest.approx(float(regularizers.koleo(z, eps=0.5)), rel=1e-3)
+
+
+def test_simo_orthogonality_weight_reaches_the_loss_as_its_keyword():
+    """SimO's orthogonality learning factor (Bouhsine et al. 2024) is registered with the loss beside its ε,
+    and the objective passes it as geojax.losses.simo's ``orthogonality_weight`` (1.0: eq. 1 as written)."""
+    from train.app.objective import Objective
+
+    kwargs = dict(
+        Objective.from_config(config.from_args(["loss=simo", "simo_orthogonality_weight=0.5"])).loss_kwargs
+    )
+    assert kwargs["orthogonality_weight"] == 0.5
+    assert (
+        dict(Objective.from_config(config.from_args(["loss=simo"])).loss_kwargs)["orthogonality_weight"]
+        == 1.0
+    )
+    with pytest.raises(UsageError, match="simo_orthogonality_weight"):
+        config.from_args(["loss=simo", "simo_orthogonality_weight=-1"])

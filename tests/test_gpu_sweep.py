@@ -48,7 +48,8 @@ def test_gpu_scale_trains_each_papers_share_of_its_recipes_epochs():
         seen = digits.train_y < 5 if cfg.classes == "disjoint" else digits.train_y >= 0  # MTriplet's half
         assert cfg.steps == round(epochs * (int(seen.sum()) // cfg.batch_size) / 75), cfg.workdir
         assert (cfg.encoder, cfg.steps_per_call) == ("resnet18", 10)
-    assert len(configs) == 21  # MSimCLR n = 1, 16, 4, 32 and SimCLR, MTriplet n = 1, 16: three seeds each
+    # MSimCLR n = 1, 16, 4, 32, SimCLR, the normalised-triplet baseline, MTriplet n = 1, 16: three seeds each
+    assert len(configs) == 24
     assert [os.path.basename(c.workdir) for c in configs[:6]] == [
         f"msimclr-d2-n{n}-seed{s}" for n in (1, 16) for s in range(3)
     ]
@@ -109,10 +110,12 @@ def test_print_states_the_plan_within_one_command(capsys):
     sweep on Fashion-MNIST's 60,000 training images of 28 × 28 × 1 within one 540 s command with 4 jobs."""
     main(["001", "--scale", "gpu", "--print", "--jobs", "4"])
     text = capsys.readouterr().out
-    assert text.count("expected") == 22 and "# 001: 1/75 of each recipe's epochs" in text
+    assert text.count("expected") == 25 and "# 001: 1/75 of each recipe's epochs" in text
     lines = list_runs("001", scale=common.SCALES["gpu"], data_spec="digits", out="o")
     runs = plan.plan_runs(lines, (28, 28, 1))
-    steps = [624] * 15 + [7500] * 6  # 1/75 of 100 epochs of 468 batches of 128, of 300 of 1,875 of 32
+    # 1/75 of 100 epochs of 468 batches of 128; of 300 epochs of 937 batches of 32 (the first five classes'
+    # 30,000 images: MTriplet's and its baseline's disjoint-class protocol)
+    steps = [624] * 15 + [3748] * 9
     fashion = [dataclasses.replace(r, steps=n) for r, n in zip(runs, steps, strict=True)]
     assert plan.expected_s(fashion, 4) <= plan.GPU.budget_s
     main(["001", "--scale", "gpu", "--print", "--jobs", "3"])

@@ -122,7 +122,7 @@ def ref_lifted_memory(sim, labels, key_labels, pos_margin=0.0, neg_margin=1.0):
     return _avg(terms)
 
 
-def ref_simo(emb, labels, eps=1e-6, orthogonality=True):
+def ref_simo(emb, labels, eps=1e-6, orthogonality=True, weight=1.0):
     e = np.asarray(emb, np.float64)
     sd = so = dd = do = 0.0
     for i in range(len(e)):
@@ -133,7 +133,7 @@ def ref_simo(emb, labels, eps=1e-6, orthogonality=True):
                 sd, so = sd + d, so + o
             else:
                 dd, do = dd + d, do + o
-    return (sd / (eps + so) if sd else 0.0) + (do / (eps + dd) if do else 0.0)
+    return (sd / (eps + so) if sd else 0.0) + weight * (do / (eps + dd) if do else 0.0)
 
 
 # Every sim loss: (name, geojax callable, reference callable); hyper-parameters away from the defaults where
@@ -374,6 +374,20 @@ def test_one_item_batch():
             jnp.ones((1, 3))
         )
         assert float(value) == 0.0 and not np.any(grad)
+
+
+def test_simo_orthogonality_weight_scales_the_dissimilar_pairs_term_and_is_eq_1_at_one():
+    rng = np.random.default_rng(3)
+    emb, labels = rng.normal(size=(12, 5)).astype(np.float32), jnp.asarray(rng.integers(0, 3, 12))
+    step = jax.jit(jax.value_and_grad(losses.simo))
+    weighted = jax.jit(jax.value_and_grad(partial(losses.simo, orthogonality_weight=1.0)))
+    for a, b in zip(step(jnp.asarray(emb), labels), weighted(jnp.asarray(emb), labels), strict=True):
+        np.testing.assert_array_equal(a, b)  # 1.0 is today's loss bit for bit, value and gradient
+    for w in (0.0, 0.25, 3.0):
+        got = jax.jit(partial(losses.simo, orthogonality_weight=w))(jnp.asarray(emb), labels)
+        np.testing.assert_allclose(got, ref_simo(emb, np.asarray(labels), weight=w), rtol=RTOL, atol=ATOL)
+    with pytest.raises(ValueError, match="orthogonality_weight"):
+        losses.simo(jnp.asarray(emb), labels, orthogonality_weight=-1.0)
 
 
 def test_simo_edges_finite_and_match_loop():

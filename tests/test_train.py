@@ -162,6 +162,17 @@ def test_interrupted_and_resumed_run_ends_with_the_same_parameters(tmp_path):
         loop.train(config.make(workdir=str(tmp_path / "b"), **{**kw, "lr": 0.5}))
 
 
+def test_a_key_added_after_a_run_reads_its_directory_back_at_the_default(tmp_path):
+    """A config.json written before a key existed (SimO's simo_orthogonality_weight) holds the run of that
+    key's default, which keeps what the code computed before it; another value is another run."""
+    cfg = config.make(workdir=str(tmp_path), loss="simo", steps=1)
+    saved = {k: v for k, v in dataclasses.asdict(cfg).items() if k != "simo_orthogonality_weight"}
+    (tmp_path / "config.json").write_text(json.dumps(saved), encoding="utf-8")
+    assert loop.check_workdir(cfg) == saved
+    with pytest.raises(ValueError, match="simo_orthogonality_weight"):
+        loop.check_workdir(dataclasses.replace(cfg, simo_orthogonality_weight=2.0))
+
+
 def test_each_process_feeds_its_own_rows_of_the_same_global_batch():
     cfg = config.make(batch_size=8, labels="instance", sampler="m_per_class", m_per_class=2)
     labels = np.repeat(np.arange(10), 5).astype(np.int32)

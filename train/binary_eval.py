@@ -26,8 +26,7 @@ import jax
 import numpy as np
 
 from geojax import binary, search, tt
-from train.helpers import files, tables
-from train.helpers.timing import measure
+from train.helpers import files, tables, timing
 
 FACTORS = (0.25, 0.5, 1.0, 2.0, 4.0)
 QUICK_FACTORS = (0.5, 1.0, 2.0)
@@ -133,10 +132,14 @@ def itq_vs_tp(
     tp_iters: int = 10,
     seed: int = 0,
     per_query: bool = False,
+    encode_repeats: int = 3,
 ) -> dict:
     """Run the ITQ vs TP comparison (Hong, Meng & Yuan 2018 §6.1) on features x [N, D]; returns the report
     as a JSON-able dict. With ``per_query``, each row also holds ``ap``: every query's AP (None for a query
-    with no true neighbour), the same queries in every row, for a paired comparison of two rows."""
+    with no true neighbour), the same queries in every row, for a paired comparison of two rows. Encoding the
+    database is timed ``encode_repeats`` times after a warm-up call, the two fits of a code length in turn
+    (train.helpers.timing.interleaved): each row holds the median
+    (``encode_us_per_vector``) and every timing (``encode_us_samples``), µs per vector."""
     n, d = x.shape
     n_q = queries if queries is not None else max(1, min(1000, n // 10))
     t = cores if cores is not None else max(2, int(math.log(d, 4) + 1e-9))
@@ -159,12 +162,16 @@ def itq_vs_tp(
                 db, bits, in_modes=in_modes, out_modes=out_modes, rank=rank, key=key, iters=tp_iters
             ),
         }
+        models, fit_s = {}, {}
         for method, fit in fits.items():
             start = time.perf_counter()
-            model = jax.block_until_ready(fit())
-            fit_s = time.perf_counter() - start
-            timing = measure(encode, model, db, repeats=3)
-            db_codes, seconds = timing.result, timing.median
+            models[method] = jax.block_until_ready(fit())
+            fit_s[method] = time.perf_counter() - start
+        # in turn, so that a change of the machine's load between timings falls on both fits alike
+        calls = {method: timing.Call(encode, (model, db)) for method, model in models.items()}
+        timings = timing.interleaved(calls, rounds=encode_repeats)
+        for method, model in models.items():
+            db_codes, seconds = timings[method].result, timings[method].median
             params = tt.num_params(model.projection) if method == "TP" else int(model.projection.size)
             ap = hamming_ap(encode(model, q), db_codes, relevant)
             rows.append(
@@ -174,7 +181,8 @@ def itq_vs_tp(
                     "map": float(np.nanmean(ap)),
                     "params": params,
                     "encode_us_per_vector": 1e6 * seconds / db.shape[0],
-                    "fit_s": fit_s,
+                    "encode_us_samples": [1e6 * t / db.shape[0] for t in timings[method].seconds],
+                    "fit_s": fit_s[method],
                     "out_modes": list(out_modes) if method == "TP" else None,
                     "tt_ranks": list(model.projection.ranks) if method == "TP" else None,
                     "objective_first": float(model.objective[0]),

@@ -20,6 +20,7 @@ def simo(
     *,
     eps: float = 1e-6,
     orthogonality: bool = True,
+    orthogonality_weight: float = 1.0,
     key_embeddings: ArrayLike | None = None,
     key_labels: ArrayLike | None = None,
     self_index: ArrayLike | None = None,
@@ -30,7 +31,11 @@ def simo(
 
     L = Σ_same d_ij / (ε + Σ_same o_ij) + Σ_diff o_ij / (ε + Σ_diff d_ij), d_ij = ‖e_i − e_j‖², o_ij =
     (e_i·e_j)². ``orthogonality=False`` is the paper's ablation ('Ablation study'): every o_ij is replaced by
-    1, keeping the distance ratios without the squared-dot-product terms. A zero denominator gives 0 for that
+    1, keeping the distance ratios without the squared-dot-product terms. ``orthogonality_weight`` w is the
+    paper's "orthogonality learning factor" ('Ablation study'; 'The Orthogonality Learning Factor'), whose
+    value and place in eq. 1 the paper does not give: it weighs the dissimilar pairs' term, L = Σ_same d /
+    (ε + Σ_same o) + w Σ_diff o / (ε + Σ_diff d), the term that makes the classes orthogonal; w = 1 is eq. 1
+    exactly. A zero denominator gives 0 for that
     term. Rectangular form: pair (i, j) counts when key column j > self_index[i] (all pairs when key_labels is
     given without self_index). d_ij is ``geojax.similarity.neg_sq_euclidean``'s (exact for identical rows) and
     e_i·e_j its ``dot``.
@@ -40,6 +45,7 @@ def simo(
         labels: [n] integer labels of the anchors.
         eps: ε ≥ 0 in both denominators.
         orthogonality: False replaces every o_ij by 1 (the paper's ablation).
+        orthogonality_weight: w ≥ 0 on the dissimilar pairs' term (1: eq. 1 as written).
         key_embeddings: [M, D] floating embeddings of the keys; None: the keys are the anchors.
         key_labels: [M] integer labels of the keys (rectangular / distributed form); None: the keys are the
             anchors.
@@ -55,7 +61,7 @@ def simo(
 
     Raises:
         ValueError: an embedding set is not a non-empty floating matrix or the widths differ; labels,
-            ``self_index`` or ``key_valid`` are malformed; ``eps`` is negative.
+            ``self_index`` or ``key_valid`` are malformed; ``eps`` or ``orthogonality_weight`` is negative.
 
     References:
         Bouhsine et al. 2024, "SimO Loss: Anchor-Free Contrastive Loss for Fine-Grained Supervised
@@ -70,9 +76,12 @@ def simo(
         0.715
         >>> round(float(losses.simo(e, labels, orthogonality=False)), 4)
         0.9
+        >>> round(float(losses.simo(e, labels, orthogonality_weight=2.0)), 4)  # 0.625 + 2 × 0.09
+        0.805
     """
     check_embeddings(embeddings, key_embeddings, labels, key_labels, self_index, key_valid)
     check_nonnegative(eps, "eps")
+    check_nonnegative(orthogonality_weight, "orthogonality_weight")
     keys = embeddings if key_embeddings is None else key_embeddings
     labels = jnp.asarray(labels)
     key_labels, self_cols = resolve_keys(labels, key_labels, self_index)
@@ -86,4 +95,4 @@ def simo(
     sums = [jnp.sum(jnp.where(upper & mask, v, 0.0)) for mask in (same, ~same) for v in (d, o)]
     sums[0] = sums[0] + nan_where_nonfinite(d) + nan_where_nonfinite(dots)
     same_d, same_o, diff_d, diff_o = parallel.global_sum(sums, axis_name)
-    return safe_div(same_d, eps + same_o) + safe_div(diff_o, eps + diff_d)
+    return safe_div(same_d, eps + same_o) + orthogonality_weight * safe_div(diff_o, eps + diff_d)

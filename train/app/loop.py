@@ -107,8 +107,10 @@ def _fresh_workdir() -> str:
 
 def _recipe(values: dict[str, Any]) -> dict[str, Any]:
     """What a run computes: the keys it uses, less how it executes (``run`` keys) and its length (a rerun may
-    extend a run)."""
-    return {k: v for k, v in config.used(values).items() if k not in config.RUN_KEYS + config.LENGTH_KEYS}
+    extend a run). A key a saved config lacks was added after that run, at the default that keeps what the
+    code computed before it (``simo_orthogonality_weight=1.0``: eq. 1 as it was)."""
+    used = config.used({**config.DEFAULTS, **values})
+    return {k: v for k, v in used.items() if k not in config.RUN_KEYS + config.LENGTH_KEYS}
 
 
 def check_workdir(cfg: RunConfig) -> dict[str, Any] | None:

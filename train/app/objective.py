@@ -52,6 +52,15 @@ SIMO_ORTHOGONALITY = Key(
     "objective",
     arg="orthogonality",
 )
+SIMO_ORTHOGONALITY_WEIGHT = Key(
+    "simo_orthogonality_weight",
+    1.0,
+    "SimO's orthogonality learning factor: the weight of the dissimilar pairs' term (1: eq. 1 as written)",
+    float,
+    "objective",
+    NON_NEGATIVE,
+    arg="orthogonality_weight",
+)
 
 # A cross-batch memory (Wang et al. 2020, XBM; geojax.memory) is a key of the losses that read key rows beside
 # their anchors. SimO is not one of them: its loss is a ratio of sums over *every* pair of the set, so memory
@@ -148,7 +157,13 @@ registry.register(
     "loss", "lifted_structured", keys=(POS_MARGIN, NEG_MARGIN, MEMORY), calls=losses.lifted_structured
 )
 # SimO compares the embeddings themselves (Bouhsine 2024 eq. 4), not a similarity matrix.
-registry.register("loss", "simo", keys=(SIMO_EPS, SIMO_ORTHOGONALITY), calls=losses.simo, input="embeddings")
+registry.register(
+    "loss",
+    "simo",
+    keys=(SIMO_EPS, SIMO_ORTHOGONALITY, SIMO_ORTHOGONALITY_WEIGHT),
+    calls=losses.simo,
+    input="embeddings",
+)
 registry.register(
     "loss", "multi_similarity", keys=(ALPHA, BETA, BASE, MEMORY), calls=losses.multi_similarity, pairs=True
 )

@@ -199,7 +199,7 @@ def gated(
     """Paper ``key``'s claims through :func:`rules.gate` (its module's ARMS); where one is not testable, the
     recipes tried end ``notes`` (once; taken out where none is): the scale's, then the paper's own recipe
     trials (``details['recipe_trials']``, :func:`rundirs.recipe_trials`) where it has some."""
-    out = gate(claims, MODULES[key].ARMS, runs, classes)
+    out = gate(claims, MODULES[key].ARMS, runs, classes, details.get("bars"))
     trials = details.get("recipe_trials") or []
     notes[:] = [n for n in notes if n != RECIPES_TRIED and not n.startswith(TRIALS_NOTE)]
     if any(c.verdict == NOT_TESTABLE for c in out):
@@ -214,32 +214,18 @@ def judge_stored(out: str, *, data_spec: str | None = None) -> list[dict[str, An
     render ``out/reproduction.md``; returns the rewritten results.
 
     With ``data_spec``, the results of that data set also get what needs only the data, where missing:
-    Korman 2021's 2-d PCA probe (:func:`atlas.pca_probe`). The data must be
-    the stored split (sizes checked).
+    Korman 2021's 2-d PCA probe and its PCA bars (:func:`atlas_needs`). The data must be the stored split
+    (sizes checked).
     """
     loaded: data.Dataset | None = None
     results = []
     for path in sorted(glob.glob(os.path.join(out, "reproduce_[0-9][0-9][0-9]*.json"))):
         with open(path, encoding="utf-8") as f:
             result = json.load(f)
-        stored = result["data"]
-        missing = [k for k in ("pca_probe",) if k not in result["details"]]
-        if result["seed"] == "001" and data_spec is not None and missing:
-            if data_tag(stored["spec"]) == data_tag(data_spec):
-                if loaded is None:
-                    loaded = data.load(data_spec, test_fraction=stored["test_fraction"])
-                if (len(loaded.train_y), len(loaded.test_y)) != (stored["train"], stored["test"]):
-                    raise ValueError(
-                        f"--data {data_spec} has {len(loaded.train_y)} train / {len(loaded.test_y)} test "
-                        f"images, {path} was made on {stored['train']} / {stored['test']}"
-                    )
-                epochs = (
-                    result["scale"].get("probe_epochs") or config.make(preset="msimclr_mnist").probe_epochs
-                )
-                if "pca_probe" in missing:
-                    result["details"]["pca_probe"] = atlas.pca_probe(
-                        loaded, dim=atlas.ATLAS_DIM, epochs=epochs, seeds=result["scale"]["atlas_seeds"]
-                    )
+        if result["seed"] == "001" and data_spec is not None and atlas_needs(result):
+            if data_tag(result["data"]["spec"]) == data_tag(data_spec):
+                loaded = loaded or _stored_split(data_spec, result, path)
+                add_atlas_baselines(result, loaded)
         if result["seed"] == "001":  # analyse's numbers alone: copies of Table 2 older versions stored go
             result["details"] = atlas.numbers(result)
         runs = [Run.from_json(r) for r in result["runs"]]
@@ -265,6 +251,40 @@ def judge_stored(out: str, *, data_spec: str | None = None) -> list[dict[str, An
         results.append(result)
     render.render(out)
     return results
+
+
+def atlas_needs(result: dict[str, Any]) -> list[str]:
+    """What a stored Korman 2021 result lacks that needs only its data: the 2-d PCA probe, and under the
+    disjoint-class protocol 1-NN on the pixels' PCA at each code width a claim's bar needs."""
+    d = result["details"]
+    needs = [] if "pca_probe" in d else ["pca_probe"]
+    widths = {str(w) for w in atlas.PCA_WIDTHS} - set(d.get("pca_recall", {}))
+    return needs + (["pca_recall"] if d.get("mtriplet_protocol") == atlas.DISJOINT and widths else [])
+
+
+def add_atlas_baselines(result: dict[str, Any], ds: data.Dataset) -> None:
+    """Put into a stored Korman 2021 result what :func:`atlas_needs` finds missing, computed from ``ds``."""
+    d, needs = result["details"], atlas_needs(result)
+    if "pca_probe" in needs:
+        epochs = result["scale"].get("probe_epochs") or config.make(preset="msimclr_mnist").probe_epochs
+        d["pca_probe"] = atlas.pca_probe(
+            ds, dim=atlas.ATLAS_DIM, epochs=epochs, seeds=result["scale"]["atlas_seeds"]
+        )
+    if "pca_recall" in needs:
+        d["pca_recall"] = {str(w): atlas.pca_recall(ds, dim=w) for w in atlas.PCA_WIDTHS}
+
+
+def _stored_split(data_spec: str, result: dict[str, Any], path: str) -> data.Dataset:
+    """``data_spec`` loaded with the stored result's test fraction, refused unless its split has the stored
+    sizes."""
+    stored = result["data"]
+    loaded = data.load(data_spec, test_fraction=stored["test_fraction"])
+    if (len(loaded.train_y), len(loaded.test_y)) != (stored["train"], stored["test"]):
+        raise ValueError(
+            f"--data {data_spec} has {len(loaded.train_y)} train / {len(loaded.test_y)} test images, {path} "
+            f"was made on {stored['train']} / {stored['test']}"
+        )
+    return loaded
 
 
 def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:

@@ -9,7 +9,7 @@ import dataclasses
 import math
 import os
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -248,7 +248,7 @@ def run_keys(ctx: Context, overrides: dict[str, Any]) -> dict[str, Any]:
     scale's share of them), quiet logging; the held-out fraction and the probe's epochs only when the run
     uses them (the config refuses keys a run does not use)."""
     s = ctx.scale
-    recipe = scale_recipe(s, config.make(**overrides))
+    recipe = scale_recipe(s, config.make(**overrides), given=overrides)
     if any(k in overrides for k in config.LENGTH_KEYS):  # a run of its own length (torusC's stability test)
         recipe.pop("epochs", None)
     keys: dict[str, Any] = {
@@ -269,14 +269,17 @@ def run_keys(ctx: Context, overrides: dict[str, Any]) -> dict[str, Any]:
     return keys | {k: v for k, v in optional.items() if v is not None and config.applies(k, cfg)}
 
 
-def scale_recipe(scale: Scale, cfg: RunConfig) -> dict[str, Any]:
-    """The training keys ``scale`` gives a run of ``cfg`` (a preset plus its changes): its recipe for a
-    supervised run (labels=class; a batch sampler that composes batches by class keeps its batch size), none
-    for a self-supervised one (its two views and its paper's optimiser: what it learns from) or at a scale
-    without one."""
+def scale_recipe(scale: Scale, cfg: RunConfig, given: Collection[str] = ()) -> dict[str, Any]:
+    """The training keys ``scale`` gives a run of ``cfg`` (a preset plus its changes, ``given`` the keys the
+    run sets itself): its recipe for a supervised run (labels=class; a batch sampler that composes batches by
+    class keeps its batch size), less the keys the run's own choices do not use (the recipe's AdamW weight
+    decay under a run's own SGD); none for a self-supervised run (its two views and its paper's optimiser:
+    what it learns from) or at a scale without one."""
     if scale.recipe is None or cfg.labels != "class":
         return {}
-    return {k: v for k, v in scale.recipe.items() if k != "batch_size" or cfg.sampler == "random"}
+    keep = {k: v for k, v in scale.recipe.items() if k != "batch_size" or cfg.sampler == "random"}
+    merged = dataclasses.replace(cfg, **{k: v for k, v in keep.items() if k not in given})
+    return {k: v for k, v in keep.items() if config.applies(k, merged)}
 
 
 def recipe_encoder(cfg: RunConfig) -> str:

@@ -157,7 +157,7 @@ SIZE_ORDER = (
     *("name", "encoder", "width", "norm", "images", "recipe", "fractions", "probe_epochs", "steps_per_call"),
     *("replicas", "seeds", "charts", "atlas_seeds", "torus_seeds", "unstable_dims", "unstable_steps"),
     *("unstable_seeds", "simo_dims", "simo_seeds", "binary_factors", "binary_rows", "binary_max_bits"),
-    *("itq_iters", "tp_iters", "bootstrap", "pq_iters"),
+    *("itq_iters", "tp_iters", "encode_repeats", "bootstrap", "pq_iters"),
 )
 
 

@@ -14,9 +14,9 @@ from typing import Any
 
 from train.app import report
 from train.helpers import files, tables
-from train.reproduce.papers import PAPERS
+from train.reproduce.papers import MODULES, PAPERS
 from train.reproduce.records import Run, version_text
-from train.reproduce.rules import ABOVE_BASELINE, EQUIVALENT, LEARNED
+from train.reproduce.rules import ABOVE_BASELINE, EQUIVALENT, LEARNED, arms_of
 from train.reproduce.same_code import same_results
 from train.reproduce.tables import raw_pixels
 
@@ -127,6 +127,32 @@ def stale_fits(res: Mapping[str, Any], current: Mapping[str, Any]) -> str:
     )
 
 
+def stale_codes(res: Mapping[str, Any], claim: str, current: Mapping[str, Any]) -> list[str]:
+    """The code versions ('code e59f3b0c', 'unknown') of the stale runs that claim ``claim`` of ``res`` rests
+    on (its arms' runs, :data:`rules.arms_of` of its paper's ARMS; without arms, every run of the result), or
+    of the result's fits where its paper trains nothing; [] when it rests on current code alone."""
+    if not PAPERS[res["seed"]].trains:
+        version = res.get("details", {}).get("code_version")
+        if version is not None and version.get("code_hash") == current["code_hash"]:
+            return []
+        return [_code(version)]
+    runs = [Run.from_json(r) for r in res["runs"]]
+    spec = arms_of(claim, MODULES[res["seed"]].ARMS)
+    chosen = runs if spec is None else spec.chosen(runs)
+    return sorted({_code(r.code_version) for r in chosen if r.stale(dict(current))})
+
+
+def _code(version: Mapping[str, Any] | None) -> str:
+    return "unknown" if version is None else f"code {version['code_hash'][:8]}"
+
+
+def verdict_cell(verdict: str, stale: Sequence[str], *, bold: bool = False) -> str:
+    """A verdict as the page prints it: marked with the code versions of the stale runs it rests on, so that
+    no verdict over runs of other code reads as a current one ('holds (stale: code e59f3b0c)')."""
+    text = f"**{verdict}**" if bold else verdict
+    return f"{text} (stale: {', '.join(stale)})" if stale else text
+
+
 def paper_section(res: Mapping[str, Any], *, sizes: bool = False, current: Mapping[str, Any]) -> str:
     """One paper's section: what ran (and the scale's sizes, when ``sizes``), the runs that predate the
     ``current`` code, the claim table (ours | paper | verdict), then the detail tables."""
@@ -134,7 +160,8 @@ def paper_section(res: Mapping[str, Any], *, sizes: bool = False, current: Mappi
     claims = tables.markdown_table(
         ["claim", "ours", "paper", "paper source", "rule", "verdict"],
         [
-            [_cell(c[k]) for k in ("claim", "ours", "paper", "source", "rule")] + [f"**{c['verdict']}**"]
+            [_cell(c[k]) for k in ("claim", "ours", "paper", "source", "rule")]
+            + [verdict_cell(c["verdict"], stale_codes(res, c["claim"], current), bold=True)]
             for c in res["claims"]
         ],
         align="llllll",
@@ -182,16 +209,23 @@ RULES = (
     "where they do not, a paired bootstrap over the test queries where one fit meets another (Hong, Meng & "
     "Yuan 2018). 'A beats B' holds when the interval lies above 0 and does not hold when it lies below; a "
     "bound (a cost under 1 point) holds when the interval lies on its side and does not hold when it lies "
-    f"wholly on the other; 'A ≈ B' holds when the interval lies within ±{100 * EQUIVALENT:g} points and "
-    "does not hold when it lies wholly outside; anything else, and one seed (no interval), is "
-    "**inconclusive**. Counts of runs "
-    "(divergence) use Fisher's exact test (one-sided, p < 0.05). A run 'diverged' when its loss became "
+    "wholly on the other; 'A ≈ B' holds when the interval lies within the claim's margin and does not hold "
+    "when it lies wholly outside, the margin stated in the rule with where it comes from (the paper's own "
+    "spread, or the differences it calls insignificant; where the paper gives no number, geojax's "
+    f"±{100 * EQUIVALENT:g} points), and whether the difference itself is significant is stated beside it; "
+    "anything else, and one seed (no interval), is **inconclusive**. Counts of runs (divergence, failure to "
+    "learn) use Fisher's exact test, one-sided each way (p < 0.05): significantly fewer holds, significantly "
+    "more does not hold; a count without events, or at run counts where no split could be significant, is "
+    "inconclusive, and the smallest significant split is printed beside every count. An arm whose treatment "
+    "never acted (a clip that never bound) is left out of the count. A run 'diverged' when its loss became "
     f"non-finite; it 'failed to learn' when it finished with a P@1 below {LEARNED:g}× chance. A rule that "
     "would hold on runs that learned nothing (an equivalence, a quantisation cost, a stability claim) is "
     "inconclusive unless its runs learned. A t interval of identical counts (every seed alike) has zero "
     "width and is inconclusive. Every table of retrieval results ends with the raw pixels' 1-NN on the same "
     "split. Each run records the code version it was trained with, as Hong, Meng & Yuan 2018's fits do; "
-    "runs and fits that predate the current code are listed as stale in their section. "
+    "runs and fits that predate the current code are listed as stale in their section, and every verdict "
+    "that rests on them, in the summary and in the section, names their code ('holds (stale: code "
+    "e59f3b0c)'). "
     "`python -m train.reproduce render --out DIR` "
     "re-judges stored results with the current rules without training."
 )
@@ -200,15 +234,16 @@ RULES = (
 ONE_RUN = (
     "Which rules rest on one run or on a point value: the raw pixels' 1-NN P@1 is a point value, computed "
     "once without training (Korman 2021's 2-d PCA baselines are used as one: the mean over the PCA probe's "
-    "seeds); 'learned' (P@1 at least "
-    f"{LEARNED:g}× chance) and 'worth having' (at least the raw pixels + {100 * ABOVE_BASELINE:g} points) "
-    "are checked run by run, and so is Stowell 2026's 'well-trained' in its 1-bit row, against that point "
-    "value; Stowell 2026's 'torusC is unstable even with clipping' counts runs (at least two clipped runs "
-    "fail); Hong, Meng & Yuan 2018's comparisons rest on one fit per method and code length (their interval "
-    "is a bootstrap over the queries: it holds the queries' variation, not the fits'); Bouhsine et al. "
-    "2024's 'SimO separates the classes' judges each seed on its own (no interval) and is calibrated on one "
-    "SupCon control run, whose most confused pair is the pair it allows; the controls in the notes are one "
-    "run each. Every other verdict rests on an interval over seeds or on Fisher's test on counts of runs."
+    f"seeds); 'learned' (P@1 at least {LEARNED:g}× chance) and 'worth having' (at least "
+    f"{100 * ABOVE_BASELINE:g} points above the raw pixels' 1-NN, or, for a code narrower than the pixels, "
+    "above 1-NN on the pixels' PCA to the code's width: Korman 2021's MTriplet) are checked run by run, and "
+    "so is Stowell 2026's 'well-trained' in its 1-bit row, against that point value; Hong, Meng & Yuan "
+    "2018's comparisons rest on one fit per method and code length (their interval is a bootstrap over the "
+    "queries: it holds the queries' variation, not the fits'; the encoding times', repeated timings of those "
+    "fits); Bouhsine et al. 2024's 'SimO separates the classes' judges each seed on its own (no interval) "
+    "and is calibrated on one SupCon control run, whose most confused pair is the pair it allows; the "
+    "controls in the notes are one run each. Every other verdict rests on an interval over seeds or on "
+    "Fisher's test on counts of runs."
 )
 
 
@@ -246,7 +281,8 @@ def render(out: str) -> str:
     verdicts: dict[tuple[str, str], dict[str, str]] = {}  # (paper, claim) → data set → verdict
     for r in results:
         for c in r["claims"]:
-            verdicts.setdefault((r["seed"], c["claim"]), {})[_data_name(r)] = c["verdict"]
+            cell = verdict_cell(c["verdict"], stale_codes(r, c["claim"], current))
+            verdicts.setdefault((r["seed"], c["claim"]), {})[_data_name(r)] = cell
     summary = tables.markdown_table(
         ["paper", "claim", *names],
         [

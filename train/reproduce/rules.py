@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -23,7 +23,7 @@ HOLDS, FAILS, INCONCLUSIVE = "holds", "does not hold at this scale", "inconclusi
 NOT_TESTABLE = "not testable at this scale"  # the runs a claim rests on are not worth having (Arms)
 VERDICTS = (HOLDS, FAILS, INCONCLUSIVE, NOT_TESTABLE)
 LEARNED = 2.0  # a run learned when its P@1 reaches LEARNED × chance (1 / classes); below: "failed to learn"
-EQUIVALENT = 0.02  # the margin of every "≈" claim: a difference within ±2 points of P@1 / accuracy
+EQUIVALENT = 0.02  # the margin of an "≈" claim whose paper gives no spread: ±2 points of P@1 / accuracy
 ABOVE_BASELINE = 0.03  # a learned embedding worth having: P@1 at least 3 points above the raw pixels
 LEVEL = 0.95  # the confidence level of every interval a verdict is judged on
 
@@ -31,14 +31,45 @@ LEVEL = 0.95  # the confidence level of every interval a verdict is judged on
 @dataclasses.dataclass(frozen=True)
 class Arms:
     """The runs a claim rests on and the bar each must clear for the claim to be testable at a scale: the
-    raw pixels' 1-NN under the run's own protocol (its report's ``baseline_raw_1nn``) plus ABOVE_BASELINE, or
+    raw pixels' 1-NN under the run's own protocol (its report's ``baseline_raw_1nn``) plus ABOVE_BASELINE,
+    (``bar="own"``) a baseline of the run's own code size plus ABOVE_BASELINE (the paper's details name it
+    per metric and run, ``bars``: a 2-d code against the pixels' 2-d PCA, not their 784 dimensions), or
     (``bar="learned"``) LEARNED × chance. A claim whose runs do not all clear it is not a result about the
     paper: :func:`gate` makes it NOT_TESTABLE."""
 
     patterns: tuple[str, ...]  # run names (fnmatch patterns)
     metric: str = "precision_at_1"  # the metric the bar applies to (Run.metric)
-    bar: str = "raw"  # "raw" or "learned"
+    bar: str = "raw"  # "raw", "own" or "learned"
     every: bool = True  # every run must clear the bar (False: at least one)
+
+    def chosen(self, runs: Sequence[Run]) -> list[Run]:
+        """The runs of ``runs`` that these arms name."""
+        return [r for r in runs if any(fnmatch.fnmatch(r.name, p) for p in self.patterns)]
+
+
+def arms_of(claim: str, arms: dict[str, Arms]) -> Arms | None:
+    """The arms of the claim whose text is ``claim`` (``arms``: claim text prefix → Arms), or None."""
+    return next((a for prefix, a in arms.items() if claim.startswith(prefix)), None)
+
+
+@dataclasses.dataclass(frozen=True)
+class Margin:
+    """The margin of an equivalence claim ("A ≈ B" holds when the interval of A − B lies within ±value) and
+    where it comes from: the paper's own spread, the differences it calls insignificant, or, where the paper
+    gives no number, geojax's choice."""
+
+    value: float  # a fraction (0.01: one point)
+    source: str
+
+    def text(self) -> str:
+        """'±1 pt (source)' as a rule states it."""
+        points = 100 * self.value
+        return f"±{points:g} {'pt' if points == 1 else 'pts'} ({self.source})"
+
+
+OWN_MARGIN = Margin(
+    EQUIVALENT, "geojax's choice: the paper gives no number for the differences it calls equal"
+)
 
 
 # The recipes the cpu scale's supervised runs were trained with, for the page of a claim that is not testable.
@@ -73,22 +104,35 @@ def trials_note(trials: Sequence[dict]) -> str:
     )
 
 
-def gate(claims: Sequence[Claim], arms: dict[str, Arms], runs: Sequence[Run], classes: int) -> list[Claim]:
+Bars = Mapping[str, Mapping[str, float]]  # metric → run name → the baseline of the run's own code size
+
+
+def gate(
+    claims: Sequence[Claim],
+    arms: dict[str, Arms],
+    runs: Sequence[Run],
+    classes: int,
+    bars: Bars | None = None,
+) -> list[Claim]:
     """``claims`` with those whose runs (``arms``: claim text prefix → Arms) are not all worth having made
     NOT_TESTABLE, naming the runs short of the bar; a claim without arms, or whose runs all clear it, as it
-    was."""
+    was. ``bars``: the baselines of ``bar="own"`` arms (a run without one does not clear it)."""
     out = []
     for c in claims:
-        spec = next((a for prefix, a in arms.items() if c.claim.startswith(prefix)), None)
+        spec = arms_of(c.claim, arms)
         if spec is None:
             out.append(c)
             continue
-        chosen = [r for r in runs if any(fnmatch.fnmatch(r.name, p) for p in spec.patterns)]
-        short = {r.name: r.metric(spec.metric) for r in chosen if not _clears(r, spec, classes)}
+        chosen = spec.chosen(runs)
+        short = {r.name: r.metric(spec.metric) for r in chosen if not _clears(r, spec, classes, bars or {})}
         if chosen and (not short if spec.every else len(short) < len(chosen)):
             out.append(c)
             continue
-        bar = "raw-pixel 1-NN + 3 pts" if spec.bar == "raw" else f"{LEARNED:g}× chance"
+        bar = {
+            "raw": "raw-pixel 1-NN + 3 pts",
+            "own": "1-NN on the pixels' PCA to the code's width + 3 pts",
+            "learned": f"{LEARNED:g}× chance",
+        }[spec.bar]
         named = ", ".join(f"{name} {100 * v:.1f}" for name, v in short.items()) or "none trained"
         out.append(
             dataclasses.replace(c, ours=f"{c.ours}; runs short of {bar}: {named}", verdict=NOT_TESTABLE)
@@ -96,13 +140,16 @@ def gate(claims: Sequence[Claim], arms: dict[str, Arms], runs: Sequence[Run], cl
     return out
 
 
-def _clears(run: Run, spec: Arms, classes: int) -> bool:
-    """Whether ``run`` clears ``spec``'s bar (a diverged run does not)."""
+def _clears(run: Run, spec: Arms, classes: int, bars: Bars) -> bool:
+    """Whether ``run`` clears ``spec``'s bar (a diverged run does not, nor one without its own bar)."""
     value = run.metric(spec.metric)
     if not math.isfinite(value):
         return False
     if spec.bar == "learned":
         return value >= LEARNED / classes
+    if spec.bar == "own":
+        own = bars.get(spec.metric, {}).get(run.name)
+        return own is not None and value >= own + ABOVE_BASELINE
     assert run.report is not None  # a finite metric comes from a report
     return value >= run.report["baseline_raw_1nn"]["precision_at_1"] + ABOVE_BASELINE
 
@@ -209,20 +256,83 @@ def within(ci: Interval, margin: float = EQUIVALENT) -> str:
     return FAILS if lo > margin or hi < -margin else INCONCLUSIVE
 
 
+def fisher_p(events_a: int, runs_a: int, events_b: int, runs_b: int) -> float:
+    """One-sided Fisher's exact p that events are rarer in group a than in group b: P(X ≤ events_a) for X
+    hypergeometric (the events of both groups, drawn into a's runs)."""
+    table = [[events_a, runs_a - events_a], [events_b, runs_b - events_b]]
+    return float(stats.fisher_exact(table, alternative="less").pvalue)
+
+
+def smallest_split(runs_a: int, runs_b: int, alpha: float = 1 - LEVEL) -> int | None:
+    """The fewest events in group b, with none in group a, that a one-sided Fisher test calls significant
+    (p < ``alpha``) at these run counts: the smallest result that could show "rarer in a"; None where no
+    split of these runs can (e.g. 2 runs against 2: p = 1/6 at best).
+
+    >>> smallest_split(6, 6), smallest_split(4, 4), smallest_split(2, 2)
+    (4, 4, None)
+    """
+    return next((k for k in range(1, runs_b + 1) if _below(fisher_p(0, runs_a, k, runs_b), alpha)), None)
+
+
+def _below(p: float, alpha: float) -> bool:
+    """p < alpha, a p that rounding puts a hair under alpha counted as alpha (0 of 3 against 3 of 3: p is
+    1/20 exactly, which is not below 0.05)."""
+    return p < alpha * (1 - 1e-9)
+
+
 def fewer(events_a: int, runs_a: int, events_b: int, runs_b: int, alpha: float = 1 - LEVEL) -> str:
-    """A claim "events (divergence, failure) are rarer in group a than in group b" on counts of runs: HOLDS
-    when Fisher's exact test (one-sided) gives p < ``alpha``, FAILS when a has at least b's rate, INCONCLUSIVE
-    otherwise (fewer, but too few runs to tell). Counts must satisfy 0 ≤ events ≤ runs."""
+    """A claim "events (divergence, failure) are rarer in group a than in group b" on counts of runs, by
+    Fisher's exact test one-sided each way: HOLDS when the test that a has fewer gives p < ``alpha``, FAILS
+    when the test that a has more does (the interval rules' "wholly on the other side"), INCONCLUSIVE
+    otherwise. A test without power is inconclusive whatever the counts: no events in either group (0 of 6
+    against 0 of 6 refutes nothing), or run counts at which no split could be significant
+    (:func:`smallest_split`). Counts must satisfy 0 ≤ events ≤ runs."""
     for name, k, n in (("a", events_a, runs_a), ("b", events_b, runs_b)):
         if not 0 <= k <= n:
             raise ValueError(f"events_{name} must lie in [0, runs_{name}], got {k} of {n}")
-    if runs_a == 0 or runs_b == 0:
+    if events_a + events_b == 0 or smallest_split(runs_a, runs_b, alpha) is None:
         return INCONCLUSIVE
-    if events_a * runs_b >= events_b * runs_a:
-        return FAILS
-    table = [[events_a, runs_a - events_a], [events_b, runs_b - events_b]]
-    p = float(stats.fisher_exact(table, alternative="less").pvalue)
-    return HOLDS if p < alpha else INCONCLUSIVE
+    if _below(fisher_p(events_a, runs_a, events_b, runs_b), alpha):
+        return HOLDS
+    return FAILS if _below(fisher_p(events_b, runs_b, events_a, runs_a), alpha) else INCONCLUSIVE
+
+
+def fewer_text(events_a: int, runs_a: int, events_b: int, runs_b: int, alpha: float = 1 - LEVEL) -> str:
+    """A count result as the page states it beside its verdict: Fisher's one-sided p, and the smallest split
+    that would be significant at these run counts (or that none would be).
+
+    >>> fewer_text(0, 6, 2, 6)
+    'one-sided Fisher p = 0.227; at 6 against 6 runs the smallest significant split is 0 against 4'
+    >>> fewer_text(0, 2, 0, 2)
+    'no split of 2 against 2 runs can be significant (one-sided Fisher p < 0.05)'
+    """
+    k = smallest_split(runs_a, runs_b, alpha)
+    if k is None:
+        return (
+            f"no split of {runs_a} against {runs_b} runs can be significant (one-sided Fisher p < {alpha:g})"
+        )
+    p = fisher_p(events_a, runs_a, events_b, runs_b)
+    return (
+        f"one-sided Fisher p = {p:.3g}; at {runs_a} against {runs_b} runs the smallest significant split is "
+        f"0 against {k}"
+    )
+
+
+def significance(ci: Interval) -> str:
+    """Whether a difference is significant on its 95% interval, in words: an equivalence verdict says whether
+    the difference is small, this says whether it is there at all (both are reported).
+
+    >>> significance((0.015, 0.01, 0.02))
+    'significant (the 95% interval excludes 0)'
+    >>> significance((0.0, -0.01, 0.01)), significance((0.1, math.nan, math.nan))
+    ('not significant (the 95% interval contains 0)', 'no interval')
+    """
+    _, lo, hi = ci
+    if math.isnan(lo) or math.isnan(hi):
+        return "no interval"
+    if lo > 0 or hi < 0:
+        return "significant (the 95% interval excludes 0)"
+    return "not significant (the 95% interval contains 0)"
 
 
 def every(verdicts: Sequence[str]) -> str:
@@ -271,6 +381,26 @@ def count_interval(counts: Sequence[float], level: float = LEVEL) -> Interval:
     if len(set(finite)) <= 1:
         return m, math.nan, math.nan
     return m, lo, hi
+
+
+def value_text(
+    ci: Interval, *, fmt: str, over: str = "", single: str = "no interval", missing: str = "–"
+) -> str:
+    """An interval of a quantity in its own units as the page states it: '+0.442, 95% CI [+0.3, +0.5] over
+    3 paired seeds' (``fmt`` the format of each number, ``over`` what the interval is over), the estimate
+    with ``single`` in brackets where the bounds are undefined, ``missing`` for no estimate.
+
+    >>> value_text((0.5, 0.25, 0.75), fmt="+.2f", over="3 seeds")
+    '+0.50, 95% CI [+0.25, +0.75] over 3 seeds'
+    >>> value_text((2.0, math.nan, math.nan), fmt="+.1f"), value_text((math.nan,) * 3, fmt="+.1f")
+    ('+2.0 (no interval)', '–')
+    """
+    m, lo, hi = ci
+    if math.isnan(m):
+        return missing
+    if math.isnan(lo) or math.isnan(hi):
+        return f"{m:{fmt}} ({single})"
+    return f"{m:{fmt}}, 95% CI [{lo:{fmt}}, {hi:{fmt}}]" + (f" over {over}" if over else "")
 
 
 def interval_text(ci: Interval, seeds: int, *, unit: str = "pts", over: str = "paired seeds") -> str:
