@@ -53,12 +53,13 @@ def lse_update(state: LSE, x: jax.Array, mask: jax.Array | bool) -> LSE:
     Returns:
         The state after the block.
     """
-    # One masked array feeds both the maximum and the exponentials (XLA fuses it into each). Where a row has
-    # no entry yet, m stays −1e30 and its masked entries add exp(0) each: the log-sum-exp is then
-    # −1e30 + log K, which is −1e30 in fp32, and the gradient through the mask is 0.
-    masked = jnp.where(mask, x, -BIG)
-    m = jnp.maximum(state.m, lax.stop_gradient(jnp.max(masked, axis=1)))
-    return LSE(m, state.s * jnp.exp(state.m - m) + jnp.sum(jnp.exp(masked - m[:, None]), axis=1))
+    # The exponentials are of x − m where the mask holds and of −1e30 elsewhere (exactly 0), so a row with
+    # no entry yet keeps s = 0. This order of operations is the one the committed runs were trained with
+    # (python -m train.reproduce.same_code checks the outputs bit for bit).
+    block_max = jnp.max(jnp.where(mask, lax.stop_gradient(x), -BIG), axis=1)
+    m = jnp.maximum(state.m, block_max)
+    z = jnp.where(mask, x - m[:, None], -BIG)
+    return LSE(m, state.s * jnp.exp(state.m - m) + jnp.sum(jnp.exp(z), axis=1))
 
 
 def lse_finish(state: LSE) -> jax.Array:
@@ -101,8 +102,7 @@ def column_lse(x: jax.Array, mask: jax.Array, axis_name: str | None) -> jax.Arra
     Returns:
         [K] fp32, the same on every device; −1e30 for an empty column (finite, zero gradient).
     """
-    masked = jnp.where(mask, x, -BIG)  # as in lse_update: an empty column's log-sum-exp is −1e30 + log n
-    top = lax.stop_gradient(jnp.max(masked, axis=0))
+    top = jnp.max(jnp.where(mask, lax.stop_gradient(x), -BIG), axis=0)
     top = top if axis_name is None else lax.pmax(top, axis_name)
-    total = jnp.sum(jnp.exp(masked - top[None, :]), axis=0)
+    total = jnp.sum(jnp.exp(jnp.where(mask, x - top[None, :], -BIG)), axis=0)
     return lse_finish(LSE(top, parallel.global_sum(total, axis_name)))
