@@ -27,6 +27,7 @@ extensions = [
     "sphinx.ext.napoleon",
 ]
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}  # autosummary writes .rst
+myst_heading_anchors = 3  # `page.md#a-heading` links reach headings down to ###, as on GitHub
 root_doc = "index"
 exclude_patterns = ["runs", "_templates"]
 html_theme = "alabaster"

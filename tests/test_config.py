@@ -165,8 +165,10 @@ def test_a_saved_config_reads_back_with_unused_keys_at_their_defaults():
     ) and "momentum" not in (config.used(old))
 
 
-def test_the_command_lines_in_readme_parse():
-    lines = [ln.split("#")[0] for ln in README.read_text().splitlines() if ln.startswith("python -m train ")]
+def test_the_command_lines_in_readme_and_the_training_page_parse():
+    pages = (README, README.parent / "docs" / "training.md")
+    text = "\n".join(page.read_text() for page in pages)
+    lines = [ln.split("#")[0] for ln in text.splitlines() if ln.startswith("python -m train ")]
     assert len(lines) >= 5
     for line in lines:
         args = shlex.split(line)[3:]

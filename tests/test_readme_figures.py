@@ -1,6 +1,7 @@
-"""README quotes only figures that its files hold.
+"""README and the pages that quote measurements hold only figures that their files hold.
 
-The convention: README's unit of text is a paragraph (consecutive lines outside code blocks and tables) or
+The pages: README.md and docs/training.md, docs/performance.md, docs/losses.md. The convention:
+a page's unit of text is a paragraph (consecutive lines outside code blocks and tables) or
 one table row. A unit that quotes measured figures links the JSON file(s) that hold them
 (``[losses.json](benchmarks/results/losses.json)``, ``docs/reproduce_*.json``), and then every number in
 it — outside inline code and link targets, and not glued to a word as in ``ResNet-18`` or ``fp32`` — must be
@@ -23,6 +24,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+PAGES = (README, *(ROOT / "docs" / f"{name}.md" for name in ("training", "performance", "losses")))
 # Files whose figures README does not quote yet (not written, or from a newer run): skipped while listed.
 PENDING: set[str] = set()
 
@@ -44,11 +46,13 @@ _PERFORMANCE = re.compile(
 
 @dataclasses.dataclass(frozen=True)
 class Unit:
-    """A paragraph or table row of README: its first line number, its text and the JSON files it links."""
+    """A paragraph or table row of a page: its first line number, its text, the JSON files it links and the
+    page."""
 
     line: int
     text: str
     files: tuple[str, ...]
+    page: str = "README.md"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,17 +174,17 @@ def problems(unit: Unit, records: dict[str, Figures]) -> list[str]:
     out = []
     for written, approx in numbers:
         if not any(_rounds_to(written, v, approx) for r in got for v in r.numbers):
-            out.append(f"line {unit.line}: {written} is in none of {', '.join(unit.files)}")
+            out.append(f"{unit.page} line {unit.line}: {written} is in none of {', '.join(unit.files)}")
     for mean, sd in pairs:
         if not any(_rounds_to(mean, m, False) and _rounds_to(sd, s, False) for r in got for m, s in r.pairs):
-            out.append(f"line {unit.line}: {mean} ± {sd} is in none of {', '.join(unit.files)}")
+            out.append(f"{unit.page} line {unit.line}: {mean} ± {sd} is in none of {', '.join(unit.files)}")
     out += [
-        f"line {unit.line}: date {d} is no date of {unit.files}"
+        f"{unit.page} line {unit.line}: date {d} is no date of {unit.files}"
         for d in dates
         if not any(d in r.dates for r in got)
     ]
     out += [
-        f"line {unit.line}: version {v} is no version in {unit.files}"
+        f"{unit.page} line {unit.line}: version {v} is no version in {unit.files}"
         for v in versions
         if not any(v in r.versions for r in got)
     ]
@@ -188,7 +192,14 @@ def problems(unit: Unit, records: dict[str, Figures]) -> list[str]:
 
 
 def _readme_units() -> list[Unit]:
-    return units(README.read_text(encoding="utf-8"))
+    """Every page's units, each linked file named from the repository's root (a page in docs/ links
+    ``../benchmarks/results/...``), each unit's line prefixed with its page."""
+    out = []
+    for page in PAGES:
+        for unit in units(page.read_text(encoding="utf-8")):
+            files = tuple((page.parent / f).resolve().relative_to(ROOT).as_posix() for f in unit.files)
+            out.append(Unit(unit.line, unit.text, files, page.relative_to(ROOT).as_posix()))
+    return out
 
 
 def _records(files) -> dict[str, Figures]:
@@ -205,7 +216,6 @@ def _linked() -> list[str]:
 def test_readme_links_results_files():
     linked = _linked()
     assert any(f.startswith("benchmarks/results/") for f in linked)
-    assert any(f.startswith("docs/reproduce_") for f in linked)
     missing = [f for f in linked if not (ROOT / f).exists() and f not in PENDING]
     assert not missing, f"README links files that do not exist: {missing}"
 
@@ -214,7 +224,7 @@ def test_readme_links_results_files():
 def test_every_quoted_figure_is_in_its_file(path):
     checked = [u for u in _readme_units() if path in u.files]
     if path in PENDING or not (ROOT / path).exists():
-        pending = "\n".join(f"line {u.line}: {u.text[:100]}" for u in checked)
+        pending = "\n".join(f"{u.page} line {u.line}: {u.text[:100]}" for u in checked)
         pytest.skip(f"{path} pending; its figures are checked once it leaves PENDING:\n{pending}")
     records = _records({f for u in checked for f in u.files if (ROOT / f).exists() or f == path})
     found = [p for u in checked for p in problems(u, records)]
@@ -224,7 +234,7 @@ def test_every_quoted_figure_is_in_its_file(path):
 def test_every_performance_figure_names_its_file():
     unlinked = [u for u in _readme_units() if not u.files and _PERFORMANCE.search(_plain(u.text))]
     assert not unlinked, "\n".join(
-        f"line {u.line}: {_PERFORMANCE.search(_plain(u.text)).group(0)!r} in {u.text[:90]!r}"
+        f"{u.page} line {u.line}: {_PERFORMANCE.search(_plain(u.text)).group(0)!r} in {u.text[:90]!r}"
         for u in unlinked
     )
 
@@ -236,15 +246,17 @@ def test_the_checker_catches_a_figure_its_file_does_not_hold():
     unit = losses[0]
     assert problems(unit, records) == []
     planted = dataclasses.replace(unit, text=unit.text + " and 123.456 ms on Tuesday")
-    assert problems(planted, records) == [f"line {unit.line}: 123.456 is in none of {', '.join(unit.files)}"]
+    assert problems(planted, records) == [
+        f"{unit.page} line {unit.line}: 123.456 is in none of {', '.join(unit.files)}"
+    ]
     # A figure with its last digit changed by two is caught.
     written, _ = tokens(_plain(unit.text))[0][-1]
     head, _, tail = unit.text.rpartition(written)
     bumped = head + written[:-1] + str((int(written[-1]) + 2) % 10) + tail
     assert problems(dataclasses.replace(unit, text=bumped), records)
     assert problems(dataclasses.replace(unit, text=unit.text + " on 1999-01-01 with jax 9.9.9"), records) == [
-        f"line {unit.line}: date 1999-01-01 is no date of {unit.files}",
-        f"line {unit.line}: version 9.9.9 is no version in {unit.files}",
+        f"{unit.page} line {unit.line}: date 1999-01-01 is no date of {unit.files}",
+        f"{unit.page} line {unit.line}: version 9.9.9 is no version in {unit.files}",
     ]
 
 

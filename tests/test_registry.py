@@ -125,30 +125,32 @@ def test_config_json_written_before_the_registrations_still_loads_to_the_same_ru
     assert rebuilt == cfg
 
 
-README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
+PAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "training.md")
 
 
 def _readme_choice_table(text: str) -> str:
-    """README's Markdown table that starts with the ``| choice | its keys |`` header, to its last row."""
+    """The page's Markdown table that starts with the ``| choice | its keys |`` header, to its last row."""
     lines = text.split("\n")
     start = lines.index("| choice | its keys |")
     end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
     return "\n".join(lines[start:end])
 
 
-def test_readme_choice_table_is_the_registrations():
-    """README's "choice | its keys" table is exactly the one the registrations give."""
-    with open(README, encoding="utf-8") as f:
+def test_the_pages_choice_table_is_the_registrations():
+    """docs/training.md's "choice | its keys" table is exactly the one the registrations give."""
+    with open(PAGE, encoding="utf-8") as f:
         written = _readme_choice_table(f.read())
     made = config.choice_table()
-    assert written == made, f"README's choice table differs from the registrations; it should read:\n{made}"
+    assert written == made, (
+        f"docs/training.md's choice table differs from the registrations; it should read:\n{made}"
+    )
 
 
 def test_the_choice_table_follows_a_registration(toy_loss):
-    """A registration changes the table (so README's copy no longer matches it): its key under its loss."""
+    """A registration changes the table (so the page's copy no longer matches it): its key under its loss."""
     table = config.choice_table().split("\n")
     assert "| `loss=toy_gap` | `toy_scale` |" in table
-    with open(README, encoding="utf-8") as f:
+    with open(PAGE, encoding="utf-8") as f:
         assert _readme_choice_table(f.read()) != "\n".join(table)
 
 
