@@ -34,10 +34,8 @@ def tap_conv(
     NHWC/HWIO convolution with an odd kernel, computed as a sum over the kernel's taps of the shifted image
     times that tap's weights. The kernel's gradient is one matmul, [kh·kw, N·H·W] shifted images × [N·H·W, O]
     output gradients. For one input channel XLA:CPU's convolution is slow, and so is a matmul with a
-    contraction of 9: a [256, 28, 28, 1] batch into 32 channels, 2×2 max-pool and ReLU, forward and backward,
-    took 48 ms on one core of a 2-core AMD EPYC (AVX2), against 69 ms as an im2col matmul and 79 ms with
-    ``lax.conv_general_dilated`` (jax 0.10.2). :class:`SmallCNN` passes it to ``nnx.Conv`` for a one-channel
-    image.
+    contraction of 9; the sum over taps beat both on the small CNN's first layer (docs/performance.md, the
+    step profile). :class:`SmallCNN` passes it to ``nnx.Conv`` for a one-channel image.
 
     Args:
         lhs: [N, H, W, 1] image (NHWC).

@@ -26,8 +26,8 @@ PAPER = Paper(
     recipe="no clipping; A.1's crop, jitter, grayscale without a flip (crop area 0.08–1, SimCLR's); "
     "the heads of the public code; probe 20 epochs (geojax's; the paper gives none, its public code: "
     "100); MTriplet from scratch on a ResNet-18 (the paper: ImageNet-pretrained GoogLeNet, 227 px)",
-    # gpu: MSimCLR 100 → 1.33 epochs, MTriplet 300 → 4; the sweep 500 s expected on one H100 (441 s expected
-    # and 474 s measured on an H200 before the normalised-triplet baseline's three runs)
+    # gpu: MSimCLR 100 → 1.33 epochs, MTriplet 300 → 4, the share whose sweep fits one 9-minute command
+    # (docs/paper_scale.md: its expected and measured times)
     fractions={"gpu": 1 / 75},
 )
 CLAIM_CHARTS = (1, 16)  # the claim: n = 16 beats n = 1 (every scale's first two chart counts)

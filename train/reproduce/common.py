@@ -90,96 +90,38 @@ class Scale:
     """
 
     name: str
-    encoder: str | None  # every run's encoder ("cnn", "mlp"; in fp32, of ``width`` and ``norm``), or None:
-    # each recipe's own network (its preset's encoder; STAND_IN where the preset builds none of its paper's
-    # networks) in its own precision
-    width: int | None  # that encoder's width (None: its own, geojax.models.OWN_WIDTHS)
-    norm: str | None  # that encoder's normalisation (None: its own)
-    images: int | None  # at most this many training images per run (None: the recipe's epochs)
+    encoder: str | None = None  # every run's encoder ("cnn", "mlp"; in fp32, of ``width`` and ``norm``), or
+    # None: each recipe's own network (its preset's encoder; STAND_IN where the preset builds none of its
+    # paper's networks) in its own precision
+    width: int | None = None  # that encoder's width (None: its own, geojax.models.OWN_WIDTHS)
+    norm: str | None = None  # that encoder's normalisation (None: its own)
+    images: int | None = None  # at most this many training images per run (None: the recipe's epochs)
     recipe: dict[str, Any] | None = None  # the training recipe of every supervised run (labels=class), at its
     # own length (CPU_RECIPE); None: each paper's own
     shares: bool = False  # each run trains its paper's share of its recipes' epochs (Paper.fractions at
     # this scale; a paper that sets none is refused); False: all of them. The result JSON records the shares
     # themselves, per paper, as ``fractions``.
-    probe_epochs: int | None  # linear / piecewise-linear probe epochs (None: the recipe's)
-    steps_per_call: int  # training steps per dispatch (an accelerator idles between short steps)
-    replicas: bool  # train a configuration's seeds as one program (seeds=S), where only seed 0's embeddings
-    # are needed (Stowell 2026's sphere / torusN runs, Korman 2021's MSimCLR runs)
-    seeds: int  # training seeds per configuration, where a paper sets none of its own (Korman 2021's
+    probe_epochs: int | None = None  # linear / piecewise-linear probe epochs (None: the recipe's)
+    steps_per_call: int = 1  # training steps per dispatch (an accelerator idles between short steps)
+    replicas: bool = False  # train a configuration's seeds as one program (seeds=S), where only seed 0's
+    # embeddings are needed; off at every scale: on a GPU several seeds in one program ran slower per seed
+    # (docs/performance.md, "On a GPU"), and on two CPU cores one run keeps both busy
+    seeds: int = 3  # training seeds per configuration, where a paper sets none of its own (Korman 2021's
     # MTriplet, Feeney & Hughes 2024)
-    bootstrap: int  # test-set bootstrap resamples (Feeney & Hughes 2024; Hong, Meng & Yuan 2018)
+    bootstrap: int = 1000  # test-set bootstrap resamples (Feeney & Hughes 2024; Hong, Meng & Yuan 2018)
 
 
 SCALES: dict[str, Scale] = {
-    "paper": Scale(
-        name="paper",
-        encoder=None,
-        width=None,
-        norm=None,
-        images=None,
-        probe_epochs=None,
-        steps_per_call=10,
-        # Each seed its own program: on an H100 MSimCLR's step (ResNet-18, batch 128, 28×28×1) ran 137
-        # steps/s alone and 82 / 88 replica-steps/s as 3 / 8 seeds in one program (0.60× / 0.64× one seed at
-        # a time; benchmarks/results/train_step_gpu.json).
-        replicas=False,
-        seeds=3,
-        bootstrap=1000,
-    ),
-    "gpu": Scale(
-        name="gpu",
-        encoder=None,
-        width=None,
-        norm=None,
-        images=None,
-        # Each paper's share of its epochs (its module's PAPER.fractions["gpu"]), chosen so that its whole
-        # sweep (every run, three seeds, the evaluation) fits one 9-minute command on one H100
-        # (train.reproduce.plan's estimate, printed by --print, with --jobs 4 as benchmarks/gpu_sweep.sh runs
-        # it).
-        shares=True,
-        probe_epochs=None,
-        steps_per_call=10,
-        replicas=False,
-        seeds=3,
-        bootstrap=1000,
-    ),
+    "paper": Scale(name="paper", steps_per_call=10),
+    # Each paper's share of its epochs (its module's PAPER.fractions["gpu"]) is chosen so that its whole
+    # sweep (every run, three seeds, the evaluation) fits one 9-minute command on one GPU
+    # (train.reproduce.plan's estimate, printed by --print, with --jobs 4 as benchmarks/gpu_sweep.sh runs it).
+    "gpu": Scale(name="gpu", shares=True, steps_per_call=10),
     "cpu": Scale(
-        name="cpu",
-        encoder="cnn",
-        width=None,
-        norm="batch",
-        images=CPU_IMAGES,
-        recipe=CPU_RECIPE,
-        probe_epochs=10,
-        steps_per_call=1,
-        replicas=False,
-        seeds=3,
-        bootstrap=1000,
+        name="cpu", encoder="cnn", norm="batch", images=CPU_IMAGES, recipe=CPU_RECIPE, probe_epochs=10
     ),
-    "quick": Scale(
-        name="quick",
-        encoder="mlp",
-        width=128,
-        norm=None,
-        images=20_000,
-        probe_epochs=10,
-        steps_per_call=1,
-        replicas=False,
-        seeds=1,
-        bootstrap=1000,
-    ),
-    "tiny": Scale(
-        name="tiny",
-        encoder="mlp",
-        width=16,
-        norm=None,
-        images=384,
-        probe_epochs=1,
-        steps_per_call=1,
-        replicas=False,
-        seeds=1,
-        bootstrap=50,
-    ),
+    "quick": Scale(name="quick", encoder="mlp", width=128, images=20_000, probe_epochs=10, seeds=1),
+    "tiny": Scale(name="tiny", encoder="mlp", width=16, images=384, probe_epochs=1, seeds=1, bootstrap=50),
 }
 
 
