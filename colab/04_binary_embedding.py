@@ -29,9 +29,10 @@
 
 # %%
 # Set-up: install geojax with its `train` extra (the application this notebook uses) when either is missing,
-# then show the devices JAX will use. GEOJAX is what pip installs: "..[train]" is the checkout holding this
-# notebook; in Colab (jax preinstalled) set "geojax[train] @ git+<geojax repository URL>".
-GEOJAX = "..[train]"
+# then show the devices JAX will use. From a checkout, pip installs the checkout above colab/ ("..[train]");
+# in Colab it installs geojax from its repository, the URL pyproject.toml's [project.urls] gives
+# (`python tests/test_notebooks.py` copies it here).
+REPOSITORY = ""
 
 import importlib.util
 import shutil
@@ -39,6 +40,15 @@ import subprocess
 import sys
 
 if importlib.util.find_spec("geojax") is None or importlib.import_module("train").missing_extra_modules():
+    if "google.colab" not in sys.modules:
+        GEOJAX = "..[train]"
+    elif REPOSITORY:
+        GEOJAX = f"geojax[train] @ git+{REPOSITORY}"
+    else:
+        raise SystemExit(
+            "geojax's pyproject.toml names no repository to install from: set its [project.urls] Repository, "
+            "then run `python tests/test_notebooks.py`"
+        )
     cuda = ["jax[cuda12]"] if shutil.which("nvidia-smi") else []  # keeps jax on the GPU if pip upgrades it
     subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", GEOJAX, *cuda])
     importlib.invalidate_caches()

@@ -216,3 +216,86 @@ def test_notebooks_list_is_complete():
 def test_notebooks_small():
     for name in CASES:
         assert os.path.getsize(os.path.join(COLAB, name)) < 1_000_000, name
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The set-up cell: from a checkout it installs the checkout, in Colab the repository pyproject.toml names.
+
+_REPOSITORY_LINE = re.compile(r'^REPOSITORY = "(.*)"$', re.M)
+
+
+def repository() -> str:
+    """pyproject.toml's ``[project.urls] Repository`` ('' when it names none)."""
+    import tomllib
+
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        return tomllib.load(f)["project"].get("urls", {}).get("Repository", "")
+
+
+def _setup_cell(name: str) -> str:
+    with open(os.path.join(COLAB, name.removesuffix(".ipynb") + ".py"), encoding="utf-8") as f:
+        text = f.read()
+    start = text.index("# Set-up: install geojax")
+    return text[start : text.index("\n# %%", start)]
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_setup_cell_carries_pyprojects_repository(name):
+    found = _REPOSITORY_LINE.findall(_setup_cell(name))
+    assert found == [repository()], "run `python tests/test_notebooks.py` to copy pyproject.toml's URL"
+
+
+def _run_setup(cell: str, *, colab: bool, installed: bool, monkeypatch) -> list[list[str]]:
+    """Run the set-up cell's install logic (not its imports of the app) with Colab faked or not; the pip
+    commands it ran."""
+    import importlib.util
+    import subprocess
+    import sys
+    import types
+
+    calls: list[list[str]] = []
+    monkeypatch.setattr(subprocess, "check_call", lambda command: calls.append(command))
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda n, *a: real(n, *a) if installed or n != "geojax" else None
+    )
+    if colab:
+        monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
+    else:
+        monkeypatch.delitem(sys.modules, "google.colab", raising=False)
+    exec(cell.split("\nfrom train.app import notebook")[0], {})  # noqa: S102  (the notebook's own cell)
+    return calls
+
+
+def test_setup_cell_installs_the_checkout_or_the_repository(monkeypatch):
+    cell = _setup_cell("01_quickstart.ipynb")
+    assert _run_setup(cell, colab=False, installed=True, monkeypatch=monkeypatch) == []  # nothing missing
+    (local,) = _run_setup(cell, colab=False, installed=False, monkeypatch=monkeypatch)
+    assert local[-1] == "..[train]" or "..[train]" in local
+    url = "https://example.org/geojax.git"
+    colab = _REPOSITORY_LINE.sub(f'REPOSITORY = "{url}"', cell)
+    (remote,) = _run_setup(colab, colab=True, installed=False, monkeypatch=monkeypatch)
+    assert f"geojax[train] @ git+{url}" in remote and "..[train]" not in remote
+    unset = _REPOSITORY_LINE.sub('REPOSITORY = ""', cell)
+    with pytest.raises(SystemExit, match=r"set its \[project.urls\] Repository"):
+        _run_setup(unset, colab=True, installed=False, monkeypatch=monkeypatch)
+
+
+def write_repository() -> None:
+    """Copy pyproject.toml's repository URL into every notebook's set-up cell and regenerate the .ipynb."""
+    import subprocess
+    import sys
+
+    url = repository()
+    for name in sorted(CASES):
+        path = os.path.join(COLAB, name.removesuffix(".ipynb") + ".py")
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(_REPOSITORY_LINE.sub(f'REPOSITORY = "{url}"', text))
+    sources = [os.path.join(COLAB, n.removesuffix(".ipynb") + ".py") for n in sorted(CASES)]
+    subprocess.run([sys.executable, "-m", "jupytext", "--to", "ipynb", "--update", *sources], check=True)
+
+
+if __name__ == "__main__":
+    write_repository()
