@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from train.reproduce.rules import HOLDS, VERDICTS, learned
 from train.reproduce.same_code import same_results
+from train.reproduce.verdicts import HOLDS, VERDICTS, learned
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

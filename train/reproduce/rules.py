@@ -15,14 +15,17 @@ import numpy as np
 from scipy import stats
 
 from geojax import metrics
+from train.reproduce.verdicts import FAILS as FAILS
+from train.reproduce.verdicts import HOLDS as HOLDS
+from train.reproduce.verdicts import INCONCLUSIVE as INCONCLUSIVE
+from train.reproduce.verdicts import LEARNED as LEARNED
+from train.reproduce.verdicts import NOT_TESTABLE as NOT_TESTABLE
+from train.reproduce.verdicts import VERDICTS as VERDICTS
+from train.reproduce.verdicts import learned as learned
 
 if TYPE_CHECKING:
     from train.reproduce.records import Claim, Run
 
-HOLDS, FAILS, INCONCLUSIVE = "holds", "does not hold at this scale", "inconclusive"
-NOT_TESTABLE = "not testable at this scale"  # the runs a claim rests on are not worth having (Arms)
-VERDICTS = (HOLDS, FAILS, INCONCLUSIVE, NOT_TESTABLE)
-LEARNED = 2.0  # a run learned when its P@1 reaches LEARNED × chance (1 / classes); below: "failed to learn"
 EQUIVALENT = 0.02  # the margin of an "≈" claim whose paper gives no spread: ±2 points of P@1 / accuracy
 ABOVE_BASELINE = 0.03  # a learned embedding worth having: P@1 at least 3 points above the raw pixels
 LEVEL = 0.95  # the confidence level of every interval a verdict is judged on
@@ -223,12 +226,6 @@ def point(value: float) -> Interval:
 # Verdict rules: every claim's verdict comes from one of these, on an interval over seeds (or test queries)
 # or on counts of runs; each can come out "holds", "does not hold at this scale" or "inconclusive".
 # --------------------------------------------------------------------------------------------------------
-
-
-def learned(p_at_1: float, chance: float) -> bool:
-    """A run learned when its P@1 is finite and at least LEARNED × ``chance``; a run below that "failed to
-    learn" (one that diverged has no P@1 and did not learn either)."""
-    return math.isfinite(p_at_1) and p_at_1 >= LEARNED * chance
 
 
 def above(ci: Interval, threshold: float) -> str:
