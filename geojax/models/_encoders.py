@@ -14,7 +14,7 @@ from jax import lax
 from jax.typing import DTypeLike
 
 from geojax import _checks
-from geojax.models._kernels import _max_pool_2x2, tap_conv
+from geojax.models._kernels import max_pool_2x2, tap_conv
 
 EncoderName = Literal["mlp", "cnn", "resnet18", "resnet50"]
 ENCODERS: tuple[str, ...] = get_args(EncoderName)
@@ -157,7 +157,7 @@ class SmallCNN(nnx.Module):
         h = x
         for conv, norm, pool in zip(self.convs, self.norms, self.pools, strict=True):
             h = norm(conv(h))
-            h = nnx.relu(_max_pool_2x2(h) if pool else h)
+            h = nnx.relu(max_pool_2x2(h) if pool else h)
         return nnx.relu(self.dense(h.reshape(h.shape[0], -1)))
 
 

@@ -125,11 +125,25 @@ _tap_conv.defvjp(_tap_conv_fwd, _tap_conv_bwd)
 
 
 @jax.custom_vjp
-def _max_pool_2x2(h: jax.Array) -> jax.Array:
-    """2×2 max-pool, stride 2, VALID: [N, H, W, C] → [N, H//2, W//2, C] as a reshape and a max. Its gradient
-    goes to each window's maxima, split evenly between ties (as ``jnp.max``'s), in two element-wise passes
-    (ties counted over the four strided quarters of ``h``): XLA:CPU runs autodiff's version (a reduction
-    counting the ties) and ``reduce_window``'s (select-and-scatter) several times slower."""
+def max_pool_2x2(h: jax.Array) -> jax.Array:
+    """2×2 max-pool, stride 2, VALID, as a reshape and a max (:class:`SmallCNN`'s pooling).
+
+    Its gradient goes to each window's maxima, split evenly between ties (as ``jnp.max``'s), in two
+    element-wise passes (ties counted over the four strided quarters of ``h``): XLA:CPU runs autodiff's
+    version (a reduction counting the ties) and ``reduce_window``'s (select-and-scatter) several times slower.
+
+    Args:
+        h: [N, H, W, C] activations (an odd last row or column is dropped).
+
+    Returns:
+        [N, H // 2, W // 2, C], each window's maximum.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from geojax.models import _kernels
+        >>> _kernels.max_pool_2x2(jnp.arange(16.0).reshape(1, 4, 4, 1))[0, :, :, 0].tolist()
+        [[5.0, 7.0], [13.0, 15.0]]
+    """
     return _pool_windows(h).max(axis=(2, 4))
 
 
@@ -140,7 +154,7 @@ def _pool_windows(h: jax.Array) -> jax.Array:
 
 
 def _max_pool_2x2_fwd(h):
-    out = _max_pool_2x2(h)
+    out = max_pool_2x2(h)
     return out, (h, out)
 
 
@@ -155,4 +169,4 @@ def _max_pool_2x2_bwd(res, g):
     return (jnp.pad(dh, ((0, 0), (0, hh % 2), (0, ww % 2), (0, 0))),)
 
 
-_max_pool_2x2.defvjp(_max_pool_2x2_fwd, _max_pool_2x2_bwd)
+max_pool_2x2.defvjp(_max_pool_2x2_fwd, _max_pool_2x2_bwd)

@@ -45,7 +45,19 @@ class Dataset:
         return tuple(self.train_x.shape[1:])
 
 
-def _as_images(images: np.ndarray, what: str) -> np.ndarray:
+def as_images(images: np.ndarray, what: str) -> np.ndarray:
+    """Images as a data set holds them: [N, H, W, C] float32 in [0, 1] (uint8 codes scaled), checked.
+
+    Args:
+        images: [N, H, W] or [N, H, W, C] numbers (uint8 codes, or floats).
+        what: how the error messages name them.
+
+    Returns:
+        [N, H, W, C] float32.
+
+    Raises:
+        UsageError: a wrong rank, an empty axis, a non-numeric dtype, or an image holding NaN or ±inf.
+    """
     images = np.asarray(images)
     if images.ndim == 3:
         images = images[..., None]
@@ -65,7 +77,20 @@ def _as_images(images: np.ndarray, what: str) -> np.ndarray:
     return images
 
 
-def _split(images: np.ndarray, labels: np.ndarray, name: str, test_fraction: float) -> Dataset:
+def split(images: np.ndarray, labels: np.ndarray, name: str, test_fraction: float) -> Dataset:
+    """The seeded train / test split of a data set that comes without one.
+
+    Stratified by class where every class has two images or more.
+
+    Args:
+        images: [N, H, W, C] images.
+        labels: [N] integer labels.
+        name: the data set's name.
+        test_fraction: the test split's share, in (0, 1).
+
+    Returns:
+        The Dataset, its labels int32.
+    """
     from sklearn.model_selection import train_test_split
 
     _, counts = np.unique(labels, return_counts=True)
@@ -95,7 +120,7 @@ def hold_out(ds: Dataset, fraction: float) -> tuple[Dataset, Dataset]:
     """
     if not 0 < fraction < 1:
         raise ValueError(f"fraction must be in (0, 1), got {fraction}")
-    val = _split(ds.train_x, ds.train_y, f"{ds.name} (validation)", fraction)
+    val = split(ds.train_x, ds.train_y, f"{ds.name} (validation)", fraction)
     if len(val.test_y) == 0 or len(val.train_y) == 0:
         raise ValueError(f"fraction {fraction} of {len(ds.train_y)} training images leaves an empty split")
     return dataclasses.replace(ds, train_x=val.train_x, train_y=val.train_y), val

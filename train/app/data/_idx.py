@@ -11,7 +11,7 @@ import zlib
 
 import numpy as np
 
-from train.app.data._dataset import Dataset, _as_images
+from train.app.data._dataset import Dataset, as_images
 from train.app.errors import UsageError
 from train.helpers import files
 
@@ -99,9 +99,19 @@ def _idx_split(folder: str, split: str) -> tuple[np.ndarray, np.ndarray, str, st
     return images, labels, images_path, labels_path
 
 
-def _idx(folder: str) -> Dataset:
-    """The four IDX files of ``folder`` (MNIST's layout, see :data:`IDX_FILES`) with their own train/test
-    split; labels must be 0 … C − 1, each class present in the training labels."""
+def idx_folder(folder: str) -> Dataset:
+    """The data set of the four IDX files of ``folder``, with their own train/test split.
+
+    Args:
+        folder: the folder holding them in MNIST's layout (:data:`IDX_FILES`), each plain or ``.gz``.
+
+    Returns:
+        The Dataset; its labels are 0 … C − 1, each class present in the training labels.
+
+    Raises:
+        UsageError: the test images' shape differs from the training images', a class of 0 … C − 1 has no
+            training image, or a test label is not one of the training labels.
+    """
     tr_x, tr_y, tr_images, tr_labels = _idx_split(folder, "train")
     te_x, te_y, te_images, te_labels = _idx_split(folder, "test")
     if te_x.shape[1:] != tr_x.shape[1:]:
@@ -119,9 +129,9 @@ def _idx(folder: str) -> Dataset:
         )
     return Dataset(
         f"idx:{folder}",
-        _as_images(tr_x, tr_images),
+        as_images(tr_x, tr_images),
         tr_y.astype(np.int32),
-        _as_images(te_x, te_images),
+        as_images(te_x, te_images),
         te_y.astype(np.int32),
     )
 

@@ -10,8 +10,8 @@ import zipfile
 import numpy as np
 
 from train.app import registry
-from train.app.data._dataset import Dataset, _as_images, _split
-from train.app.data._idx import _idx
+from train.app.data._dataset import Dataset, as_images, split
+from train.app.data._idx import idx_folder
 from train.app.errors import UsageError
 from train.app.registry import UNIT_INTERVAL, Key
 
@@ -23,7 +23,7 @@ def _digits(test_fraction: float) -> Dataset:
     from sklearn.datasets import load_digits
 
     x, y = load_digits(return_X_y=True)
-    return _split((x / 16.0).astype(np.float32).reshape(-1, 8, 8, 1), y, "digits", test_fraction)
+    return split((x / 16.0).astype(np.float32).reshape(-1, 8, 8, 1), y, "digits", test_fraction)
 
 
 def _npz(path: str, test_fraction: float) -> Dataset:
@@ -43,12 +43,12 @@ def _npz(path: str, test_fraction: float) -> Dataset:
         if "dataset npz:" in str(err):
             raise
         raise UsageError(f"dataset npz:{path} cannot be read as a NumPy .npz archive ({err})") from None
-    images = _as_images(raw_images, f"npz:{path} images")
+    images = as_images(raw_images, f"npz:{path} images")
     if labels.ndim != 1 or len(labels) != len(images) or not np.issubdtype(labels.dtype, np.integer):
         raise UsageError(
             f"npz:{path} labels must be integers [N={len(images)}], got {labels.dtype} {labels.shape}"
         )
-    return _split(images, labels, f"npz:{path}", test_fraction)
+    return split(images, labels, f"npz:{path}", test_fraction)
 
 
 def _tfds_split(name: str, split: str, data_dir: str | None) -> tuple[np.ndarray, np.ndarray]:
@@ -64,7 +64,7 @@ def _tfds_split(name: str, split: str, data_dir: str | None) -> tuple[np.ndarray
             f"(or pass data_dir=...)."
         ) from err
     rows = [source[i] for i in range(len(source))]  # one element at a time
-    images = _as_images(np.stack([r["image"] for r in rows]), f"{name} images")
+    images = as_images(np.stack([r["image"] for r in rows]), f"{name} images")
     return images, np.asarray([r["label"] for r in rows], np.int32)
 
 
@@ -160,5 +160,5 @@ registry.register(
     calls=lambda name, test_fraction: _npz(name[4:], test_fraction),
     label="npz:PATH",
 )
-registry.register("dataset", "idx", calls=lambda name: _idx(name[4:]), label="idx:DIR")
+registry.register("dataset", "idx", calls=lambda name: idx_folder(name[4:]), label="idx:DIR")
 registry.register("dataset", "tfds", keys=(DATA_DIR,), calls=_tfds, label=f"{'|'.join(TFDS_NAMES)}|tfds:NAME")
