@@ -23,7 +23,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.typing import ArrayLike
 
-from geojax import _checks
+from geojax import _checks, tt
 
 _F32 = jnp.float32
 # Elements of the largest [rows, centroids] distance block held at once by the chunked PQ steps (64 MiB).
@@ -510,21 +510,6 @@ def _rows_per_block(m: int, k: int) -> int:
     return max(1, _BLOCK_ELEMENTS // (m * k))
 
 
-def _map_rows(fn, xs: jax.Array, block: int):
-    """Apply ``fn`` ([m, b, ·] → pytree of [m, b, ...]) over row blocks of xs [m, N, ·] (last one padded)."""
-    m, n = xs.shape[:2]
-    block = min(block, n)
-    nb = -(-n // block)
-    padded = jnp.pad(xs, ((0, 0), (0, nb * block - n), (0, 0)))
-    blocks = jnp.moveaxis(padded.reshape(m, nb, block, *xs.shape[2:]), 1, 0)
-    out = lax.map(fn, blocks)
-
-    def unblock(o):
-        return jnp.moveaxis(o, 0, 1).reshape(m, nb * block, *o.shape[3:])[:, :n]
-
-    return jax.tree_util.tree_map(unblock, out)
-
-
 def _nearest(xs: jax.Array, codebooks: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Nearest centroid per sub-space, in row blocks that bound memory.
 
@@ -532,13 +517,14 @@ def _nearest(xs: jax.Array, codebooks: jax.Array) -> tuple[jax.Array, jax.Array]
     """
     half_sq = 0.5 * jnp.sum(jnp.square(codebooks), axis=-1)  # [m, K]
 
-    def block(xb):  # [m, b, ds]
-        score = jnp.einsum("mbd,mkd->mbk", xb, codebooks, preferred_element_type=_F32) - half_sq[:, None]
+    def block(xb):  # [b, m, ds] → ([b, m], [b, m])
+        score = jnp.einsum("bmd,mkd->bmk", xb, codebooks, preferred_element_type=_F32) - half_sq
         idx = jnp.argmax(score, axis=-1).astype(jnp.int32)
         best = jnp.take_along_axis(score, idx[..., None], axis=-1)[..., 0]
         return idx, jnp.maximum(jnp.sum(jnp.square(xb), axis=-1) - 2.0 * best, 0.0)
 
-    return _map_rows(block, xs, _rows_per_block(*codebooks.shape[:2]))
+    out = tt.map_rows(block, jnp.transpose(xs, (1, 0, 2)), _rows_per_block(*codebooks.shape[:2]))
+    return jax.tree_util.tree_map(jnp.transpose, out)
 
 
 def _kmeans_pp(key: jax.Array, x: jax.Array, k: int) -> jax.Array:

@@ -17,7 +17,7 @@ import itertools
 import math
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -270,7 +270,7 @@ def _contract(m: TTMatrix, x: jax.Array) -> jax.Array:
     return t.reshape(n, m.shape[0])
 
 
-def map_rows(fn: Callable[[jax.Array], jax.Array], x: ArrayLike, block: int) -> jax.Array:
+def map_rows(fn: Callable[[jax.Array], Any], x: ArrayLike, block: int) -> Any:
     """``fn`` (rows [block, ...] → [block, ...], row by row) on x [N, ...] in slabs of ``block`` rows.
 
     One slab after another in a loop, each written in place into the output [N, ...], so a slab's
@@ -279,12 +279,12 @@ def map_rows(fn: Callable[[jax.Array], jax.Array], x: ArrayLike, block: int) -> 
     padded or copied. N ≤ ``block`` is a single call.
 
     Args:
-        fn: a row-wise function, rows [block, ...] → [block, ...].
+        fn: a row-wise function, rows [block, ...] → [block, ...], or → a pytree of such arrays.
         x: [N, ...] rows.
         block: rows per slab (a positive int).
 
     Returns:
-        [N, ...] the rows of ``fn(x)``.
+        [N, ...] the rows of ``fn(x)`` (a pytree of them where ``fn`` returns one).
 
     Raises:
         ValueError: ``block`` is not a positive int, or ``fn`` changes the number of rows.
@@ -301,15 +301,18 @@ def map_rows(fn: Callable[[jax.Array], jax.Array], x: ArrayLike, block: int) -> 
     if n <= block:
         return fn(x)
     out = jax.eval_shape(fn, jax.ShapeDtypeStruct((block, *x.shape[1:]), x.dtype))
-    if out.shape[0] != block:
-        raise ValueError(f"fn must keep the number of rows, got {block} → {out.shape[0]}")
+    for leaf in jax.tree_util.tree_leaves(out):
+        if leaf.shape[:1] != (block,):
+            raise ValueError(f"fn must keep the number of rows, got {block} → {leaf.shape[:1]}")
 
     def slab(i, y):
         start = jnp.minimum(i * block, n - block)
         rows = jax.lax.dynamic_slice_in_dim(x, start, block)
-        return jax.lax.dynamic_update_slice_in_dim(y, fn(rows), start, axis=0)
+        put = partial(jax.lax.dynamic_update_slice_in_dim, start_index=start, axis=0)
+        return jax.tree_util.tree_map(put, y, fn(rows))
 
-    return jax.lax.fori_loop(0, -(-n // block), slab, jnp.zeros((n, *out.shape[1:]), out.dtype))
+    empty = jax.tree_util.tree_map(lambda o: jnp.zeros((n, *o.shape[1:]), o.dtype), out)
+    return jax.lax.fori_loop(0, -(-n // block), slab, empty)
 
 
 def merge_cores(m: TTMatrix, group: int | Sequence[int]) -> TTMatrix:

@@ -138,7 +138,9 @@ def test_pq_codes_are_nearest_centroids_and_objective_decreases(init):
     np.testing.assert_allclose(dec, np.asarray(pq.codebooks)[np.arange(4), ref_idx].reshape(300, 8), rtol=0)
 
 
-def test_pq_wide_codes_uint16_and_chunked():
+def test_pq_wide_codes_uint16_and_chunked(monkeypatch):
+    # 300 rows a block: 1100 rows run in 4 blocks, the last one overlapping the third.
+    monkeypatch.setattr(quantize, "_BLOCK_ELEMENTS", 300 * 2 * 1024)
     x = np.random.default_rng(4).normal(size=(1100, 4)).astype(np.float32)
     pq = quantize.pq_fit(x, m=2, nbits=10, key=jax.random.key(1), iters=2, init="random")
     codes = np.asarray(quantize.pq_encode(pq, x))

@@ -103,8 +103,14 @@ def test_map_rows_slabs_and_overlap():
         np.testing.assert_allclose(np.asarray(tt.map_rows(fn, x, block)), want, rtol=1e-6)
     # fn only ever sees slabs of exactly ``block`` rows, or all rows when N ≤ block.
     assert set(calls) == {1, 3, 4, 10}
+    # A pytree of outputs, of different dtypes, slab by slab.
+    idx, top = tt.map_rows(lambda rows: (jnp.argmax(rows, 1), rows.max(1)), x, 4)
+    np.testing.assert_array_equal(np.asarray(idx), np.asarray(x).argmax(1))
+    np.testing.assert_array_equal(np.asarray(top), np.asarray(x).max(1))
     with pytest.raises(ValueError, match="keep the number of rows"):
         tt.map_rows(lambda rows: rows[:1], x, 4)
+    with pytest.raises(ValueError, match="keep the number of rows"):
+        tt.map_rows(lambda rows: (rows, rows[:1]), x, 4)
 
 
 def test_tt_svd_exact_at_full_rank():
