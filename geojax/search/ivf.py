@@ -57,10 +57,10 @@ from jax.typing import ArrayLike
 
 from geojax import _checks
 from geojax.search import codecs, placement
-from geojax.search.coarse import _nearest_lists, assign, kmeans
+from geojax.search.coarse import assign, kmeans, nearest_lists
 from geojax.search.codecs import Codec
 from geojax.search.flat import check_ids, check_k
-from geojax.search.ivf_scan import _build_layout, _Layout, _shard_search, group_rows
+from geojax.search.ivf_scan import Layout, auto_block, build_layout, group_rows, shard_search
 from geojax.search.merge import merge_topk
 from geojax.search.placement import NO_ID
 
@@ -365,11 +365,13 @@ class IndexIVF:
         return removed
 
     # --------------------------------------------------------------------------------------------- layout
-    def _layout(self) -> _Layout:
+    def _layout(self) -> Layout:
         """The lists as blocks dealt round-robin over the shards, built on the first search after a
         change."""
         if self._device is None:
-            self._device = _build_layout(self)
+            put = functools.partial(placement.put_shards, self.mesh, self.db_axis, self._shard_of)
+            block = self.block or auto_block(self.list_sizes, self.shards)
+            self._device = build_layout(self._codes, self._ids, block, self.codec.scan, put, self.shards)
         return self._device
 
     # --------------------------------------------------------------------------------------------- search
@@ -395,7 +397,7 @@ class IndexIVF:
         _checks.check_matrix(queries, "q")
         k = check_k(k, self.ntotal)
         layout = self._layout()
-        probe = np.asarray(_nearest_lists(self.codec.coarse_queries(q), self.centroids, self.nprobe))
+        probe = np.asarray(nearest_lists(self.codec.coarse_queries(q), self.centroids, self.nprobe))
         # The (query, block) pairs to scan: each query's blocks of its probed lists, on each shard.
         need = layout.counts[:, probe].sum(-1)  # [shards, Q]
         pairs = _round_up(int(need.sum(1).max()))
@@ -412,7 +414,7 @@ class IndexIVF:
         if key not in self._search_fns:
             spec, db = self.codec.scan, P(self.db_axis)
             local = functools.partial(
-                _shard_search,
+                shard_search,
                 spec=spec,
                 axis=self.db_axis,
                 k=k,

@@ -5,36 +5,40 @@ the per-device scan of the probed blocks with its selection by groups.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from geojax.search import placement, scan
+from geojax.search import scan
 from geojax.search.merge import merge_topk, order_bits, select_topk
 from geojax.search.placement import NO_ID
-
-if TYPE_CHECKING:
-    from geojax.search.ivf import IndexIVF
 
 _MIN_BLOCK, _MAX_BLOCK = 32, 1024  # the range of block sizes chosen from the lists' sizes
 _MAX_GROUP = 32  # rows per group of a search's selection
 _EMPTY = np.int32(np.iinfo(np.int32).max)  # the order key of no row (above every distance's)
 
 
-class _Layout:
-    """Device arrays of the dealt blocks: table [shards·nlist, most blocks] (local block numbers, −1 for
-    none), blocks [shards·B_max, W', block] (the scan's operand, column-major per block), ids
-    [shards·B_max, block] (NO_ID empty), fill [shards·B_max] (each block's rows, the first ones of the block);
-    counts [shards, nlist] on the host: blocks of each list on each shard."""
+class Layout(NamedTuple):
+    """The lists' blocks dealt over the devices (:func:`build_layout`), the arrays a search reads.
 
-    def __init__(self, table, blocks, ids, fill, counts) -> None:
-        self.table, self.blocks, self.ids, self.fill, self.counts = table, blocks, ids, fill, counts
+    Attributes:
+        table: [shards·nlist, most blocks] int32 device array: each list's local block numbers, −1 for none.
+        blocks: [shards·B_max, W', block] device array: the scan's operand, column-major per block.
+        ids: [shards·B_max, block] int32 device array: the rows' ids, ``NO_ID`` in empty slots.
+        fill: [shards·B_max] int32 device array: each block's rows (the first ones of the block).
+        counts: [shards, nlist] NumPy array: blocks of each list on each shard.
+    """
+
+    table: jax.Array
+    blocks: jax.Array
+    ids: jax.Array
+    fill: jax.Array
+    counts: np.ndarray
 
 
 def auto_block(sizes: np.ndarray, shards: int) -> int:
@@ -61,18 +65,41 @@ def auto_block(sizes: np.ndarray, shards: int) -> int:
     return int(min(_MAX_BLOCK, max(_MIN_BLOCK, 1 << max(0, math.ceil(math.log2(max(mean, 1.0)))))))
 
 
-def _build_layout(index: IndexIVF) -> _Layout:
-    shards, nlist = index.shards, index.nlist
-    sizes = index.list_sizes
-    b = index.block or auto_block(sizes, shards)
+def build_layout(
+    codes: list[np.ndarray],
+    ids: list[np.ndarray],
+    block: int,
+    spec: scan.Scan,
+    put: Callable[[Callable[[int], np.ndarray], tuple[int, ...]], jax.Array],
+    shards: int,
+) -> Layout:
+    """The lists as blocks of ``block`` rows dealt round-robin over ``shards`` devices.
+
+    Block j of a list goes to shard j mod shards, as that shard's next block.
+
+    Args:
+        codes: per list, its rows' codes [n_l, width] in ascending id order.
+        ids: per list, its rows' int32 ids [n_l], ascending.
+        block: rows per block.
+        spec: the codec's scan (its ``operand`` form is what the devices hold).
+        put: ``put(shard → NumPy rows, global shape)`` → a device array sharded over the shards
+            (:func:`geojax.search.placement.put_shards` with the index's mesh).
+        shards: the devices along the mesh's rows axis.
+
+    Returns:
+        The :class:`Layout`.
+    """
+    nlist = len(codes)
+    sizes = np.array([len(i) for i in ids], np.int64)
+    b = block
     nblocks = -(-sizes // b)  # blocks per list
     # Block j of list l goes to shard j mod shards, as that shard's next block.
     counts = np.stack([(nblocks - s + shards - 1) // shards for s in range(shards)])  # [shards, nlist]
     most_blocks = max(1, int(counts.sum(1).max()))
     most_per_list = max(1, int(counts.max()))
-    width = index.codec.width
-    codes = np.zeros((shards, most_blocks, b, width), index.codec.code_dtype)
-    ids = np.full((shards, most_blocks, b), NO_ID, np.int32)
+    width = codes[0].shape[1]
+    held = np.zeros((shards, most_blocks, b, width), codes[0].dtype)
+    held_ids = np.full((shards, most_blocks, b), NO_ID, np.int32)
     table = np.full((shards, nlist, most_per_list), -1, np.int32)
     first = np.concatenate([np.zeros((shards, 1), np.int64), np.cumsum(counts, 1)], 1)  # [shards, nlist + 1]
     for lst in np.flatnonzero(sizes):
@@ -81,25 +108,23 @@ def _build_layout(index: IndexIVF) -> _Layout:
         j = pos // b
         shard = j % shards
         local = first[shard, lst] + j // shards
-        codes[shard, local, pos % b] = index._codes[lst]
-        ids[shard, local, pos % b] = index._ids[lst]
+        held[shard, local, pos % b] = codes[lst]
+        held_ids[shard, local, pos % b] = ids[lst]
         for s in range(shards):
             table[s, lst, : counts[s, lst]] = first[s, lst] + np.arange(counts[s, lst])
 
-    put = functools.partial(placement.put_shards, index.mesh, index.db_axis, index._shard_of)
-    spec = index.codec.scan
     operand = [
-        np.asarray(spec.operand(jnp.asarray(codes[s].reshape(most_blocks * b, width))))
+        np.asarray(spec.operand(jnp.asarray(held[s].reshape(most_blocks * b, width))))
         .reshape(most_blocks, b, -1)
         .transpose(0, 2, 1)  # each block column-major: the kernel's loops run along its rows
         for s in range(shards)
     ]
     op_width = operand[0].shape[1]
-    return _Layout(
+    return Layout(
         put(lambda s: table[s], (shards * nlist, most_per_list)),
         put(lambda s: np.ascontiguousarray(operand[s]), (shards * most_blocks, op_width, b)),
-        put(lambda s: ids[s], (shards * most_blocks, b)),
-        put(lambda s: np.sum(ids[s] < NO_ID, axis=1, dtype=np.int32), (shards * most_blocks,)),
+        put(lambda s: held_ids[s], (shards * most_blocks, b)),
+        put(lambda s: np.sum(held_ids[s] < NO_ID, axis=1, dtype=np.int32), (shards * most_blocks,)),
         counts,
     )
 
@@ -153,14 +178,14 @@ def _group_leaders(
     return minima, jnp.take_along_axis(ids, jnp.arange(0, n, m) + first, axis=1)
 
 
-def _shard_search(
-    queries,
-    probe,
-    table,
-    blocks,
-    ids,
-    fill,
-    aux,
+def shard_search(
+    queries: jax.Array,
+    probe: jax.Array,
+    table: jax.Array,
+    blocks: jax.Array,
+    ids: jax.Array,
+    fill: jax.Array,
+    aux: jax.Array,
     *,
     spec: scan.Scan,
     axis: str,
@@ -170,9 +195,11 @@ def _shard_search(
     chunk: int,
     group: int,
     platform: str,
-):
-    """One device: the top-k of every query over its blocks of the probed lists, then over all devices of
-    ``axis`` by (distance, id), ranked as suits ``platform`` (the mesh's; :func:`merge.select_topk`).
+) -> tuple[jax.Array, jax.Array]:
+    """One device's top-k of every query over its blocks of the probed lists, then over all devices.
+
+    Merged over the devices of ``axis`` by (distance, id), ranked as suits ``platform`` (the mesh's;
+    :func:`merge.select_topk`).
 
     The work is the (query, block) pairs that exist on this device, at most ``pairs`` of them, scanned
     ``chunk`` pairs at a time, whatever the number of blocks each query needs (no query padded to the
@@ -184,9 +211,27 @@ def _shard_search(
     lowest id there). Those k·group rows are recomputed and ranked by (distance, id)
     (:func:`geojax.search.merge.merge_topk`).
 
-    queries [Q, ...] (the codec's scan queries), probe [Q, nprobe] lists, table [nlist, most] this device's
-    block numbers per list (−1: none), blocks [B_max, W', block] operand rows (column-major per block), ids
-    [B_max, block], fill [B_max] rows per block.
+    Run under ``jax.shard_map`` over ``axis`` (:class:`geojax.search.IndexIVF` does).
+
+    Args:
+        queries: [Q, ...] the codec's scan queries.
+        probe: [Q, nprobe] int32 probed lists.
+        table: [nlist, most] this device's block numbers per list (−1: none).
+        blocks: [B_max, W', block] operand rows, column-major per block.
+        ids: [B_max, block] int32 ids (``NO_ID`` empty).
+        fill: [B_max] int32 rows per block.
+        aux: the scan's ``aux`` (PQ: codebooks).
+        spec: the codec's scan.
+        axis: the mesh axis the blocks are dealt over.
+        k: neighbours per query.
+        pairs: the most (query, block) pairs on a device (a static size).
+        per_query: the most blocks a query scans on a device.
+        chunk: pairs scanned per step.
+        group: rows per group of the selection (:func:`group_rows`).
+        platform: the devices' platform.
+
+    Returns:
+        (distances [Q, k] ascending, the largest value where empty; ids [Q, k] int32, −1 where empty).
     """
     nq = queries.shape[0]
     b = blocks.shape[2]
