@@ -9,22 +9,25 @@ the wraparound distance Δ_k in every coordinate; on the sphere features and cen
 (spherical k-means); otherwise Euclidean k-means. Rows are filed by their *codes'* features, so ``add(x)`` and
 ``add_codes(encode(x))`` agree; a trained index grows without retraining.
 
-Lists as padded blocks (:mod:`geojax.search.ivf_scan`). Each list is a run of blocks of ``block`` rows, rows
-in ascending id order (the last block padded with empty slots). The blocks are dealt round-robin over the
-mesh's ``db_axis`` devices, so every device holds about 1/devices of every list. A search is one jitted
-program over a batch of queries: the nearest ``nprobe`` centroids, then the (query, block) pairs of the probed
-lists that each device holds, scanned a chunk of pairs at a time (the work is the pairs that exist: no query
-padded to the one that probes the most blocks; the number of pairs is a static shape, rounded up within 25 %,
-so few shapes compile), the distances by the codec's flat-scan kernel, which reads each code column of the
-probed blocks where it lies (blocks column-major, ``scan.BLOCKS``; no copy of the blocks first). The selection
-is in groups (the flat scan's argument, carried to rows of many blocks): each pair gives, per group of
-:func:`~geojax.search.ivf_scan.group_rows` consecutive rows, the group's smallest distance and the id of its
-first row at it (rows ascend by id in a block); each query takes its k best groups by (minimum, id) over all
-its pairs, whose rows hold its k nearest (a row outside them is beaten by k group minima, distinct rows each
-ahead of it by distance or, at equal distance, by id); those rows' distances are recomputed and ranked by
-(distance, id), on the device and then over the devices (:func:`geojax.search.merge.merge_topk`, two
-``lax.top_k`` calls on int32 order keys). ``lax.top_k`` once per pair over its whole block instead cost 3–4 ns
-per row on this CPU, more than most kernels, and a sort of each query's candidates about 11 µs per query. With
+Lists in segments, scanned list-major (:mod:`geojax.search.ivf_scan`). The rows, by list and then by id,
+are cut into segments of ``block`` rows (each list's last segment padded with empty slots); by default the
+segment size comes from the lists' sizes: the largest power of two up to 1,024 whose padding adds at most
+8 % to the rows (:func:`~geojax.search.ivf_scan.segment_rows`), not the largest list. Segment g, counted over
+all lists, lies on device g mod devices of the mesh's ``db_axis``, so the devices hold almost equal shares
+and each list's segments on a device are consecutive there. A search first finds each query's ``nprobe``
+nearest centroids, then groups its (query, list) pairs by list on the host: each probed list's queries in
+tiles of up to 32 (the power of two at or below the mean queries per probed list), and each tile meets each
+of its list's segments on a device once, as a dense block: the codec's flat-scan kernel over [tile, width]
+queries against the segment's [width, segment] columns, the segment read once for all the tile's queries.
+One jitted program per device scans its units, a chunk at a time (at most 4 MiB of codes and 512 KiB of
+distances), only the chunks that hold units (tile and unit counts are static shapes rounded up within 25 %,
+so few shapes compile). The selection is in groups (the flat scan's argument, carried to rows of many
+segments): each unit gives, per group of :func:`~geojax.search.ivf_scan.group_rows` consecutive rows, the
+group's smallest distance and the id of its first row at it, into each tile query's row of groups; each query
+takes its k best groups by (minimum, id), whose rows hold its k nearest (a row outside them is beaten by k
+group minima, distinct rows each ahead of it by distance or, at equal distance, by id); those rows' distances
+are recomputed and ranked by (distance, id), on the device and then over the devices
+(:func:`geojax.search.merge.merge_topk`: two ``lax.top_k`` calls on int32 order keys on a CPU, no sort). With
 ``nprobe = nlist`` every row is a candidate: the result is exactly the flat index's, ties included.
 
 Several processes (``jax.distributed``) form one index as they form one :class:`geojax.search.IndexFlat`:
@@ -36,11 +39,14 @@ gathered and merged by (distance, id): the index equals one process holding all 
 A query whose probed lists hold fewer than k rows gets id −1 and the largest distance (int32 max, or +inf
 for PQ) in the slots left.
 
-Memory: the host keeps each list's codes and int32 ids (``width + 4`` bytes per row) and each device its
-blocks in the scan's operand form (``width + 4`` bytes per row for torus L1 and Hamming codes, the unpacked
-width for b-bit L2), plus at most one partly filled block per list and device. A search holds, per query,
-its row of group minima and ids (8 bytes per group of its probed blocks) and, for PQ, its lookup tables
-(m·2^nbits·4 bytes: 8 KiB for PQ(8×8)).
+Memory (``nbytes``): once laid out, the rows live only on the devices: per row its code (``width`` bytes,
+as stored, whatever the scan's operand form) and its int32 id (4 bytes), plus the segments' padding (at most
+8 % with the chosen segment size); the host keeps the segment table ((nlist + 1) int64 per device), the list
+sizes (nlist int64) and the centroids (nlist × features float32). Rows added since the last search wait on
+the host (codes, ids and their lists, ``width + 8`` bytes a row) and move to the devices at the next search
+or ``nbytes``; that move, ``remove_ids``, ``state`` and ``add`` with ids read the devices' rows back, holding
+a second copy for the call. A search holds, per query, its row of group minima and ids (8 bytes per group of
+its probed segments) and, for PQ, its lookup tables (m·2^nbits·4 bytes: 8 KiB for PQ(8×8)).
 """
 
 from __future__ import annotations
@@ -60,21 +66,19 @@ from geojax.search import codecs, placement
 from geojax.search.coarse import assign, kmeans, nearest_lists
 from geojax.search.codecs import Codec
 from geojax.search.flat import check_ids, check_k
-from geojax.search.ivf_scan import Layout, auto_block, build_layout, group_rows, shard_search
+from geojax.search.ivf_scan import (
+    Layout,
+    build_layout,
+    group_rows,
+    layout_rows,
+    schedule,
+    segment_rows,
+    shard_search,
+)
 from geojax.search.merge import merge_topk
 from geojax.search.placement import NO_ID
 
 _ADD_ROWS = 1 << 16  # rows encoded and filed per step of an add
-_CHUNK_CODES = 4 << 20  # block bytes read per chunk of (query, block) pairs of a search
-_CHUNK_DISTANCES = 512 << 10  # distance bytes per chunk (with PQ's lookup tables, within the L2 cache)
-
-
-def _round_up(n: int) -> int:
-    """n rounded up to 4, 5, 6 or 7 times a power of two (within 25 %, so that few shapes compile)."""
-    if n <= 4:
-        return max(1, int(n))
-    step = 1 << (int(n).bit_length() - 3)
-    return -(-int(n) // step) * step
 
 
 class IndexIVF:
@@ -88,15 +92,15 @@ class IndexIVF:
         codec: a :class:`geojax.search.codecs.Codec`.
         nlist: the number of lists (a positive int).
         nprobe: lists scanned per query, 1 ≤ nprobe ≤ nlist (settable later).
-        block: rows per block (a positive int); None: chosen when the lists are laid out for a search, the
-            power of two at or above the mean rows per list on a device, within [32, 1024] (a list then
-            mostly fills one block: fewer, fuller blocks scan faster).
+        block: rows per segment of a list (a positive int); None: chosen when the lists are laid out for a
+            search, the largest power of two up to 1,024 that pads the rows by at most 8 %
+            (:func:`geojax.search.ivf_scan.segment_rows`; larger segments scan faster).
         iters: k-means rounds (a positive int); 10 is faiss's for its IVF quantisers (``cp.niter``).
         train_rows: the most training rows the quantiser uses (a random subset); None: 256 per list, faiss's
             default.
-        mesh: this process's devices the blocks are dealt over; None: every device of this process on one axis
-            named ``db_axis``.
-        db_axis: the mesh axis the blocks are dealt over.
+        mesh: this process's devices the segments are dealt over; None: every device of this process on one
+            axis named ``db_axis``.
+        db_axis: the mesh axis the segments are dealt over.
 
     Raises:
         ValueError: ``codec`` is not a codec, a size is not a positive int, ``nprobe`` > ``nlist``, the axis
@@ -176,26 +180,27 @@ class IndexIVF:
     @property
     def list_sizes(self) -> np.ndarray:
         """Rows in each list [nlist] (this process's rows)."""
-        return np.array([len(i) for i in self._ids], np.int64)
+        return self._sizes.copy()
 
     @property
     def nbytes(self) -> int:
-        """Bytes this process holds for its rows.
+        """Bytes this process holds for its index: rows, ids, quantiser and tables.
 
-        The host's lists, and the devices' blocks, ids and block tables (laid out now if a change is pending).
+        The devices' segments of codes and ids (laid out now if a change is pending: ``(width + 4)`` bytes
+        per row plus the padding of :func:`~geojax.search.ivf_scan.segment_rows`, at most 8 %), the host's
+        segment table and list sizes, and the centroids.
         """
         layout = self._layout()
-        host = sum(c.nbytes for c in self._codes) + sum(i.nbytes for i in self._ids)
-        return host + sum(a.nbytes for a in (layout.blocks, layout.ids, layout.fill, layout.table))
+        centroids = 0 if self.centroids is None else self.centroids.nbytes
+        return layout.nbytes + self._sizes.nbytes + centroids
 
     def reset(self) -> None:
         """Remove every row (the codec and the quantiser stay trained)."""
-        width, dtype = self.codec.width, self.codec.code_dtype
-        self._codes = [np.zeros((0, width), dtype) for _ in range(self.nlist)]
-        self._ids = [np.zeros(0, np.int32) for _ in range(self.nlist)]
+        self._sizes = np.zeros(self.nlist, np.int64)
+        self._pending: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self._device: Layout | None = None
         self.ntotal = 0
         self._next_id = 0
-        self._device = None
 
     # ---------------------------------------------------------------------------------------------- train
     def train(self, x: ArrayLike, *, key: jax.Array | None = None) -> None:
@@ -305,7 +310,7 @@ class IndexIVF:
         if jax.process_count() > 1:
             raise ValueError("ids can be given with one process only (several: ids follow process order)")
         if n and self.ntotal:
-            held = np.concatenate(self._ids)
+            held = self._rows()[1]
             if np.isin(ids, held).any():
                 raise ValueError(f"ids must be new: {int(np.isin(ids, held).sum())} are in the index already")
         if n:
@@ -313,19 +318,26 @@ class IndexIVF:
         return ids, total
 
     def _file(self, codes: np.ndarray, ids: np.ndarray) -> None:
-        """Append rows to their lists, each list kept in ascending id order."""
+        """Assign rows to their lists; they join the device segments at the next layout."""
         lists = assign(self.codec.coarse(codes), self.centroids)
-        order = np.argsort(lists, kind="stable")
-        bounds = np.searchsorted(lists[order], np.arange(self.nlist + 1))
-        for j in np.flatnonzero(np.diff(bounds)):
-            rows = order[bounds[j] : bounds[j + 1]]
-            new_ids = np.concatenate([self._ids[j], ids[rows].astype(np.int32)])
-            new_codes = np.concatenate([self._codes[j], codes[rows]])
-            if len(self._ids[j]) and np.any(np.diff(new_ids) < 0):
-                by_id = np.argsort(new_ids, kind="stable")
-                new_ids, new_codes = new_ids[by_id], new_codes[by_id]
-            self._ids[j], self._codes[j] = new_ids, new_codes
-        self._device = None
+        self._pending.append((lists.astype(np.int32), ids.astype(np.int32), codes))
+        self._sizes += np.bincount(lists, minlength=self.nlist)
+
+    def _rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(lists [n], ids [n], codes [n, width]) of this process's rows, by list then id: the device
+        segments' rows and those filed since."""
+        parts = list(self._pending)
+        if self._device is not None:
+            parts.append(layout_rows(self._device))
+        if not parts:
+            return (
+                np.zeros(0, np.int32),
+                np.zeros(0, np.int32),
+                np.zeros((0, self.codec.width), self.codec.code_dtype),
+            )
+        lists, ids, codes = (np.concatenate(p) for p in zip(*parts, strict=True))
+        order = np.lexsort((ids, lists))
+        return lists[order], ids[order], codes[order]
 
     def remove_ids(self, ids: ArrayLike) -> int:
         """Remove the rows with these ids (others are ignored); every process calls it with the same ids.
@@ -351,27 +363,26 @@ class IndexIVF:
         """
         _checks.check_rank(ids, "ids", 1)
         _checks.check_integer(ids, "ids")
-        gone = np.asarray(ids, np.int64)
-        removed = 0
-        for j in range(self.nlist):
-            keep = ~np.isin(self._ids[j], gone)
-            if not keep.all():
-                removed += int((~keep).sum())
-                self._ids[j], self._codes[j] = self._ids[j][keep], self._codes[j][keep]
+        lists, held, codes = self._rows()
+        keep = ~np.isin(held, np.asarray(ids, np.int64))
+        removed = int((~keep).sum())
         if removed:
-            self._device = None
+            self._pending, self._device = [(lists[keep], held[keep], codes[keep])], None
+            self._sizes = np.bincount(lists[keep], minlength=self.nlist).astype(np.int64)
         removed = int(placement.process_counts([removed])[:, 0].sum())
         self.ntotal -= removed
         return removed
 
     # --------------------------------------------------------------------------------------------- layout
     def _layout(self) -> Layout:
-        """The lists as blocks dealt round-robin over the shards, built on the first search after a
-        change."""
-        if self._device is None:
+        """The lists as segments dealt over the shards, laid out again on the first search (or ``nbytes``)
+        after a change; the host then drops its copy of the rows."""
+        if self._device is None or self._pending:
+            lists, ids, codes = self._rows()
+            segment = self.block or segment_rows(self._sizes, self.shards)
             put = functools.partial(placement.put_shards, self.mesh, self.db_axis, self._shard_of)
-            block = self.block or auto_block(self.list_sizes, self.shards)
-            self._device = build_layout(self._codes, self._ids, block, self.codec.scan, put, self.shards)
+            self._device = build_layout(lists, ids, codes, self.nlist, segment, put, self.shards)
+            self._pending = []
         return self._device
 
     # --------------------------------------------------------------------------------------------- search
@@ -398,19 +409,29 @@ class IndexIVF:
         k = check_k(k, self.ntotal)
         layout = self._layout()
         probe = np.asarray(nearest_lists(self.codec.coarse_queries(q), self.centroids, self.nprobe))
-        # The (query, block) pairs to scan: each query's blocks of its probed lists, on each shard.
-        need = layout.counts[:, probe].sum(-1)  # [shards, Q]
-        pairs = _round_up(int(need.sum(1).max()))
-        per_query = min(_round_up(int(need.max())), layout.table.shape[1] * self.nprobe)
-        _, width, b = layout.blocks.shape
-        block_bytes = width * b * layout.blocks.dtype.itemsize
-        chunk = int(max(1, min(pairs, _CHUNK_CODES // block_bytes, _CHUNK_DISTANCES // (4 * b))))
-        fn = self._search_fn(k, pairs, per_query, chunk, group_rows(b, per_query, k))
-        d, i = fn(queries, probe, layout.table, layout.blocks, layout.ids, layout.fill, self.codec.aux)
+        operand = jax.eval_shape(
+            self.codec.scan.operand, jax.ShapeDtypeStruct((1, self.codec.width), self.codec.code_dtype)
+        )
+        row_bytes = operand.shape[1] * operand.dtype.itemsize
+        plan, per_query, chunk = schedule(probe, layout.starts, layout.segment, row_bytes)
+        group = group_rows(layout.segment, per_query, k)
+        fn = self._search_fn(k, layout.segment, chunk, group)
+        put = functools.partial(placement.put_shards, self.mesh, self.db_axis, self._shard_of)
+        sharded = [
+            put(lambda s, a=a: a[s], (a.shape[0] * a.shape[1], *a.shape[2:]))
+            for a in (
+                plan.unit_tile,
+                plan.unit_segment,
+                plan.unit_slot,
+                plan.units[:, None],
+                plan.query_segments,
+            )
+        ]
+        d, i = fn(queries, layout.codes, layout.ids, plan.tiles, *sharded, self.codec.aux)
         return _merge_processes(d, i, k) if jax.process_count() > 1 else (d, i)
 
-    def _search_fn(self, k: int, pairs: int, per_query: int, chunk: int, group: int):
-        key = (k, pairs, per_query, chunk, group)
+    def _search_fn(self, k: int, segment: int, chunk: int, group: int):
+        key = (k, segment, chunk, group)
         if key not in self._search_fns:
             spec, db = self.codec.scan, P(self.db_axis)
             local = functools.partial(
@@ -418,8 +439,7 @@ class IndexIVF:
                 spec=spec,
                 axis=self.db_axis,
                 k=k,
-                pairs=pairs,
-                per_query=per_query,
+                segment=segment,
                 chunk=chunk,
                 group=group,
                 platform=placement.platform(self.mesh),
@@ -427,7 +447,7 @@ class IndexIVF:
             mapped = jax.shard_map(
                 local,
                 mesh=self.mesh,
-                in_specs=(P(), P(), db, db, db, db, P()),
+                in_specs=(P(), db, db, P(), db, db, db, db, db, P()),
                 out_specs=(P(), P()),
                 check_vma=False,
             )
@@ -453,13 +473,14 @@ class IndexIVF:
             "ntotal": self.ntotal,
             "next_id": self._next_id,
         }
+        _, ids, codes = self._rows()
         arrays = {
             "centroids": np.asarray(
                 self.centroids if self.centroids is not None else np.zeros((0, 0), np.float32)
             ),
             "list_sizes": self.list_sizes,
-            "ids": np.concatenate(self._ids),
-            "codes": np.concatenate(self._codes),
+            "ids": ids,
+            "codes": codes,
         }
         return meta, arrays
 
@@ -514,9 +535,9 @@ class IndexIVF:
         if arrays["centroids"].size:
             index.centroids = jnp.asarray(arrays["centroids"])
         codes = codec.check_codes(arrays["codes"], "codes in the file")
-        cuts = np.cumsum(sizes)[:-1]
-        index._codes = list(np.split(codes, cuts))
-        index._ids = list(np.split(arrays["ids"].astype(np.int32), cuts))
+        lists = np.repeat(np.arange(index.nlist, dtype=np.int32), sizes)
+        index._pending = [(lists, arrays["ids"].astype(np.int32), codes)]
+        index._sizes = sizes.astype(np.int64)
         index.ntotal, index._next_id = int(meta["ntotal"]), int(meta["next_id"])
         return index
 
