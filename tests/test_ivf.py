@@ -200,7 +200,7 @@ def test_devices_without_probed_segments_scan_none_and_agree_with_flat():
     layout = index._layout()
     assert (np.diff(layout.starts, axis=1).sum(1) == 1).all()  # one segment on each device
     probe = coarse.nearest_lists(index.codec.coarse_queries(x[:1]), index.centroids, 1)
-    plan, _, _ = ivf_scan.schedule(np.asarray(probe), layout.starts, 32, 8)
+    plan, *_ = ivf_scan.schedule(np.asarray(probe), layout.starts, 32, 8)
     assert sorted(plan.units.tolist()) == [0, 0, 0, 1]
     k = int(index.list_sizes[int(probe[0, 0])])
     dist = numpy_distances("torus8", index.codec, x[:1], index.codec.encode(x))

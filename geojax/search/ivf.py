@@ -17,8 +17,11 @@ all lists, lies on device g mod devices of the mesh's ``db_axis``, so the device
 and each list's segments on a device are consecutive there. A search first finds each query's ``nprobe``
 nearest centroids, then groups its (query, list) pairs by list on the host: each probed list's queries in
 tiles of up to 32 (the power of two at or below the mean queries per probed list), and each tile meets each
-of its list's segments on a device once, as a dense block: the codec's flat-scan kernel over [tile, width]
-queries against the segment's [width, segment] columns, the segment read once for all the tile's queries.
+of its list's segments on a device once, as dense blocks of up to ``span`` consecutive segments (the power of
+two at or below the mean segments of a probed list on a device, at most 1,024 rows; segments past the list's
+are masked): the codec's flat-scan kernel over [tile, width] queries against the block's [width, rows]
+columns, the rows read once for all the tile's queries. PQ's lookup tables are read where they lie, each
+query's contiguous, not gathered per block.
 One jitted program per device scans its units, a chunk at a time (at most 4 MiB of codes and 512 KiB of
 distances), only the chunks that hold units (tile and unit counts are static shapes rounded up within 25 %,
 so few shapes compile). The selection is in groups (the flat scan's argument, carried to rows of many
@@ -413,15 +416,16 @@ class IndexIVF:
             self.codec.scan.operand, jax.ShapeDtypeStruct((1, self.codec.width), self.codec.code_dtype)
         )
         row_bytes = operand.shape[1] * operand.dtype.itemsize
-        plan, per_query, chunk = schedule(probe, layout.starts, layout.segment, row_bytes)
+        plan, per_query, span, chunk = schedule(probe, layout.starts, layout.segment, row_bytes)
         group = group_rows(layout.segment, per_query, k)
-        fn = self._search_fn(k, layout.segment, chunk, group)
+        fn = self._search_fn(k, layout.segment, span, chunk, group)
         put = functools.partial(placement.put_shards, self.mesh, self.db_axis, self._shard_of)
         sharded = [
             put(lambda s, a=a: a[s], (a.shape[0] * a.shape[1], *a.shape[2:]))
             for a in (
                 plan.unit_tile,
                 plan.unit_segment,
+                plan.unit_count,
                 plan.unit_slot,
                 plan.units[:, None],
                 plan.query_segments,
@@ -430,8 +434,8 @@ class IndexIVF:
         d, i = fn(queries, layout.codes, layout.ids, plan.tiles, *sharded, self.codec.aux)
         return _merge_processes(d, i, k) if jax.process_count() > 1 else (d, i)
 
-    def _search_fn(self, k: int, segment: int, chunk: int, group: int):
-        key = (k, segment, chunk, group)
+    def _search_fn(self, k: int, segment: int, span: int, chunk: int, group: int):
+        key = (k, segment, span, chunk, group)
         if key not in self._search_fns:
             spec, db = self.codec.scan, P(self.db_axis)
             local = functools.partial(
@@ -440,6 +444,7 @@ class IndexIVF:
                 axis=self.db_axis,
                 k=k,
                 segment=segment,
+                span=span,
                 chunk=chunk,
                 group=group,
                 platform=placement.platform(self.mesh),
@@ -447,7 +452,7 @@ class IndexIVF:
             mapped = jax.shard_map(
                 local,
                 mesh=self.mesh,
-                in_specs=(P(), db, db, P(), db, db, db, db, db, P()),
+                in_specs=(P(), db, db, P(), db, db, db, db, db, db, P()),
                 out_specs=(P(), P()),
                 check_vma=False,
             )

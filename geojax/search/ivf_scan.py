@@ -24,6 +24,7 @@ _MAX_SEGMENT = 1024  # the most rows per segment chosen from the lists' sizes
 _SLACK = 0.08  # the padding a chosen segment size may add, as a share of the rows
 _MAX_GROUP = 32  # rows per group of a search's selection
 _MAX_TILE = 32  # queries per tile
+_MAX_SPAN = 1024  # the most rows a unit scans (its consecutive segments of one list)
 _CHUNK_CODES = 4 << 20  # segment bytes read per chunk of units of a search
 _CHUNK_DISTANCES = 512 << 10  # distance bytes per chunk (with PQ's lookup tables, within the L2 cache)
 _EMPTY = np.int32(np.iinfo(np.int32).max)  # the order key of no row (above every distance's)
@@ -197,13 +198,16 @@ class Schedule(NamedTuple):
     """One search's work, made on the host from its probes (:func:`schedule`).
 
     Tiles are the (query, list) pairs grouped by list, ``tile`` queries of one list each; a unit is a tile
-    and one of its list's segments on a device, scanned as one dense [tile, segment] block.
+    and up to ``span`` consecutive segments of its list on a device, scanned as one dense [tile, span·segment]
+    block.
 
     Attributes:
         tiles: [n_tiles + 1, tile] int32: each tile's queries (−1 for none; the last tile is empty).
         unit_tile: [shards, U] int32: each unit's tile (the empty tile past a device's units).
-        unit_segment: [shards, U] int32: each unit's local segment.
-        unit_slot: [shards, U, tile] int32: the place of the unit's segment among each tile query's segments.
+        unit_segment: [shards, U] int32: each unit's first local segment.
+        unit_count: [shards, U] int32: each unit's segments (0 past a device's units).
+        unit_slot: [shards, U, tile] int32: the place of the unit's first segment among each tile query's
+            segments.
         units: [shards] int32: each device's units.
         query_segments: [shards, Q, per_query] int32: each query's local segments, −1 past them.
     """
@@ -211,6 +215,7 @@ class Schedule(NamedTuple):
     tiles: np.ndarray
     unit_tile: np.ndarray
     unit_segment: np.ndarray
+    unit_count: np.ndarray
     unit_slot: np.ndarray
     units: np.ndarray
     query_segments: np.ndarray
@@ -239,11 +244,13 @@ def _tiles(probe: np.ndarray, tile: int) -> tuple[np.ndarray, np.ndarray, np.nda
 
 def schedule(
     probe: np.ndarray, starts: np.ndarray, segment: int, row_bytes: int
-) -> tuple[Schedule, int, int]:
+) -> tuple[Schedule, int, int, int]:
     """The units of one search over a layout's devices, grouped by list (list-major).
 
     Each probed list's queries are cut into tiles (queries per tile: the power of two at or below the mean
-    queries per probed list, at most 32), and each tile meets each of the list's segments on a device once.
+    queries per probed list, at most 32), and each tile meets each of the list's segments on a device once,
+    ``span`` consecutive segments at a time (span: the power of two at or below the mean segments of a probed
+    list on a device, at most 1,024 rows; the segments past the list's are masked, not scanned into results).
 
     Args:
         probe: [Q, nprobe] int32 probed lists (distinct within a row).
@@ -252,9 +259,10 @@ def schedule(
         row_bytes: bytes of a row in the scan's operand form.
 
     Returns:
-        (the :class:`Schedule`; per_query, the most segments a query scans on a device; chunk, the units
-        scanned per step: at most 4 MiB of codes and 512 KiB of distances). The tile count and per_query are
-        rounded up within 25 % and the units to a multiple of chunk, so that few shapes compile.
+        (the :class:`Schedule`; per_query, the most segments a query scans on a device; span; chunk, the
+        units scanned per step: at most 4 MiB of codes and 512 KiB of distances). The tile count and
+        per_query are rounded up within 25 % and the units to a multiple of chunk, so that few shapes
+        compile.
     """
     shards = starts.shape[0]
     nq = probe.shape[0]
@@ -269,22 +277,29 @@ def schedule(
     probe_counts = counts[:, probe]  # [shards, Q, nprobe]
     offsets = np.cumsum(probe_counts, axis=2) - probe_counts  # each probed list's first slot
     per_query = _round_up(int(probe_counts.sum(2).max()))
-    unit_counts = counts[:, tile_list]  # [shards, n_tiles]
+    present = probe_counts[probe_counts > 0]
+    mean_segments = float(present.mean()) if present.size else 1.0
+    span = int(min(max(1, _MAX_SPAN // segment), 1 << int(math.floor(math.log2(mean_segments)))))
+    list_segments = counts[:, tile_list]  # [shards, n_tiles]
+    unit_counts = -(-list_segments // span)
     units = unit_counts.sum(1)
-    chunk = int(max(1, min(_CHUNK_CODES // (segment * row_bytes), _CHUNK_DISTANCES // (4 * tile * segment))))
+    rows = span * segment
+    chunk = int(max(1, min(_CHUNK_CODES // (rows * row_bytes), _CHUNK_DISTANCES // (4 * tile * rows))))
     chunk = min(chunk, _round_up(int(units.max())))
     width = -(-_round_up(int(units.max())) // chunk) * chunk
     unit_tile = np.full((shards, width), padded_tiles - 1, np.int32)
     unit_segment = np.zeros((shards, width), np.int32)
+    unit_count = np.zeros((shards, width), np.int32)
     unit_slot = np.zeros((shards, width, tile), np.int32)
     query_segments = np.full((shards, nq, per_query), -1, np.int32)
     safe_q = np.maximum(queries, 0)
     for s in range(shards):
         n = int(units[s])
         which = np.repeat(np.arange(n_tiles), unit_counts[s])
-        within = np.arange(n) - np.repeat(np.cumsum(unit_counts[s]) - unit_counts[s], unit_counts[s])
+        within = span * (np.arange(n) - np.repeat(np.cumsum(unit_counts[s]) - unit_counts[s], unit_counts[s]))
         unit_tile[s, :n] = which
         unit_segment[s, :n] = starts[s, tile_list[which]] + within
+        unit_count[s, :n] = np.minimum(span, list_segments[s, which] - within)
         unit_slot[s, :n] = offsets[s][safe_q[which], places[which]] + within[:, None]
         c = probe_counts[s].reshape(-1)
         pair_q = np.repeat(np.arange(probe.size) // probe.shape[1], c)
@@ -292,8 +307,10 @@ def schedule(
         query_segments[s, pair_q, np.repeat(offsets[s].reshape(-1), c) + pair_within] = (
             np.repeat(starts[s, probe.reshape(-1)], c) + pair_within
         )
-    plan = Schedule(tiles, unit_tile, unit_segment, unit_slot, units.astype(np.int32), query_segments)
-    return plan, per_query, chunk
+    plan = Schedule(
+        tiles, unit_tile, unit_segment, unit_count, unit_slot, units.astype(np.int32), query_segments
+    )
+    return plan, per_query, span, chunk
 
 
 def _group_leaders(dist: jax.Array, ids: jax.Array, m: int, packed: bool) -> tuple[jax.Array, jax.Array]:
@@ -320,6 +337,34 @@ def _group_leaders(dist: jax.Array, ids: jax.Array, m: int, packed: bool) -> tup
     return minima, ids[jnp.arange(0, n, m) + first]
 
 
+def _by_query(spec: scan.Scan, prepared: jax.Array) -> jax.Array:
+    """The scan's prepared query data with the queries first: as it is for torus and Hamming codes; PQ's
+    lookup tables [m, K, Q] as [Q, m, K], each query's tables contiguous (made once per search)."""
+    return prepared if spec.query_axis == 0 else jnp.moveaxis(prepared, -1, 0)
+
+
+def _unit_distances(spec: scan.Scan, by_query: jax.Array, tq: jax.Array, operand: jax.Array) -> jax.Array:
+    """[c, tile, rows] distances of c units' tile queries tq [c, tile] to their rows (operand form
+    [c, rows, W']); ``by_query``: :func:`_by_query`.
+
+    Torus and Hamming codes: each tile's queries gathered, then the flat kernel's dense form against the rows'
+    columns. PQ: the lookup tables are as large as the distances a segment gives (m·2^nbits per query), so
+    they are not gathered per unit; each distance is Σ_j T[query, j, code_j], read where it lies in its
+    query's contiguous tables and added in j order as the flat kernel adds them (the same float32 sums, so the
+    inverted file still ranks as the flat index does).
+    """
+    if spec.query_axis == 0:
+        return jax.vmap(lambda q, r: spec.kernel(q, r.T, True))(by_query[tq], operand)
+    m, k = by_query.shape[1], by_query.shape[2]
+    flat = by_query.reshape(-1)
+    base = tq[:, :, None] * (m * k)  # [c, tile, 1]
+    codes = operand.astype(jnp.int32)[:, None]  # [c, 1, rows, m]
+    total = flat[base + codes[..., 0]]
+    for j in range(1, m):
+        total = total + flat[base + j * k + codes[..., j]]
+    return total
+
+
 def shard_search(
     queries: jax.Array,
     codes: jax.Array,
@@ -327,6 +372,7 @@ def shard_search(
     tiles: jax.Array,
     unit_tile: jax.Array,
     unit_segment: jax.Array,
+    unit_count: jax.Array,
     unit_slot: jax.Array,
     units: jax.Array,
     query_segments: jax.Array,
@@ -336,6 +382,7 @@ def shard_search(
     axis: str,
     k: int,
     segment: int,
+    span: int,
     chunk: int,
     group: int,
     platform: str,
@@ -345,16 +392,17 @@ def shard_search(
     Merged over the devices of ``axis`` by (distance, id), ranked as suits ``platform`` (the mesh's;
     :func:`merge.select_topk`).
 
-    List-major: each unit is a tile of queries of one list against one segment of that list, scanned densely
-    by the codec's flat-scan kernel ([tile, W'] queries against the segment's [W', segment] columns, the
-    segment read once for all the tile's queries), ``chunk`` units at a time, only the chunks that hold this
-    device's units. Each unit gives, for every group of ``group`` consecutive rows of its segment, the group's
-    smallest distance and the id of its first row at it, into each tile query's row of a group table at the
-    segment's slot. Each query's k best groups by (minimum, id) hold its k nearest rows: a row outside them is
-    beaten by the k group minima, distinct rows, each ahead of it by distance or, at equal distance, by id
-    (rows ascend by id in a segment, so a group's first row at its minimum has the group's lowest id there).
-    Those k·group rows are recomputed and ranked by (distance, id) (:func:`geojax.search.merge.merge_topk`).
-    Run under ``jax.shard_map`` over ``axis`` (:class:`geojax.search.IndexIVF` does).
+    List-major: each unit is a tile of queries of one list against up to ``span`` consecutive segments of
+    that list, scanned densely by the codec's flat-scan kernel ([tile, W'] queries against the segments'
+    [W', span·segment] columns, read once for all the tile's queries), ``chunk`` units at a time, only the
+    chunks that hold this device's units. Each unit gives, for every group of ``group`` consecutive rows of
+    its segments, the group's smallest distance and the id of its first row at it, into each tile query's row
+    of a group table at the segment's slot (segments past the unit's count are dropped). Each query's k best
+    groups by (minimum, id) hold its k nearest rows: a row outside them is beaten by the k group minima,
+    distinct rows, each ahead of it by distance or, at equal distance, by id (rows ascend by id in a segment,
+    so a group's first row at its minimum has the group's lowest id there). Those k·group rows are recomputed
+    and ranked by (distance, id) (:func:`geojax.search.merge.merge_topk`). Run under ``jax.shard_map`` over
+    ``axis`` (:class:`geojax.search.IndexIVF` does).
 
     Args:
         queries: [Q, ...] the codec's scan queries.
@@ -362,7 +410,8 @@ def shard_search(
         ids: [S·segment] int32 their ids (``NO_ID`` empty).
         tiles: [T_n, tile] int32 each tile's queries (−1 none) (:class:`Schedule`).
         unit_tile: [U] int32 each unit's tile.
-        unit_segment: [U] int32 each unit's segment.
+        unit_segment: [U] int32 each unit's first segment.
+        unit_count: [U] int32 each unit's segments.
         unit_slot: [U, tile] int32 the unit's slot for each tile query.
         units: [1] int32 this device's units (the first ones).
         query_segments: [Q, per_query] int32 each query's segments, −1 past them.
@@ -371,6 +420,7 @@ def shard_search(
         axis: the mesh axis the segments are dealt over.
         k: neighbours per query.
         segment: rows per segment.
+        span: the most segments of a unit.
         chunk: units scanned per step (U is a multiple of it).
         group: rows per group of the selection (:func:`group_rows`).
         platform: the devices' platform.
@@ -380,24 +430,31 @@ def shard_search(
     """
     nq, per_query = query_segments.shape
     groups = segment // group
+    last = codes.shape[0] // segment - 1
     prepared = spec.prepare(aux, spec.operand(queries))  # once per query (PQ: its lookup tables)
-    qaxis = spec.query_axis % prepared.ndim
+    by_query = _by_query(spec, prepared)
     big = jnp.iinfo(jnp.int32).max if spec.integer else jnp.inf
     packed = spec.integer and spec.exact  # below 2^24: room for the place in a group (≤ 2^5 = _MAX_GROUP)
     within = jnp.arange(segment, dtype=jnp.int32)
+    spans = jnp.arange(span, dtype=jnp.int32)
 
     def one_chunk(c, tables):
         keys, first_ids = tables
         seg = lax.dynamic_slice_in_dim(unit_segment, c * chunk, chunk)
+        valid = spans < lax.dynamic_slice_in_dim(unit_count, c * chunk, chunk)[:, None]  # [chunk, span]
         tq = tiles[lax.dynamic_slice_in_dim(unit_tile, c * chunk, chunk)]  # [chunk, tile]
         slot = lax.dynamic_slice_in_dim(unit_slot, c * chunk, chunk)
-        rows = seg[:, None] * segment + within  # [chunk, segment]
-        operand = spec.operand(codes[rows.reshape(-1)]).reshape(chunk, segment, -1)
-        qdata = jnp.take(prepared, jnp.maximum(tq, 0), axis=qaxis)
-        dist = jax.vmap(lambda q, r: spec.kernel(q, r.T, True), in_axes=(qaxis, 0))(qdata, operand)
-        minima, leaders = jax.vmap(lambda d, i: _group_leaders(d, i, group, packed))(dist, ids[rows])
+        segs = jnp.minimum(seg[:, None] + spans, last)  # [chunk, span]
+        rows = (segs[:, :, None] * segment + within).reshape(chunk, span * segment)
+        row_ids = jnp.where(jnp.repeat(valid, segment, axis=1), ids[rows], NO_ID)
+        operand = spec.operand(codes[rows.reshape(-1)]).reshape(chunk, span * segment, -1)
+        dist = _unit_distances(spec, by_query, jnp.maximum(tq, 0), operand)
+        minima, leaders = jax.vmap(lambda d, i: _group_leaders(d, i, group, packed))(dist, row_ids)
         row = jnp.where(tq >= 0, tq, nq)[:, :, None]  # padded tile places fall outside (dropped)
-        col = slot[:, :, None] * groups + jnp.arange(groups)
+        col = (slot[:, :, None] + spans)[:, :, :, None] * groups + jnp.arange(
+            groups
+        )  # [chunk, tile, span, groups]
+        col = jnp.where(valid[:, None, :, None], col, per_query * groups).reshape(chunk, -1, span * groups)
         keys = keys.at[row, col].set(minima, mode="drop")
         return keys, first_ids.at[row, col].set(leaders, mode="drop")
 
