@@ -389,3 +389,33 @@ def test_indexes_rank_as_their_devices_not_the_default_backend(monkeypatch):
         for got, ref in zip(idx.search(q, 40), want, strict=True):
             np.testing.assert_array_equal(np.asarray(got), ref)
         assert calls, type(idx).__name__
+
+
+def decoded_numpy(case: str, codec, x: np.ndarray) -> np.ndarray:
+    """What the codec's codes of x stand for, by numpy: 4-bit angles round(16·t) mod 16 / 16, signs as ±1
+    (sign(0) = +1), PQ's centroids of each sub-space concatenated."""
+    if case == "torus4-L2":
+        return (np.round(x.astype(np.float64) * 16) % 16 / 16).astype(np.float32)
+    if case == "binary":
+        return np.where(x >= 0, 1.0, -1.0).astype(np.float32)
+    books, codes = np.asarray(codec.pq.codebooks), codec.encode(x)
+    return np.concatenate([books[j][codes[:, j]] for j in range(codes.shape[1])], axis=1)
+
+
+@pytest.mark.parametrize("case", ["torus4-L2", "binary", "pq"])
+def test_reconstruct_is_the_decode_of_the_stored_codes_and_refuses_unknown_ids(case):
+    codec, x = codecs_and_data(np.random.default_rng(10))[case]
+    index = built(codec, x, 6, nprobe=2)  # 4 devices; trains the codec
+    flat = IndexFlat(codec, mesh=mesh())
+    flat.add(x)
+    ids = np.array([699, 0, 5, 350, 5])  # any order, a repeat
+    want = decoded_numpy(case, codec, x[ids])
+    for idx in (index, flat):
+        np.testing.assert_allclose(idx.reconstruct(ids), want, rtol=1e-6, atol=1e-6)
+        with pytest.raises(ValueError, match=r"ids must be ids in the index: 1 are not \(e.g. \[700\]\)"):
+            idx.reconstruct(np.array([3, 700]))
+        with pytest.raises(ValueError, match="ids must have rank 1"):
+            idx.reconstruct(ids[None])
+        idx.remove_ids(np.array([5]))
+        with pytest.raises(ValueError, match=r"\[5\]"):
+            idx.reconstruct(np.array([5]))

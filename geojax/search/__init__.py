@@ -13,8 +13,8 @@
 - :mod:`geojax.search.io`: ``write_index`` / ``read_index``, one versioned, atomic file format.
 
 Every index: ``train(x)``, ``add(x, ids=None)``, ``add_codes(codes, ids=None)``, ``search(q, k)`` →
-``(distances [Q, k], ids [Q, k])`` as ``jax.Array``s ascending with ties to the lower id, ``remove_ids``,
-``reset``, ``ntotal``.
+``(distances [Q, k], ids [Q, k])`` as ``jax.Array``s ascending with ties to the lower id, ``reconstruct(ids)``
+(the codec's decode of the stored codes), ``remove_ids``, ``reset``, ``ntotal``.
 """
 
 from geojax.search.codecs import BinaryCodec, PQCodec, TorusCodec

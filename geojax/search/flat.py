@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 from jax.typing import ArrayLike
@@ -91,6 +92,56 @@ def check_k(k, ntotal: int) -> int:
     """
     _checks.check_k(k, "k", ntotal, "rows in the index")
     return int(k)
+
+
+def reconstruct_rows(codec: Codec, codes: np.ndarray, held: np.ndarray, ids: ArrayLike) -> np.ndarray:
+    """The decoded rows of ``ids`` among this process's rows (codes, held ids), found on every process.
+
+    The ``reconstruct`` of both indexes: each process looks its own rows up, and with several processes the
+    rows found are gathered (each id lives on one process).
+
+    Args:
+        codec: the index's codec (its :meth:`~geojax.search.codecs.Codec.decode`).
+        codes: [n, width] this process's codes.
+        held: [n] their ids.
+        ids: [m] integer ids to reconstruct, any order, repeats allowed.
+
+    Returns:
+        [m, D] float32 NumPy array: ``codec.decode`` of each id's code, in the order of ``ids``.
+
+    Raises:
+        ValueError: ``ids`` is not a rank-1 integer array, or an id is in no process's rows.
+
+    Example:
+        >>> import numpy as np
+        >>> from geojax.search import TorusCodec, flat
+        >>> codes = np.array([[0, 64], [128, 192]], np.uint8)
+        >>> flat.reconstruct_rows(TorusCodec(2), codes, np.array([4, 9]), np.array([9, 4]))
+        array([[0.5 , 0.75],
+               [0.  , 0.25]], dtype=float32)
+    """
+    _checks.check_rank(ids, "ids", 1)
+    _checks.check_integer(ids, "ids")
+    want = np.asarray(ids, np.int64)
+    order = np.argsort(held, kind="stable")
+    pos = np.minimum(np.searchsorted(held[order], want), max(len(held) - 1, 0))
+    found = (held[order][pos] == want) if len(held) else np.zeros(len(want), bool)
+    local = (
+        np.where(found[:, None], codes[order][pos], 0) if len(held) else np.zeros((len(want), codec.width))
+    )
+    local = local.astype(codec.code_dtype)
+    if jax.process_count() > 1:
+        every = np.asarray(multihost_utils.process_allgather(found))  # [processes, m]
+        local = np.asarray(multihost_utils.process_allgather(local))[
+            np.argmax(every, 0), np.arange(len(want))
+        ]
+        found = every.any(0)
+    if not found.all():
+        missing = want[~found]
+        raise ValueError(
+            f"ids must be ids in the index: {len(missing)} are not (e.g. {missing[:5].tolist()})"
+        )
+    return codec.decode(local)
 
 
 class IndexFlat:
@@ -325,6 +376,31 @@ class IndexFlat:
             self._rebuild(codes[keep], held[keep])
             self.ntotal -= removed
         return removed
+
+    def reconstruct(self, ids: ArrayLike) -> np.ndarray:
+        """The codec's decode of the stored codes of ``ids`` (faiss's ``reconstruct_batch``).
+
+        Every process calls it with the same ids and gets every row, wherever it lives.
+
+        Args:
+            ids: [m] integer ids in the index (any order, repeats allowed).
+
+        Returns:
+            [m, D] float32 NumPy array (:meth:`geojax.search.codecs.Codec.decode`).
+
+        Raises:
+            ValueError: ``ids`` is not a rank-1 integer array, or an id is not in the index.
+
+        Example:
+            >>> import numpy as np
+            >>> from geojax.search import IndexFlat, TorusCodec
+            >>> index = IndexFlat(TorusCodec(4))
+            >>> index.add(np.array([[0.0, 0.25, 0.5, 0.75], [0.1, 0.2, 0.3, 0.4]], np.float32))
+            >>> index.reconstruct(np.array([0]))
+            array([[0.  , 0.25, 0.5 , 0.75]], dtype=float32)
+        """
+        codes, held = self._local_rows()
+        return reconstruct_rows(self.codec, codes, held, ids)
 
     # --------------------------------------------------------------------------------------------- search
     def search(self, q: ArrayLike, k: int) -> tuple[jax.Array, jax.Array]:

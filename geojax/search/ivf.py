@@ -68,7 +68,7 @@ from geojax import _checks
 from geojax.search import codecs, placement
 from geojax.search.coarse import assign, kmeans, nearest_lists
 from geojax.search.codecs import Codec
-from geojax.search.flat import check_ids, check_k
+from geojax.search.flat import check_ids, check_k, reconstruct_rows
 from geojax.search.ivf_scan import (
     Layout,
     build_layout,
@@ -375,6 +375,35 @@ class IndexIVF:
         removed = int(placement.process_counts([removed])[:, 0].sum())
         self.ntotal -= removed
         return removed
+
+    def reconstruct(self, ids: ArrayLike) -> np.ndarray:
+        """The codec's decode of the stored codes of ``ids`` (faiss's ``reconstruct_batch``).
+
+        Every process calls it with the same ids and gets every row, wherever it lives. It reads the
+        devices' rows back (a second copy for the call).
+
+        Args:
+            ids: [m] integer ids in the index (any order, repeats allowed).
+
+        Returns:
+            [m, D] float32 NumPy array (:meth:`geojax.search.codecs.Codec.decode`).
+
+        Raises:
+            ValueError: ``ids`` is not a rank-1 integer array, or an id is not in the index.
+
+        Example:
+            >>> import numpy as np
+            >>> from geojax.search import IndexIVF, TorusCodec
+            >>> t = np.random.default_rng(0).random((64, 4), dtype=np.float32)
+            >>> index = IndexIVF(TorusCodec(4), nlist=4, iters=5)
+            >>> index.train(t)
+            >>> index.add(t)
+            >>> error = (index.reconstruct(np.array([5])) - t[5] + 0.5) % 1.0 - 0.5  # wraparound
+            >>> bool(np.abs(error).max() <= 1 / 512)
+            True
+        """
+        _, held, codes = self._rows()
+        return reconstruct_rows(self.codec, codes, held, ids)
 
     # --------------------------------------------------------------------------------------------- layout
     def _layout(self) -> Layout:
