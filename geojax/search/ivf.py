@@ -68,6 +68,7 @@ from geojax import _checks
 from geojax.search import codecs, placement
 from geojax.search.coarse import assign, kmeans, nearest_lists
 from geojax.search.codecs import Codec
+from geojax.search.filters import IdRanges, allowed_bits
 from geojax.search.flat import check_ids, check_k, reconstruct_rows
 from geojax.search.ivf_scan import (
     Layout,
@@ -80,6 +81,7 @@ from geojax.search.ivf_scan import (
 )
 from geojax.search.merge import merge_topk
 from geojax.search.placement import NO_ID
+from geojax.search.ranges import check_radius, range_search
 
 _ADD_ROWS = 1 << 16  # rows encoded and filed per step of an add
 
@@ -418,27 +420,36 @@ class IndexIVF:
         return self._device
 
     # --------------------------------------------------------------------------------------------- search
-    def search(self, q: ArrayLike, k: int) -> tuple[jax.Array, jax.Array]:
+    def search(
+        self, q: ArrayLike, k: int, *, allowed: np.ndarray | IdRanges | None = None
+    ) -> tuple[jax.Array, jax.Array]:
         """The k nearest rows among the ``nprobe`` lists nearest each query vector, ties to the lower id.
 
         The distances are those of :class:`geojax.search.IndexFlat`. A query whose probed lists hold fewer
-        than k rows gets id −1 and the largest distance (int32 max, or +inf for PQ) in the slots left. The
-        queries are the same on every process.
+        than k (allowed) rows gets id −1 and the largest distance (int32 max, or +inf for PQ) in the slots
+        left. The queries (and ``allowed``) are the same on every process.
 
         Args:
             q: [Q, dim] finite floating query vectors.
             k: neighbours per query, 1 ≤ k ≤ ``ntotal``.
+            allowed: None (every row), or the ids a query may return (:mod:`geojax.search.filters`): a boolean
+                mask [n] over ids (id i allowed where i < n and mask[i]), a per-query uint8 bitset [Q, B] in
+                ``np.packbits`` order (big-endian bits: id i is bit 7 − i mod 8 of byte i // 8 of its query's
+                row), or :class:`geojax.search.IdRanges`. Masked rows never enter the top-k.
 
         Returns:
             (distances [Q, k] ascending, ids [Q, k] int32, −1 where the lists held fewer than k rows).
 
         Raises:
-            ValueError: the index is not trained, ``q`` is malformed, or ``k`` is not in [1, ntotal].
+            ValueError: the index is not trained, ``q`` is malformed, ``k`` is not in [1, ntotal], or
+                ``allowed`` has another shape, dtype or type (before any work).
         """
         self._check_trained("searching")
         queries = self.codec.queries(q)
         _checks.check_matrix(queries, "q")
         k = check_k(k, self.ntotal)
+        filtered = allowed is not None
+        bits = allowed_bits(allowed, len(queries), self._next_id) if filtered else np.zeros((1, 1), np.uint8)
         layout = self._layout()
         probe = np.asarray(nearest_lists(self.codec.coarse_queries(q), self.centroids, self.nprobe))
         operand = jax.eval_shape(
@@ -447,7 +458,7 @@ class IndexIVF:
         row_bytes = operand.shape[1] * operand.dtype.itemsize
         plan, per_query, span, chunk = schedule(probe, layout.starts, layout.segment, row_bytes)
         group = group_rows(layout.segment, per_query, k)
-        fn = self._search_fn(k, layout.segment, span, chunk, group)
+        fn = self._search_fn(k, layout.segment, span, chunk, group, filtered)
         put = functools.partial(placement.put_shards, self.mesh, self.db_axis, self._shard_of)
         sharded = [
             put(lambda s, a=a: a[s], (a.shape[0] * a.shape[1], *a.shape[2:]))
@@ -460,11 +471,48 @@ class IndexIVF:
                 plan.query_segments,
             )
         ]
-        d, i = fn(queries, layout.codes, layout.ids, plan.tiles, *sharded, self.codec.aux)
+        d, i = fn(queries, layout.codes, layout.ids, plan.tiles, *sharded, self.codec.aux, bits)
         return _merge_processes(d, i, k) if jax.process_count() > 1 else (d, i)
 
-    def _search_fn(self, k: int, segment: int, span: int, chunk: int, group: int):
-        key = (k, segment, span, chunk, group)
+    def range_search(
+        self, q: ArrayLike, radius: float, *, max_results: int = 1_000_000
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every row at distance < ``radius`` of each query vector, in faiss's shape (``lims``, ``D``, ``I``).
+
+        Over the ``nprobe`` lists nearest each query, as :meth:`search`.
+
+        The distances are those of :meth:`search` (Hamming bits, wraparound L1 or squared L2 in code units,
+        PQ's asymmetric distance); strictly below the radius, as faiss's range search. Found by rounds of the
+        exact top-k search (:mod:`geojax.search.ranges`). The queries are the same on every process.
+
+        Args:
+            q: [Q, dim] finite floating query vectors.
+            radius: the radius, a real number.
+            max_results: the most results over all queries (a positive int); a radius that gives more is
+                refused, never truncated.
+
+        Returns:
+            (lims [Q + 1] int64; D [lims[Q]] distances, int32 or float32 as :meth:`search`'s; I [lims[Q]]
+            int64 ids): query q's results are D[lims[q]:lims[q + 1]], ascending, ties to the lower id.
+
+        Raises:
+            ValueError: the index is not trained, ``q`` is malformed, ``radius`` is not a real number,
+                ``max_results`` is not a positive int, or the results would exceed ``max_results``.
+        """
+        radius = check_radius(radius, max_results)
+        self._check_range_queries(q)
+        q = np.asarray(q)
+        dtype = np.dtype(np.int32 if self.codec.scan.integer else np.float32)
+        return range_search(
+            lambda rows, k: self.search(q[rows], k), len(q), self.ntotal, radius, max_results, dtype
+        )
+
+    def _check_range_queries(self, q: ArrayLike) -> None:
+        self._check_trained("searching")
+        _checks.check_matrix(self.codec.queries(q), "q")
+
+    def _search_fn(self, k: int, segment: int, span: int, chunk: int, group: int, filtered: bool):
+        key = (k, segment, span, chunk, group, filtered)
         if key not in self._search_fns:
             spec, db = self.codec.scan, P(self.db_axis)
             local = functools.partial(
@@ -476,12 +524,13 @@ class IndexIVF:
                 span=span,
                 chunk=chunk,
                 group=group,
+                filtered=filtered,
                 platform=placement.platform(self.mesh),
             )
             mapped = jax.shard_map(
                 local,
                 mesh=self.mesh,
-                in_specs=(P(), db, db, P(), db, db, db, db, db, db, P()),
+                in_specs=(P(), db, db, P(), db, db, db, db, db, db, P(), P()),
                 out_specs=(P(), P()),
                 check_vma=False,
             )

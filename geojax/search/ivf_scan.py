@@ -17,6 +17,7 @@ import numpy as np
 from jax import lax
 
 from geojax.search import scan
+from geojax.search.filters import is_allowed
 from geojax.search.merge import merge_topk, order_bits, select_topk
 from geojax.search.placement import NO_ID
 
@@ -320,9 +321,9 @@ def _group_leaders(dist: jax.Array, ids: jax.Array, m: int, packed: bool) -> tup
     Unlike the flat scan's ``_select._group_minima`` (minima only: there a row's position is its id), the
     leader's id is kept, since groups of different segments are ranked against each other by (minimum, id).
 
-    dist [b, n] distances, ids [n] (ascending over the filled rows) → (keys [b, n/m] int32, the empty key
-    where a group has no row; ids [b, n/m]). ``packed``: integer distances below 2^31/m, ranked with their
-    place in the group as one int32 (one reduction instead of two).
+    dist [b, n] distances, ids [n] or per query [b, n] (ascending over the filled rows) → (keys [b, n/m]
+    int32, the empty key where a group has no row; ids [b, n/m]). ``packed``: integer distances below
+    2^31/m, ranked with their place in the group as one int32 (one reduction instead of two).
     """
     b, n = dist.shape
     filled = ids < NO_ID
@@ -334,7 +335,7 @@ def _group_leaders(dist: jax.Array, ids: jax.Array, m: int, packed: bool) -> tup
         grouped = jnp.where(filled, order_bits(dist), _EMPTY).reshape(b, n // m, m)
         minima = jnp.min(grouped, axis=2)
         first = jnp.min(jnp.where(grouped == minima[:, :, None], jnp.arange(m), m), axis=2)
-    return minima, ids[jnp.arange(0, n, m) + first]
+    return minima, jnp.take_along_axis(jnp.broadcast_to(ids, dist.shape), jnp.arange(0, n, m) + first, axis=1)
 
 
 def _by_query(spec: scan.Scan, prepared: jax.Array) -> jax.Array:
@@ -377,6 +378,7 @@ def shard_search(
     units: jax.Array,
     query_segments: jax.Array,
     aux: jax.Array,
+    bits: jax.Array,
     *,
     spec: scan.Scan,
     axis: str,
@@ -385,6 +387,7 @@ def shard_search(
     span: int,
     chunk: int,
     group: int,
+    filtered: bool,
     platform: str,
 ) -> tuple[jax.Array, jax.Array]:
     """One device's top-k of every query over its segments of the probed lists, then over all devices.
@@ -416,6 +419,8 @@ def shard_search(
         units: [1] int32 this device's units (the first ones).
         query_segments: [Q, per_query] int32 each query's segments, −1 past them.
         aux: the scan's ``aux`` (PQ: codebooks).
+        bits: [1 or Q, B] uint8 allowed ids (:func:`geojax.search.filters.allowed_bits`); read only when
+            ``filtered``.
         spec: the codec's scan.
         axis: the mesh axis the segments are dealt over.
         k: neighbours per query.
@@ -423,6 +428,8 @@ def shard_search(
         span: the most segments of a unit.
         chunk: units scanned per step (U is a multiple of it).
         group: rows per group of the selection (:func:`group_rows`).
+        filtered: whether only the ids ``bits`` allows may enter a query's top-k (masked rows count as empty
+            slots, before the groups' minima are taken and again where the rows are recomputed).
         platform: the devices' platform.
 
     Returns:
@@ -449,6 +456,9 @@ def shard_search(
         row_ids = jnp.where(jnp.repeat(valid, segment, axis=1), ids[rows], NO_ID)
         operand = spec.operand(codes[rows.reshape(-1)]).reshape(chunk, span * segment, -1)
         dist = _unit_distances(spec, by_query, jnp.maximum(tq, 0), operand)
+        row_ids = row_ids[:, None, :]  # [chunk, 1, rows]: the same for every tile query
+        if filtered:
+            row_ids = jnp.where(is_allowed(bits, tq[:, :, None], row_ids), row_ids, NO_ID)
         minima, leaders = jax.vmap(lambda d, i: _group_leaders(d, i, group, packed))(dist, row_ids)
         row = jnp.where(tq >= 0, tq, nq)[:, :, None]  # padded tile places fall outside (dropped)
         col = (slot[:, :, None] + spans)[:, :, :, None] * groups + jnp.arange(
@@ -471,6 +481,8 @@ def shard_search(
     rows = (jnp.maximum(seg_of, 0) * segment + (best % groups) * group)[:, :, None] + jnp.arange(group)
     rows = rows.reshape(nq, kg * group)
     there = jnp.repeat(seg_of >= 0, group, axis=1) & (ids[rows] < NO_ID)
+    if filtered:
+        there = there & is_allowed(bits, jnp.arange(nq)[:, None], ids[rows])
     operand = spec.operand(codes[rows.reshape(-1)]).reshape(nq, kg * group, -1)
     dist = spec.kernel(prepared, operand, False)  # [Q, kg·group]
     d = jnp.where(there, dist, big)
