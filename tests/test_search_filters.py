@@ -8,7 +8,7 @@ import pytest
 from test_index import mesh
 from test_ivf import clustered_angles, numpy_distances, probed_numpy
 
-from geojax.search import BinaryCodec, IdRanges, IndexFlat, IndexIVF, PQCodec, TorusCodec, filters
+from geojax.search import BinaryCodec, IdRanges, IndexFlat, IndexIVF, PQCodec, TorusCodec, filters, flat
 
 pytestmark = pytest.mark.multidevice
 
@@ -73,6 +73,20 @@ def test_filtered_search_equals_numpy_by_hand(case):
         for index in (flat, ivf):
             for k in (1, 12, 60):  # 60: more than a per-query bitset allows (about 20 rows)
                 check(index.search(q, k, allowed=allowed), dist, allow, k, case != "pq")
+
+
+def test_filtered_flat_scan_in_chunks_that_do_not_divide_the_rows(monkeypatch):
+    """Chunks of 7 rows: the last one moved back over rows already seen, which must not count twice."""
+    monkeypatch.setattr(flat, "_FILTER_ROWS", 7)
+    monkeypatch.setattr(flat, "_MIN_CAPACITY", 1)  # shards of exactly 100 rows: the last chunk overlaps rows
+    rng = np.random.default_rng(5)
+    codec, x = data("binary", rng)
+    index = IndexFlat(codec, mesh=mesh())
+    index.add(x)
+    q = x[[0, 1, 2]]
+    dist = numpy_distances("binary", codec, q, codec.encode(x))
+    for allowed, allow in forms(rng, len(q), len(x)):
+        check(index.search(q, 40, allowed=allowed), dist, allow, 40, True)
 
 
 def test_filtered_ivf_at_partial_probe_is_the_numpy_scan_of_its_probed_lists():

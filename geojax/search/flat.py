@@ -44,6 +44,7 @@ from geojax.search.placement import NO_ID
 from geojax.search.ranges import check_radius, range_search
 
 _MIN_CAPACITY = 1024
+_FILTER_ROWS = 2048  # rows per chunk of a filtered scan
 
 
 def check_ids(ids: ArrayLike | None, n: int) -> np.ndarray | None:
@@ -746,10 +747,11 @@ def filtered_topk(
 ) -> tuple[jax.Array, jax.Array]:
     """One device: the top-k of its queries over the allowed rows of its shard, then over all shards.
 
-    Each selection block of the laid-out shard (:func:`geojax.search.scan.layout`) is scanned densely by
-    the codec's kernel for a block of queries, rows the bitset masks (or past the shard's ``size[0]`` rows)
-    become empty slots, and the block's candidates are merged into the running top-k by (distance, id)
-    (:func:`geojax.search.merge.merge_topk`); then the shards' top-k are gathered over ``axis`` and merged.
+    The laid-out shard (:func:`geojax.search.scan.layout`) is scanned densely by the codec's kernel, 2,048
+    rows at a time for a block of queries (distances held: query block × 2,048), rows the bitset masks (or
+    past the shard's ``size[0]`` rows) become empty slots, and each chunk's candidates are merged into the
+    running top-k by (distance, id) (:func:`geojax.search.merge.merge_topk`); then the shards' top-k are
+    gathered over ``axis`` and merged.
     Run under ``jax.shard_map`` (:class:`IndexFlat` does).
 
     Args:
@@ -773,27 +775,30 @@ def filtered_topk(
     blocks = -(-nq // qb)
     padded = jnp.pad(queries, ((0, blocks * qb - nq),) + ((0, 0),) * (queries.ndim - 1))
     big = jnp.iinfo(jnp.int32).max if spec.integer else jnp.inf
-    n = rows.shape[1]
-    starts = jnp.arange(rows.shape[0], dtype=jnp.int32) * n
+    flat_rows = rows.reshape(-1, rows.shape[2])
+    total = flat_rows.shape[0]
+    n = min(_FILTER_ROWS, total)
 
     def one_block(args):
         qx, first = args
         qdata = spec.prepare(aux, spec.operand(qx))
-        query = first + jnp.arange(qb, dtype=jnp.int32)[:, None]
+        query = jnp.minimum(first + jnp.arange(qb, dtype=jnp.int32)[:, None], bits.shape[0] - 1)
 
-        def step(carry, xs):
-            block_rows, start = xs
-            dist = spec.kernel(qdata, block_rows.T, True)  # [qb, n]
+        def step(carry, c):
+            # The last chunk is moved back to end at the last row; the rows it repeats are masked.
+            start = jnp.minimum(c * n, total - n)
+            dist = spec.kernel(qdata, lax.dynamic_slice_in_dim(flat_rows, start, n).T, True)  # [qb, n]
             pos = start + jnp.arange(n, dtype=jnp.int32)
-            rid = jnp.where(pos < size[0], ids[jnp.minimum(pos, ids.shape[0] - 1)], NO_ID)[None]
-            ok = is_allowed(bits, jnp.minimum(query, bits.shape[0] - 1), rid)
+            new = (pos >= c * n) & (pos < size[0])
+            rid = jnp.where(new, ids[jnp.minimum(pos, ids.shape[0] - 1)], NO_ID)[None]
+            ok = is_allowed(bits, query, rid)
             d = jnp.concatenate([carry[0], jnp.where(ok, dist, big).astype(carry[0].dtype)], axis=1)
             i = jnp.concatenate([carry[1], jnp.where(ok, rid, NO_ID)], axis=1)
             return merge_topk(d, i, k, platform=platform), None
 
         dtype = jnp.int32 if spec.integer else jnp.float32
         init = (jnp.full((qb, k), big, dtype), jnp.full((qb, k), NO_ID, jnp.int32))
-        return lax.scan(step, init, (rows, starts))[0]
+        return lax.scan(step, init, jnp.arange(-(-total // n), dtype=jnp.int32))[0]
 
     firsts = jnp.arange(blocks, dtype=jnp.int32) * qb
     d, i = lax.map(one_block, (padded.reshape(blocks, qb, *queries.shape[1:]), firsts))

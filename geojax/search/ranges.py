@@ -5,8 +5,9 @@ The rows within the radius are a prefix of a query's ranking by (distance, id), 
 them: a query is done once its k-th result lies at the radius or beyond (or is empty, −1, or k reached the
 index's rows), and the queries not done are searched again with k doubled. Before each round the result is
 bounded: the done queries' counts plus k for each query not done (each has at least k rows within the
-radius) — past ``max_results`` the search stops with a ``ValueError``, never truncating. A round holds at most
-(queries not done) × 2k ≤ 2 · ``max_results`` results, so memory stays bounded by ``max_results``.
+radius) — past ``max_results`` the search stops with a ``ValueError``, never truncating. A round searches
+its queries padded to a power of two, k results each: 64 per query in the first round, and after it at most
+(queries not done, padded) × 2k ≤ 4 · ``max_results``, so memory stays bounded by ``max_results``.
 """
 
 from __future__ import annotations
