@@ -37,9 +37,10 @@ For each index and ``nprobe``: recall@10 against the exact search over the index
 exact float search — on the torus under two distances: the chordal distance of the Clifford features
 (``recall_float``) and the torus's own, the flat torus's geodesic distance √Σ_k δ_k², δ_k the wraparound
 difference of the angles (``recall_torus``); on the sphere the cosine (``recall_float``); queries/s (the
-median of --repeat rounds); build time (train + add) and bytes per row (geojax: host lists + device blocks;
-faiss: its serialised index). faiss uses every core (OpenMP); geojax runs JAX's default single CPU device,
-whose loops XLA splits over the cores.
+median of --repeat rounds); build time (train + add) and bytes per row (geojax: ``IndexIVF.nbytes``, the
+devices' codes, ids and segment padding, the host's segment table and centroids; faiss: its serialised
+index, code bytes + 8-byte ids + its quantiser). faiss uses every core (OpenMP); geojax runs JAX's default
+single CPU device, whose loops XLA splits over the cores.
 
 Where each side wins, per pair of a geojax and a faiss index: *queries/s at recall ≥ 0.95 against the same
 codes* (each side's fastest nprobe there); *recall at its bytes* (each index's float recall at the largest

@@ -82,6 +82,12 @@ def test_full_probe_equals_flat_exactly(case):
     assert tied == sorted(tied) and ({0, 5, 50, 699} <= set(tied) or tied[-1] == i[-1])
 
 
+def lists_of(index):
+    """Each list's ids [n_l] (this process's rows), from the index's own description (``state``)."""
+    _, arrays = index.state()
+    return np.split(arrays["ids"], np.cumsum(arrays["list_sizes"])[:-1])
+
+
 def probed_numpy(index, q, dist, k):
     """Reference for nprobe < nlist: the rows of the nprobe lists whose centroids are nearest (numpy),
     ranked by (distance, id); −1 beyond the candidates."""
@@ -89,9 +95,9 @@ def probed_numpy(index, q, dist, k):
     f = np.asarray(index.codec.coarse_queries(q), np.float64)
     score = ((f[:, None] - c[None]) ** 2).sum(-1)
     lists = np.argsort(score, axis=1, kind="stable")[:, : index.nprobe]
-    out_d, out_i = [], []
+    out_d, out_i, held = [], [], lists_of(index)
     for row, probe in enumerate(lists):
-        ids = np.sort(np.concatenate([index._ids[j] for j in probe]).astype(np.int64))
+        ids = np.sort(np.concatenate([held[j] for j in probe]).astype(np.int64))
         order = np.lexsort((ids, dist[row, ids]))[:k]
         out_i.append(np.pad(ids[order], (0, k - len(order)), constant_values=-1))
         out_d.append(dist[row, ids[order]])
@@ -180,18 +186,29 @@ def test_fewer_candidates_than_k_give_minus_one():
     n = int(index.list_sizes[probed])
     assert 0 < n < 150
     d, i = (np.asarray(a) for a in index.search(x[:1], 150))
-    assert (i[0, :n] >= 0).all() and np.isin(i[0, :n], index._ids[probed]).all()
+    assert (i[0, :n] >= 0).all() and np.isin(i[0, :n], lists_of(index)[probed]).all()
     assert (i[0, n:] == -1).all() and (d[0, n:] == np.iinfo(np.int32).max).all()
 
 
-def test_devices_without_probed_blocks_scan_none_and_agree_with_flat():
-    """Lists of one block each sit on the first device only, so the other three hold no (query, block) pair
-    and their scan loop's trip count is zero: the search is still exactly the flat index's."""
+def test_devices_without_probed_segments_scan_none_and_agree_with_flat():
+    """Four lists of one segment each, one on each of 4 devices: a query's one probed list lies on one
+    device, and the other three have no unit to scan (their loop's trip count is zero); the search is still
+    the numpy scan of the probed list, and at full probe exactly the flat index's."""
     rng = np.random.default_rng(6)
     x = clustered_angles(rng, 48, 8, rng.random((4, 8)))
-    index = built(TorusCodec(8), x, 4, block=32)
+    index = built(TorusCodec(8), x, 4, block=32, nprobe=1)
     layout = index._layout()
-    assert layout.counts[0].sum() == 4 and layout.counts[1:].sum() == 0
+    assert (np.diff(layout.starts, axis=1).sum(1) == 1).all()  # one segment on each device
+    probe = coarse.nearest_lists(index.codec.coarse_queries(x[:1]), index.centroids, 1)
+    plan, *_ = ivf_scan.schedule(np.asarray(probe), layout.starts, 32, 8)
+    assert sorted(plan.units.tolist()) == [0, 0, 0, 1]
+    k = int(index.list_sizes[int(probe[0, 0])])
+    dist = numpy_distances("torus8", index.codec, x[:1], index.codec.encode(x))
+    ref_d, ref_i = probed_numpy(index, x[:1], dist, k)
+    d, i = index.search(x[:1], k)
+    np.testing.assert_array_equal(np.asarray(i), ref_i)
+    np.testing.assert_array_equal(np.asarray(d)[0], ref_d[0])
+    index.nprobe = 4
     flat = IndexFlat(TorusCodec(8), mesh=mesh())
     flat.add(x)
     for got, want in zip(index.search(x[:6], 20), flat.search(x[:6], 20), strict=True):
@@ -211,7 +228,7 @@ def test_remove_reset_write_read(tmp_path):
     for a, b in zip((d, i), loaded.search(x[:4], 12), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     loaded.add(x[:1])  # grows after reading, ids after the largest
-    assert loaded.ntotal == 699 and 700 in np.concatenate(loaded._ids)
+    assert loaded.ntotal == 699 and 700 in np.concatenate(lists_of(loaded))
     with pytest.raises(ValueError, match="holds a 'ivf' index, not the 'flat'"):
         read_index(path, kind="flat")
     index.reset()
@@ -255,20 +272,32 @@ def test_bad_inputs_refused_and_nothing_changed():
         np.testing.assert_array_equal(a, np.asarray(b))
 
 
-def test_the_block_chosen_from_the_lists_gives_the_results_of_any_fixed_block():
+def slots(sizes, shards, segment):
+    """Row slots of lists of ``sizes`` in segments of ``segment`` rows dealt evenly over ``shards``."""
+    segments = int(np.ceil(np.asarray(sizes) / segment).sum())
+    return shards * max(1, -(-segments // shards)) * segment
+
+
+@pytest.mark.parametrize(
+    "sizes,shards",
+    [([1000, 1000, 10], 1), ([300, 0, 500], 2), ([3], 1), ([0, 0], 2), ([5000, 4, 70, 900, 1200], 4)],
+)
+def test_the_segment_chosen_pads_at_most_8_percent_and_is_the_largest_that_does(sizes, shards):
+    segment = ivf_scan.segment_rows(np.array(sizes), shards)
+    rows = sum(sizes)
+    assert segment & (segment - 1) == 0 and 1 <= segment <= 1024
+    if segment > 1:
+        assert slots(sizes, shards, segment) <= 1.08 * rows
+    if segment < 1024:  # the next size up pads more
+        assert slots(sizes, shards, 2 * segment) > 1.08 * rows
+
+
+def test_the_segment_chosen_from_the_lists_gives_the_results_of_any_fixed_segment():
     codec, x = codecs_and_data(np.random.default_rng(0))["torus8"]
     auto = built(codec, x, 9, block=None, nprobe=3)
-    sizes = auto.list_sizes
-    mean = sizes[sizes > 0].mean() / 4  # rows per list on each of the 4 devices
-    want = int(min(1024, max(32, 2 ** np.ceil(np.log2(mean)))))
-    assert ivf_scan.auto_block(sizes, 4) == want and auto._layout().blocks.shape[2] == want
-    assert (
-        ivf_scan.auto_block(np.array([0, 5000 * 4]), 4) == 1024
-        and ivf_scan.auto_block(np.zeros(3, int), 2) == 32
-    )
-    assert ivf_scan.auto_block(np.array([300, 0, 500]), 2) == 256  # 200 rows per list on a device
+    assert auto._layout().segment == ivf_scan.segment_rows(auto.list_sizes, 4)
     q = x[[0, 3, 11, 200, 699]]
-    for block in (8, 64):
+    for block in (1, 8, 64):
         fixed = built(codec, x, 9, block=block, nprobe=3)
         fixed.centroids = auto.centroids  # the same lists
         fixed.reset()
@@ -277,6 +306,27 @@ def test_the_block_chosen_from_the_lists_gives_the_results_of_any_fixed_block():
         auto.add(x)
         for got, want_ in zip(auto.search(q, 20), fixed.search(q, 20), strict=True):
             np.testing.assert_array_equal(np.asarray(got), np.asarray(want_))
+
+
+@pytest.mark.parametrize("case", ["torus8", "binary", "pq"])
+def test_memory_is_the_codes_ids_and_at_most_10_percent_more(case):
+    """``nbytes`` counts what the index holds (the device arrays' own sizes, the host's tables and the
+    centroids), and that is at most (code bytes + 4-byte id) · 1.1 a row; the rows live only on the devices
+    once laid out (the host keeps no copy), and a search adds nothing held."""
+    rng = np.random.default_rng(9)
+    codec, x = codecs_and_data(rng)[case]
+    x = np.concatenate([x] * 6)  # 4,200 rows
+    index = IndexIVF(codec, 8, nprobe=2, mesh=mesh((4,)))
+    index.train(x)
+    index.add(x)
+    bound = len(x) * (codec.width + 4) * 1.1
+    before = index.nbytes
+    index.search(x[:3], 5)
+    layout = index._layout()
+    held = layout.codes.nbytes + layout.ids.nbytes
+    assert index._pending == [] and held >= len(x) * (codec.width + 4)
+    assert index.nbytes == held + layout.starts.nbytes + index.list_sizes.nbytes + index.centroids.nbytes
+    assert before == index.nbytes <= bound
 
 
 @pytest.mark.parametrize("case", ["torus8", "binary", "pq"])
@@ -311,8 +361,9 @@ def test_heavy_ties_go_to_the_lowest_ids(case):
     f = np.asarray(codec.coarse_queries(q), np.float64)
     lists = np.argsort(((f[:, None] - c[None]) ** 2).sum(-1), axis=1, kind="stable")[:, :2]
     d, i = (np.asarray(a) for a in index.search(q, 60))
+    held = lists_of(index)
     for row, probe in enumerate(lists):
-        cand = np.sort(np.concatenate([index._ids[j] for j in probe]).astype(np.int64))
+        cand = np.sort(np.concatenate([held[j] for j in probe]).astype(np.int64))
         rows = sorted_ids[np.searchsorted(ids[sorted_ids], cand)]  # the rows of dist holding these ids
         order = np.lexsort((cand, dist[row, rows]))[:60]
         want = np.pad(cand[order], (0, 60 - len(order)), constant_values=-1)
@@ -338,3 +389,33 @@ def test_indexes_rank_as_their_devices_not_the_default_backend(monkeypatch):
         for got, ref in zip(idx.search(q, 40), want, strict=True):
             np.testing.assert_array_equal(np.asarray(got), ref)
         assert calls, type(idx).__name__
+
+
+def decoded_numpy(case: str, codec, x: np.ndarray) -> np.ndarray:
+    """What the codec's codes of x stand for, by numpy: 4-bit angles round(16·t) mod 16 / 16, signs as ±1
+    (sign(0) = +1), PQ's centroids of each sub-space concatenated."""
+    if case == "torus4-L2":
+        return (np.round(x.astype(np.float64) * 16) % 16 / 16).astype(np.float32)
+    if case == "binary":
+        return np.where(x >= 0, 1.0, -1.0).astype(np.float32)
+    books, codes = np.asarray(codec.pq.codebooks), codec.encode(x)
+    return np.concatenate([books[j][codes[:, j]] for j in range(codes.shape[1])], axis=1)
+
+
+@pytest.mark.parametrize("case", ["torus4-L2", "binary", "pq"])
+def test_reconstruct_is_the_decode_of_the_stored_codes_and_refuses_unknown_ids(case):
+    codec, x = codecs_and_data(np.random.default_rng(10))[case]
+    index = built(codec, x, 6, nprobe=2)  # 4 devices; trains the codec
+    flat = IndexFlat(codec, mesh=mesh())
+    flat.add(x)
+    ids = np.array([699, 0, 5, 350, 5])  # any order, a repeat
+    want = decoded_numpy(case, codec, x[ids])
+    for idx in (index, flat):
+        np.testing.assert_allclose(idx.reconstruct(ids), want, rtol=1e-6, atol=1e-6)
+        with pytest.raises(ValueError, match=r"ids must be ids in the index: 1 are not \(e.g. \[700\]\)"):
+            idx.reconstruct(np.array([3, 700]))
+        with pytest.raises(ValueError, match="ids must have rank 1"):
+            idx.reconstruct(ids[None])
+        idx.remove_ids(np.array([5]))
+        with pytest.raises(ValueError, match=r"\[5\]"):
+            idx.reconstruct(np.array([5]))

@@ -67,3 +67,76 @@ def test_helpers_load_without_the_application():
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def _module_imports(path: Path) -> list[tuple[str, list[str]]]:
+    """(module, names) of each import of a module, relative imports resolved; those a type checker alone
+    reads (under ``if TYPE_CHECKING``) count too: a circle of types is a circle of the design."""
+    package = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1])
+    if path.name == "__init__.py":
+        package = ".".join(path.relative_to(ROOT).parts[:-1])
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, []) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package.rsplit(".", node.level - 1)[0] if node.level else ""
+            module = ".".join(p for p in (base, node.module or "") if p)
+            found.append((module, [alias.name for alias in node.names]))
+    return found
+
+
+def _own_modules() -> dict[str, Path]:
+    """Every module of geojax and train by its dotted name."""
+    out = {}
+    for folder in ("geojax", "train"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def test_no_module_imports_another_modules_private_name():
+    """A name another module uses is public in its own (a private module of a package, ``_softmax``, may be
+    imported: the names taken from it may not start with an underscore)."""
+    modules = _own_modules()
+    bad = []
+    for name, path in modules.items():
+        for module, names in _module_imports(path):
+            if module in modules and module != name:
+                private = [n for n in names if n.startswith("_") and not n.startswith("__")]
+                bad += [f"{name} imports {module}.{n}" for n in private if f"{module}.{n}" not in modules]
+    assert not bad, "\n".join(bad)
+
+
+def test_no_import_circle():
+    """The modules of geojax and train import each other without a circle (a package imports its own
+    modules, which do not import it back)."""
+    modules = _own_modules()
+    graph = {}
+    for name, path in modules.items():
+        targets = set()
+        for module, names in _module_imports(path):
+            submodules = [f"{module}.{n}" for n in names if f"{module}.{n}" in modules]
+            for target in submodules or [module]:
+                ancestor = name.startswith(target + ".")  # its own package, loaded before it anyway
+                if target in modules and target != name and not ancestor:
+                    targets.add(target)
+        graph[name] = targets
+    state: dict[str, int] = {}
+
+    def visit(node: str, trail: list[str]) -> list[str] | None:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if nxt.startswith(node + "."):  # a package's own module
+                continue
+            if state.get(nxt) == 1:
+                return [*trail, node, nxt]
+            if nxt not in state and (found := visit(nxt, [*trail, node])):
+                return found
+        state[node] = 2
+        return None
+
+    for start in sorted(graph):
+        if start not in state and (circle := visit(start, [])):
+            pytest.fail("import circle: " + " → ".join(circle[circle.index(circle[-1]) :]))

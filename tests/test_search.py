@@ -102,7 +102,7 @@ def test_torus_bits_topk_equals_numpy(bits, n, k, p, width):
 def test_torus_bits_wide_codes_fall_back_to_bytes(bits):
     # Past 2,047 (4-bit) or 4,095 (2-bit) uint32 words the 16-bit SWAR lanes could overflow: the scan must
     # switch to one byte per coordinate and stay exact at the largest distances.
-    width = 4 * _kernels._word_limit(bits) + 4
+    width = 4 * _kernels.word_limit(bits) + 4
     rng = np.random.default_rng(bits)
     db = rng.integers(0, 256, (6, width), dtype=np.uint8)
     antipode = {4: 0x88, 2: 0xAA}[bits]  # every coordinate half a turn away from 0
@@ -189,7 +189,7 @@ def test_hamming_kernel_on_a_cpu_counts_bits_by_the_form_the_host_has(monkeypatc
     monkeypatch.setattr(_kernels, "_host_vector_popcount", lambda: host_vector_popcount)
     q, rows = np.zeros((2, 8), np.uint32), np.zeros((8, 64), np.uint32)
     # a new function, so that no trace cached under the other choice is reused
-    compiled = jax.jit(lambda a, b: _kernels._hamming_kernel(a, b, True)).lower(q, rows).compile()
+    compiled = jax.jit(lambda a, b: _kernels.hamming_kernel(a, b, True)).lower(q, rows).compile()
     assert ("popcnt" in compiled.as_text()) is host_vector_popcount
     assert _kernels.counts_by_popcount("cpu") is host_vector_popcount
     assert _kernels.counts_by_popcount("gpu")

@@ -161,9 +161,9 @@ def test_pq_tables_do_not_depend_on_the_batch():
     rng = np.random.default_rng(4)
     codebooks = rng.normal(size=(8, 256, 8)).astype(np.float32)
     queries = rng.normal(size=(1000, 64)).astype(np.float32)
-    whole = np.asarray(_kernels._pq_tables(codebooks, queries))
+    whole = np.asarray(_kernels.pq_tables(codebooks, queries))
     parts = np.concatenate(
-        [np.asarray(_kernels._pq_tables(codebooks, queries[i : i + 7])) for i in range(0, 1000, 7)], 2
+        [np.asarray(_kernels.pq_tables(codebooks, queries[i : i + 7])) for i in range(0, 1000, 7)], 2
     )
     np.testing.assert_array_equal(whole, parts)
     direct = ((queries.reshape(1000, 8, 1, 8) - codebooks[None]) ** 2).sum(-1).transpose(1, 2, 0)
@@ -171,7 +171,7 @@ def test_pq_tables_do_not_depend_on_the_batch():
 
 
 def check_pq_scan_ranks_by_its_own_tables():
-    """The flat scan's PQ distances are the sums, in sub-space order, of the tables ``_pq_tables`` gives on
+    """The flat scan's PQ distances are the sums, in sub-space order, of the tables ``pq_tables`` gives on
     its own, to the bit: the tables the inverted-file search prepares (once per query, for its whole batch,
     outside its loops) and ranks by."""
     rng = np.random.default_rng(12)
@@ -179,7 +179,7 @@ def check_pq_scan_ranks_by_its_own_tables():
     codebooks = rng.normal(size=(m, ks, ds)).astype(np.float32)
     codes = rng.integers(0, ks, (n, m)).astype(np.uint8)
     queries = rng.normal(size=(40, m * ds)).astype(np.float32)
-    tables = np.asarray(_kernels._pq_tables(codebooks, queries))  # [m, K, Q]
+    tables = np.asarray(_kernels.pq_tables(codebooks, queries))  # [m, K, Q]
     ref = tables[0][codes[:, 0]].T
     for j in range(1, m):
         ref = ref + tables[j][codes[:, j]].T  # float32, in sub-space order, as the kernels add

@@ -10,14 +10,19 @@
 - :mod:`geojax.search.ivf`: ``IndexIVF``, inverted lists with a coarse quantiser in the code's geometry
   (:mod:`geojax.search.coarse`: the k-means; :mod:`geojax.search.ivf_scan`: the lists' blocks on the devices
   and the search program);
+- :mod:`geojax.search.filters`: which ids a search may return (``allowed=``: a mask over ids, a per-query
+  bitset, ``IdRanges``);
+- :mod:`geojax.search.ranges`: range search, every row nearer than a radius (``range_search``);
 - :mod:`geojax.search.io`: ``write_index`` / ``read_index``, one versioned, atomic file format.
 
-Every index: ``train(x)``, ``add(x, ids=None)``, ``add_codes(codes, ids=None)``, ``search(q, k)`` →
-``(distances [Q, k], ids [Q, k])`` as ``jax.Array``s ascending with ties to the lower id, ``remove_ids``,
-``reset``, ``ntotal``.
+Every index: ``train(x)``, ``add(x, ids=None)``, ``add_codes(codes, ids=None)``, ``search(q, k, *,
+allowed=None)`` → ``(distances [Q, k], ids [Q, k])`` as ``jax.Array``s ascending with ties to the lower id,
+``range_search(q, radius, *, max_results)`` → faiss's ``(lims, D, I)``, ``reconstruct(ids)`` (the codec's
+decode of the stored codes), ``remove_ids``, ``reset``, ``ntotal``.
 """
 
 from geojax.search.codecs import BinaryCodec, PQCodec, TorusCodec
+from geojax.search.filters import IdRanges
 from geojax.search.flat import IndexFlat
 from geojax.search.io import read_index, write_index
 from geojax.search.ivf import IndexIVF
@@ -33,6 +38,7 @@ from geojax.search.scan import (
 
 __all__: list[str] = [
     "BinaryCodec",
+    "IdRanges",
     "IndexFlat",
     "IndexIVF",
     "PQCodec",

@@ -90,13 +90,28 @@ def _wrap_word_distance(a: jax.Array, b: jax.Array, bits: int = 8) -> jax.Array:
     return r
 
 
-def _word_limit(bits: int) -> int:
-    """Most uint32 words whose lane sums cannot overflow a 16-bit lane (255 bytes, 2,047 for nibbles …)."""
+def word_limit(bits: int) -> int:
+    """Most uint32 words whose lane sums cannot overflow a 16-bit lane (255 bytes, 2,047 for nibbles …).
+
+    The wraparound L1 scan of :mod:`geojax.search.scan` uses the SWAR word kernels
+    (:data:`TORUS_WORDS_KERNELS`) up to this many words, and one byte per coordinate above.
+
+    Args:
+        bits: bits per coordinate, 2, 4 or 8.
+
+    Returns:
+        The number of words.
+
+    Example:
+        >>> from geojax.search import _kernels
+        >>> _kernels.word_limit(8), _kernels.word_limit(4)
+        (255, 2047)
+    """
     return 0xFFFF // ((1 << (bits - 1)) * 16 // bits)
 
 
 def _torus_words_kernel(q: jax.Array, rows: jax.Array, shared: bool, *, bits: int = 8) -> jax.Array:
-    """Wraparound L1 on packed b-bit codes viewed as uint32 words (≤ :func:`_word_limit` words)."""
+    """Wraparound L1 on packed b-bit codes viewed as uint32 words (≤ :func:`word_limit` words)."""
     lanes = _sum_columns(functools.partial(_wrap_word_distance, bits=bits), q, rows, shared, jnp.uint32)
     return ((lanes & jnp.uint32(0xFFFF)) + (lanes >> 16)).astype(jnp.int32)
 
@@ -112,9 +127,10 @@ def _torus_bytes_kernel(q: jax.Array, rows: jax.Array, shared: bool, *, p: int, 
     return _sum_columns(term, q, rows, shared, jnp.int32)
 
 
-# One object per (bits, p), so that jit's static-argument cache hits on repeated calls.
-_TORUS_WORDS_KERNELS = {b: functools.partial(_torus_words_kernel, bits=b) for b in (2, 4, 8)}
-_TORUS_BYTES_KERNELS = {
+# The wraparound kernels the scans pick from: by bits (L1 on uint32 words, up to ``word_limit(bits)`` words)
+# and by (bits, p) (one byte per coordinate). One object per key, so that jit's static-argument cache hits.
+TORUS_WORDS_KERNELS = {b: functools.partial(_torus_words_kernel, bits=b) for b in (2, 4, 8)}
+TORUS_BYTES_KERNELS = {
     (b, p): functools.partial(_torus_bytes_kernel, p=p, shift=8 - b) for b in (2, 4, 8) for p in (1, 2)
 }
 
@@ -249,7 +265,7 @@ def _host_vector_popcount() -> bool:
 
 
 def counts_by_popcount(platform_name: str) -> bool:
-    """Whether :func:`_hamming_kernel` counts bits with one population count per word on a platform.
+    """Whether :func:`hamming_kernel` counts bits with one population count per word on a platform.
 
     Everywhere but on a CPU host without a vector population count, which counts them by SWAR.
 
@@ -262,12 +278,27 @@ def counts_by_popcount(platform_name: str) -> bool:
     return platform_name != "cpu" or _host_vector_popcount()
 
 
-def _hamming_kernel(q: jax.Array, rows: jax.Array, shared: bool) -> jax.Array:
-    """Hamming distance of uint32 words: Σ popcount(a XOR b), int32.
+def hamming_kernel(q: jax.Array, rows: jax.Array, shared: bool) -> jax.Array:
+    """Hamming distance of uint32 words: Σ popcount(a XOR b), int32 (a kernel of the module docstring).
 
     One population count per word (:func:`_hamming_popcount`) where the hardware counts bits in vectors: on
     GPUs and, by :func:`vector_popcount`, on this host's CPU; otherwise the CPU program counts them by SWAR
     (:func:`_hamming_swar`), the rule :func:`counts_by_popcount` states. Both give the same distances.
+
+    Args:
+        q: [b, W] uint32 query words.
+        rows: the rows in the layout ``shared`` names (module docstring).
+        shared: True, False or :data:`BLOCKS`.
+
+    Returns:
+        [b, n] (or [b, m, n] for blocks) int32 distances.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from geojax.search import _kernels
+        >>> q = jnp.array([[0b1011]], jnp.uint32)
+        >>> print(_kernels.hamming_kernel(q, jnp.array([[0, 0b1111]], jnp.uint32), True))
+        [[3 1]]
     """
     if _host_vector_popcount():
         return _hamming_popcount(q, rows, shared)
@@ -279,12 +310,19 @@ def _hamming_kernel(q: jax.Array, rows: jax.Array, shared: bool) -> jax.Array:
     )
 
 
-def _pq_kernel(tables: jax.Array, rows: jax.Array, shared: bool) -> jax.Array:
+def pq_kernel(tables: jax.Array, rows: jax.Array, shared: bool) -> jax.Array:
     """Asymmetric distance Σ_j T[j, code_j, q] (Jégou et al. 2011 eq. 13), j = 0 … m−1 in order.
 
-    tables: [m, K, b], queries last, so that one code's entries for consecutive queries are contiguous (the
-    scan's loop over queries then reads a row of the table); shared rows: codes [m, *S] → [b, *S];
-    blocks (shared = BLOCKS): (codes [B, m, n], numbers [b, g]) → [b, g, n]; otherwise [b, n, m] → [b, n].
+    Args:
+        tables: [m, K, b] float32 lookup tables (:func:`pq_tables`), queries last, so that one code's entries
+            for consecutive queries are contiguous (the scan's loop over queries then reads a row of the
+            table).
+        rows: shared rows: codes [m, *S]; blocks (shared = BLOCKS): (codes [B, m, n], numbers [b, g]);
+            otherwise [b, n, m].
+        shared: True, False or :data:`BLOCKS`.
+
+    Returns:
+        float32 distances: [b, *S] for shared rows, [b, g, n] for blocks, otherwise [b, n].
     """
     codes = rows if shared == BLOCKS else rows.astype(jnp.int32)
     total = None
@@ -303,7 +341,7 @@ def _pq_kernel(tables: jax.Array, rows: jax.Array, shared: bool) -> jax.Array:
 
 
 @jax.jit
-def _pq_tables(codebooks: jax.Array, queries: jax.Array) -> jax.Array:
+def pq_tables(codebooks: jax.Array, queries: jax.Array) -> jax.Array:
     """Squared distances of each query sub-vector to every centroid (Jégou et al. 2011 eq. 13's tables).
 
     Summed as Σ_t (q_t − c_t)² in coordinate order, one coordinate per trip of a loop, so a query's table has
@@ -313,7 +351,12 @@ def _pq_tables(codebooks: jax.Array, queries: jax.Array) -> jax.Array:
     unrolled, XLA fused the sum into the scan's table reads and recomputed 3·D/m operations for every entry
     read (1,000 × 1M PQ(8×8) codes: 4.6× slower), in a rounding of its own.
 
-    codebooks: [m, K, D/m], queries: [b, D] → [m, K, b] float32.
+    Args:
+        codebooks: [m, K, D/m] PQ codebooks.
+        queries: [b, D] query vectors.
+
+    Returns:
+        [m, K, b] float32 tables.
     """
     m, _, ds = codebooks.shape
     qs = queries.astype(_F32).reshape(queries.shape[0], m, ds).transpose(1, 2, 0)  # [m, D/m, b]

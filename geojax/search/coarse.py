@@ -20,9 +20,26 @@ _ASSIGN_ROWS = 8192  # rows per block of the coarse assignment
 
 
 @functools.partial(jax.jit, static_argnames=("nprobe",))
-def _nearest_lists(features: jax.Array, centroids: jax.Array, nprobe: int) -> jax.Array:
-    """[n, nprobe] int32: the lists whose centroids are nearest (squared Euclidean on the features), nearest
-    first, ties to the lower list."""
+def nearest_lists(features: jax.Array, centroids: jax.Array, nprobe: int) -> jax.Array:
+    """The ``nprobe`` lists whose centroids are nearest each row, nearest first, ties to the lower list.
+
+    Squared Euclidean on the features (2·f·c − ‖c‖² ranked by ``lax.top_k``); jitted.
+
+    Args:
+        features: [n, F] float32 coarse features.
+        centroids: [nlist, F] float32 centroids.
+        nprobe: lists per row, 1 ≤ nprobe ≤ nlist.
+
+    Returns:
+        [n, nprobe] int32 list indices.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from geojax.search import coarse
+        >>> centroids = jnp.array([[0.0, 0.0], [1.0, 1.0], [3.0, 3.0]])
+        >>> print(coarse.nearest_lists(jnp.array([[0.9, 1.0]]), centroids, 2))
+        [[1 0]]
+    """
     score = 2.0 * features @ centroids.T - jnp.sum(jnp.square(centroids), axis=1)
     return lax.top_k(score, nprobe)[1]
 
@@ -47,7 +64,7 @@ def assign(features: jax.Array, centroids: jax.Array) -> np.ndarray:
         array([0, 1, 1], dtype=int32)
     """
     parts = [
-        _nearest_lists(features[i : i + _ASSIGN_ROWS], centroids, 1)[:, 0]
+        nearest_lists(features[i : i + _ASSIGN_ROWS], centroids, 1)[:, 0]
         for i in range(0, features.shape[0], _ASSIGN_ROWS)
     ]
     return np.asarray(jnp.concatenate(parts)) if parts else np.zeros(0, np.int32)
@@ -108,7 +125,7 @@ def kmeans(features: jax.Array, key: jax.Array, *, nlist: int, iters: int, geome
     real = (jnp.arange(rows) < n).astype(jnp.float32)
 
     def step(c, _):
-        a = lax.map(lambda f: _nearest_lists(f, c, 1)[:, 0], padded).reshape(rows)
+        a = lax.map(lambda f: nearest_lists(f, c, 1)[:, 0], padded).reshape(rows)
         sums = jax.ops.segment_sum(padded.reshape(rows, -1) * real[:, None], a, nlist)
         counts = jax.ops.segment_sum(real, a, nlist)
         mean = jnp.where(counts[:, None] > 0, sums / jnp.maximum(counts, 1.0)[:, None], c)

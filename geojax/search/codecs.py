@@ -197,9 +197,40 @@ class Codec(abc.ABC):
         """
         return self.coarse(self.encode(x, "q"))
 
+    def decode(self, codes: ArrayLike) -> np.ndarray:
+        """What codes [N, width] stand for, as float32 vectors: the codec's decoder.
+
+        Torus codes: their angles in turns [N, dim] (code / 2^bits); sign bits: the bits as ±1 [N, bits] (for
+        'sign', the signs of the vector's coordinates; for 'itq' and 'tp', of its projection); PQ: the
+        centroids' concatenation [N, dim] (``quantize.pq_decode``).
+
+        Args:
+            codes: [N, width] codes of the codec's dtype (N may be 0).
+
+        Returns:
+            [N, D] float32 NumPy array.
+
+        Raises:
+            ValueError: ``codes`` is malformed, or the codec is not trained.
+
+        Example:
+            >>> import numpy as np
+            >>> from geojax.search import codecs
+            >>> codecs.TorusCodec(2, bits=8).decode(np.array([[0, 192]], np.uint8))
+            array([[0.  , 0.75]], dtype=float32)
+        """
+        codes = self.check_codes(codes)
+        if not self.is_trained:
+            raise ValueError(f"the {self.kind} codec must be trained (call train) before decoding codes")
+        return np.asarray(self._decode(codes), np.float32)
+
     @abc.abstractmethod
     def _encode(self, x: np.ndarray) -> jax.Array:
         """Codes of checked vectors [N ≥ 1, dim]."""
+
+    @abc.abstractmethod
+    def _decode(self, codes: np.ndarray) -> jax.Array:
+        """Decoded vectors of checked codes [N, width] (:meth:`decode`)."""
 
     @abc.abstractmethod
     def coarse(self, codes: np.ndarray) -> jax.Array:
@@ -262,6 +293,9 @@ class TorusCodec(Codec):
 
     def _encode(self, x: np.ndarray) -> jax.Array:
         return quantize.torus_codes(x, self.bits)
+
+    def _decode(self, codes: np.ndarray) -> jax.Array:
+        return quantize.torus_unpack(codes, self.bits).astype(jnp.float32) / float(1 << self.bits)
 
     def coarse(self, codes: np.ndarray) -> jax.Array:
         """Clifford features (cos 2πt_k, sin 2πt_k) [N, 2·dim] of the codes' angles.
@@ -382,6 +416,9 @@ class BinaryCodec(Codec):
 
     def _encode(self, x: np.ndarray) -> jax.Array:
         return quantize.one_bit(x) if self.method == "sign" else binary.encode(self.model, x)
+
+    def _decode(self, codes: np.ndarray) -> jax.Array:
+        return self.coarse(codes)
 
     def coarse(self, codes: np.ndarray) -> jax.Array:
         """The code bits as ±1 [N, bits] (squared Euclidean distance = 4 × Hamming distance).
@@ -507,6 +544,9 @@ class PQCodec(Codec):
 
     def _encode(self, x: np.ndarray) -> jax.Array:
         return quantize.pq_encode(self.pq, x)
+
+    def _decode(self, codes: np.ndarray) -> jax.Array:
+        return quantize.pq_decode(self.pq, codes).astype(jnp.float32)
 
     def queries(self, x: ArrayLike) -> np.ndarray:
         """PQ searches from the float queries (asymmetric distance): x itself, checked.

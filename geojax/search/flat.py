@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 from jax.typing import ArrayLike
@@ -37,10 +38,13 @@ from jax.typing import ArrayLike
 from geojax import _checks
 from geojax.search import placement, scan
 from geojax.search.codecs import Codec
+from geojax.search.filters import IdRanges, allowed_bits, is_allowed
 from geojax.search.merge import merge_topk
 from geojax.search.placement import NO_ID
+from geojax.search.ranges import check_radius, range_search
 
 _MIN_CAPACITY = 1024
+_FILTER_ROWS = 2048  # rows per chunk of a filtered scan
 
 
 def check_ids(ids: ArrayLike | None, n: int) -> np.ndarray | None:
@@ -91,6 +95,56 @@ def check_k(k, ntotal: int) -> int:
     """
     _checks.check_k(k, "k", ntotal, "rows in the index")
     return int(k)
+
+
+def reconstruct_rows(codec: Codec, codes: np.ndarray, held: np.ndarray, ids: ArrayLike) -> np.ndarray:
+    """The decoded rows of ``ids`` among this process's rows (codes, held ids), found on every process.
+
+    The ``reconstruct`` of both indexes: each process looks its own rows up, and with several processes the
+    rows found are gathered (each id lives on one process).
+
+    Args:
+        codec: the index's codec (its :meth:`~geojax.search.codecs.Codec.decode`).
+        codes: [n, width] this process's codes.
+        held: [n] their ids.
+        ids: [m] integer ids to reconstruct, any order, repeats allowed.
+
+    Returns:
+        [m, D] float32 NumPy array: ``codec.decode`` of each id's code, in the order of ``ids``.
+
+    Raises:
+        ValueError: ``ids`` is not a rank-1 integer array, or an id is in no process's rows.
+
+    Example:
+        >>> import numpy as np
+        >>> from geojax.search import TorusCodec, flat
+        >>> codes = np.array([[0, 64], [128, 192]], np.uint8)
+        >>> flat.reconstruct_rows(TorusCodec(2), codes, np.array([4, 9]), np.array([9, 4]))
+        array([[0.5 , 0.75],
+               [0.  , 0.25]], dtype=float32)
+    """
+    _checks.check_rank(ids, "ids", 1)
+    _checks.check_integer(ids, "ids")
+    want = np.asarray(ids, np.int64)
+    order = np.argsort(held, kind="stable")
+    pos = np.minimum(np.searchsorted(held[order], want), max(len(held) - 1, 0))
+    found = (held[order][pos] == want) if len(held) else np.zeros(len(want), bool)
+    local = (
+        np.where(found[:, None], codes[order][pos], 0) if len(held) else np.zeros((len(want), codec.width))
+    )
+    local = local.astype(codec.code_dtype)
+    if jax.process_count() > 1:
+        every = np.asarray(multihost_utils.process_allgather(found))  # [processes, m]
+        local = np.asarray(multihost_utils.process_allgather(local))[
+            np.argmax(every, 0), np.arange(len(want))
+        ]
+        found = every.any(0)
+    if not found.all():
+        missing = want[~found]
+        raise ValueError(
+            f"ids must be ids in the index: {len(missing)} are not (e.g. {missing[:5].tolist()})"
+        )
+    return codec.decode(local)
 
 
 class IndexFlat:
@@ -326,30 +380,117 @@ class IndexFlat:
             self.ntotal -= removed
         return removed
 
+    def reconstruct(self, ids: ArrayLike) -> np.ndarray:
+        """The codec's decode of the stored codes of ``ids`` (faiss's ``reconstruct_batch``).
+
+        Every process calls it with the same ids and gets every row, wherever it lives.
+
+        Args:
+            ids: [m] integer ids in the index (any order, repeats allowed).
+
+        Returns:
+            [m, D] float32 NumPy array (:meth:`geojax.search.codecs.Codec.decode`).
+
+        Raises:
+            ValueError: ``ids`` is not a rank-1 integer array, or an id is not in the index.
+
+        Example:
+            >>> import numpy as np
+            >>> from geojax.search import IndexFlat, TorusCodec
+            >>> index = IndexFlat(TorusCodec(4))
+            >>> index.add(np.array([[0.0, 0.25, 0.5, 0.75], [0.1, 0.2, 0.3, 0.4]], np.float32))
+            >>> index.reconstruct(np.array([0]))
+            array([[0.  , 0.25, 0.5 , 0.75]], dtype=float32)
+        """
+        codes, held = self._local_rows()
+        return reconstruct_rows(self.codec, codes, held, ids)
+
     # --------------------------------------------------------------------------------------------- search
-    def search(self, q: ArrayLike, k: int) -> tuple[jax.Array, jax.Array]:
+    def search(
+        self, q: ArrayLike, k: int, *, allowed: np.ndarray | IdRanges | None = None
+    ) -> tuple[jax.Array, jax.Array]:
         """Exact k nearest rows of the whole index for query vectors q [Q, dim], ties to the lower id.
 
-        The queries are the same on every process.
+        The queries (and ``allowed``) are the same on every process. With ``allowed``, the rows whose ids it
+        masks never enter a query's top-k; a query with fewer than k allowed rows gets id −1 and the largest
+        distance (int32 max, or +inf for PQ) in the slots left, as faiss does. A filtered search scans every
+        row of its shard in chunks and merges each chunk by (distance, id) (exact, without the unfiltered
+        scan's selection by groups).
 
         Args:
             q: [Q, dim] finite floating query vectors.
             k: neighbours per query, 1 ≤ k ≤ ``ntotal``.
+            allowed: None (every row), or the ids a query may return (:mod:`geojax.search.filters`): a boolean
+                mask [n] over ids (id i allowed where i < n and mask[i]), a per-query uint8 bitset [Q, B] in
+                ``np.packbits`` order (big-endian bits: id i is bit 7 − i mod 8 of byte i // 8 of its query's
+                row), or :class:`geojax.search.IdRanges`.
 
         Returns:
             (distances [Q, k] ascending, int32 for torus and binary codes, float32 for PQ; ids [Q, k] int32).
 
         Raises:
-            ValueError: the index is not trained, ``q`` is malformed, or ``k`` is not in [1, ntotal].
+            ValueError: the index is not trained, ``q`` is malformed, ``k`` is not in [1, ntotal], or
+                ``allowed`` has another shape, dtype or type (before any work).
+
+        Example:
+            >>> import numpy as np
+            >>> from geojax.search import IndexFlat, TorusCodec
+            >>> t = np.array([[0.0, 0.25, 0.5, 0.75], [0.1, 0.2, 0.3, 0.4], [0.5, 0.5, 0.5, 0.5]], np.float32)
+            >>> index = IndexFlat(TorusCodec(4))
+            >>> index.add(t)
+            >>> print(*index.search(t[:1], 3, allowed=np.array([False, True, True])))
+            [[       180        256 2147483647]] [[ 1  2 -1]]
         """
         if not self.is_trained:
             raise ValueError("the index must be trained (call train) before searching")
         queries = self.codec.queries(q)
         _checks.check_matrix(queries, "q")
         k = check_k(k, self.ntotal)
-        return self._search(queries, k)
+        if allowed is None:
+            return self._search(queries, k)
+        return self._search(queries, k, allowed_bits(allowed, len(queries), self._next_id))
 
-    def _search(self, queries: np.ndarray, k: int) -> tuple[jax.Array, jax.Array]:
+    def range_search(
+        self, q: ArrayLike, radius: float, *, max_results: int = 1_000_000
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every row at distance < ``radius`` of each query vector, in faiss's shape (``lims``, ``D``, ``I``).
+
+        Exact, over every row.
+
+        The distances are those of :meth:`search` (Hamming bits, wraparound L1 or squared L2 in code units,
+        PQ's asymmetric distance); strictly below the radius, as faiss's range search. Found by rounds of the
+        exact top-k search (:mod:`geojax.search.ranges`). The queries are the same on every process.
+
+        Args:
+            q: [Q, dim] finite floating query vectors.
+            radius: the radius, a real number.
+            max_results: the most results over all queries (a positive int); a radius that gives more is
+                refused, never truncated.
+
+        Returns:
+            (lims [Q + 1] int64; D [lims[Q]] distances, int32 or float32 as :meth:`search`'s; I [lims[Q]]
+            int64 ids): query q's results are D[lims[q]:lims[q + 1]], ascending, ties to the lower id.
+
+        Raises:
+            ValueError: the index is not trained, ``q`` is malformed, ``radius`` is not a real number,
+                ``max_results`` is not a positive int, or the results would exceed ``max_results``.
+        """
+        radius = check_radius(radius, max_results)
+        self._check_range_queries(q)
+        q = np.asarray(q)
+        dtype = np.dtype(np.int32 if self.codec.scan.integer else np.float32)
+        return range_search(
+            lambda rows, k: self.search(q[rows], k), len(q), self.ntotal, radius, max_results, dtype
+        )
+
+    def _check_range_queries(self, q: ArrayLike) -> None:
+        if not self.is_trained:
+            raise ValueError("the index must be trained (call train) before searching")
+        _checks.check_matrix(self.codec.queries(q), "q")
+
+    def _search(
+        self, queries: np.ndarray, k: int, bits: np.ndarray | None = None
+    ) -> tuple[jax.Array, jax.Array]:
         parts = self.mesh.shape[self.query_axis] if self.query_axis else 1
         q = len(queries)
         padded = placement.pad_rows(queries, -(-q // parts) * parts)
@@ -367,9 +508,28 @@ class IndexFlat:
         )
         rows, cols = self._fns.layout(self._codes, plan)
         sizes = self._put(lambda s: self._sizes[s : s + 1].astype(np.int32), (self.shards,))
-        d, i = self._fns.search(
-            qarr, rows, cols, self._ids, sizes, self.codec.aux, k=k, group=plan[2], capacity=self._capacity
-        )
+        if bits is not None:
+            per_query = len(bits) > 1
+            bits = placement.pad_rows(bits, len(padded)) if per_query else bits
+            spec = P(self.query_axis) if per_query else P()
+            barr = jax.make_array_from_callback(
+                bits.shape, NamedSharding(self.mesh, spec), lambda idx: bits[idx]
+            )
+            d, i = self._fns.filtered(
+                qarr, rows, self._ids, sizes, self.codec.aux, barr, k=k, per_query=per_query
+            )
+        else:
+            d, i = self._fns.search(
+                qarr,
+                rows,
+                cols,
+                self._ids,
+                sizes,
+                self.codec.aux,
+                k=k,
+                group=plan[2],
+                capacity=self._capacity,
+            )
         if d.is_fully_addressable:
             return d[:q], i[:q]
         return jnp.asarray(placement.host(d)[:q]), jnp.asarray(placement.host(i)[:q])
@@ -505,6 +665,20 @@ class _Functions:
             check_vma=False,
         )(queries, rows, cols, ids, sizes, aux)
 
+    @functools.partial(jax.jit, static_argnums=0, static_argnames=("k", "per_query"))
+    def filtered(self, queries, rows, ids, sizes, aux, bits, *, k: int, per_query: bool):
+        db, qs = P(self.db_axis), P(self.query_axis)
+        local = functools.partial(
+            filtered_topk, spec=self.spec, axis=self.db_axis, k=k, platform=self.platform
+        )
+        return jax.shard_map(
+            local,
+            mesh=self.mesh,
+            in_specs=(qs, db, db, db, P(), qs if per_query else P()),
+            out_specs=(qs, qs),
+            check_vma=False,
+        )(queries, rows, ids, sizes, aux, bits)
+
 
 def _write_rows(codes, ids, new_codes, new_ids, start):
     """One shard: ``new_codes`` [m, W] and ``new_ids`` [m] written at row ``start[0]`` of its buffers."""
@@ -556,3 +730,84 @@ def _shard_topk(
     gid = lax.all_gather(gid, axis, axis=1, tiled=True)
     d, g = merge_topk(keys, gid, k, platform=platform)
     return (d.astype(jnp.int32) if spec.integer else d), g
+
+
+def filtered_topk(
+    queries: jax.Array,
+    rows: jax.Array,
+    ids: jax.Array,
+    size: jax.Array,
+    aux: jax.Array,
+    bits: jax.Array,
+    *,
+    spec: scan.Scan,
+    axis: str,
+    k: int,
+    platform: str,
+) -> tuple[jax.Array, jax.Array]:
+    """One device: the top-k of its queries over the allowed rows of its shard, then over all shards.
+
+    The laid-out shard (:func:`geojax.search.scan.layout`) is scanned densely by the codec's kernel, 2,048
+    rows at a time for a block of queries (distances held: query block × 2,048), rows the bitset masks (or
+    past the shard's ``size[0]`` rows) become empty slots, and each chunk's candidates are merged into the
+    running top-k by (distance, id) (:func:`geojax.search.merge.merge_topk`); then the shards' top-k are
+    gathered over ``axis`` and merged.
+    Run under ``jax.shard_map`` (:class:`IndexFlat` does).
+
+    Args:
+        queries: [q, ...] this device's queries (the codec's scan queries).
+        rows: [blocks, n, W'] the shard's rows in the scan's operand form (:func:`geojax.search.scan.layout`).
+        ids: [capacity] int32 the shard's ids (``NO_ID`` empty).
+        size: [1] int32 the shard's rows.
+        aux: the scan's ``aux`` (PQ: codebooks).
+        bits: [1 or q, B] uint8 allowed ids (:func:`geojax.search.filters.allowed_bits`; a row per query of
+            this device when per query).
+        spec: the codec's scan.
+        axis: the mesh axis the rows are sharded over.
+        k: neighbours per query.
+        platform: the devices' platform.
+
+    Returns:
+        (distances [q, k] ascending, the largest value where empty; ids [q, k] int32, −1 where empty).
+    """
+    nq = queries.shape[0]
+    qb = min(spec.query_block, nq)
+    blocks = -(-nq // qb)
+    padded = jnp.pad(queries, ((0, blocks * qb - nq),) + ((0, 0),) * (queries.ndim - 1))
+    big = jnp.iinfo(jnp.int32).max if spec.integer else jnp.inf
+    flat_rows = rows.reshape(-1, rows.shape[2])
+    total = flat_rows.shape[0]
+    n = min(_FILTER_ROWS, total)
+
+    def one_block(args):
+        qx, first = args
+        qdata = spec.prepare(aux, spec.operand(qx))
+        query = jnp.minimum(first + jnp.arange(qb, dtype=jnp.int32)[:, None], bits.shape[0] - 1)
+
+        def step(carry, c):
+            # The last chunk is moved back to end at the last row; the rows it repeats are masked.
+            start = jnp.minimum(c * n, total - n)
+            dist = spec.kernel(qdata, lax.dynamic_slice_in_dim(flat_rows, start, n).T, True)  # [qb, n]
+            pos = start + jnp.arange(n, dtype=jnp.int32)
+            new = (pos >= c * n) & (pos < size[0])
+            rid = jnp.where(new, ids[jnp.minimum(pos, ids.shape[0] - 1)], NO_ID)[None]
+            ok = is_allowed(bits, query, rid)
+            d = jnp.concatenate([carry[0], jnp.where(ok, dist, big).astype(carry[0].dtype)], axis=1)
+            i = jnp.concatenate([carry[1], jnp.where(ok, rid, NO_ID)], axis=1)
+            return merge_topk(d, i, k, platform=platform), None
+
+        dtype = jnp.int32 if spec.integer else jnp.float32
+        init = (jnp.full((qb, k), big, dtype), jnp.full((qb, k), NO_ID, jnp.int32))
+        return lax.scan(step, init, jnp.arange(-(-total // n), dtype=jnp.int32))[0]
+
+    firsts = jnp.arange(blocks, dtype=jnp.int32) * qb
+    d, i = lax.map(one_block, (padded.reshape(blocks, qb, *queries.shape[1:]), firsts))
+    d, i = d.reshape(blocks * qb, k)[:nq], i.reshape(blocks * qb, k)[:nq]
+    d, i = merge_topk(
+        lax.all_gather(d, axis, axis=1, tiled=True),
+        lax.all_gather(i, axis, axis=1, tiled=True),
+        k,
+        platform=platform,
+    )
+    found = i < NO_ID
+    return jnp.where(found, d, big), jnp.where(found, i, -1)

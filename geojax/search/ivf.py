@@ -9,22 +9,28 @@ the wraparound distance Δ_k in every coordinate; on the sphere features and cen
 (spherical k-means); otherwise Euclidean k-means. Rows are filed by their *codes'* features, so ``add(x)`` and
 ``add_codes(encode(x))`` agree; a trained index grows without retraining.
 
-Lists as padded blocks (:mod:`geojax.search.ivf_scan`). Each list is a run of blocks of ``block`` rows, rows
-in ascending id order (the last block padded with empty slots). The blocks are dealt round-robin over the
-mesh's ``db_axis`` devices, so every device holds about 1/devices of every list. A search is one jitted
-program over a batch of queries: the nearest ``nprobe`` centroids, then the (query, block) pairs of the probed
-lists that each device holds, scanned a chunk of pairs at a time (the work is the pairs that exist: no query
-padded to the one that probes the most blocks; the number of pairs is a static shape, rounded up within 25 %,
-so few shapes compile), the distances by the codec's flat-scan kernel, which reads each code column of the
-probed blocks where it lies (blocks column-major, ``scan.BLOCKS``; no copy of the blocks first). The selection
-is in groups (the flat scan's argument, carried to rows of many blocks): each pair gives, per group of
-:func:`~geojax.search.ivf_scan.group_rows` consecutive rows, the group's smallest distance and the id of its
-first row at it (rows ascend by id in a block); each query takes its k best groups by (minimum, id) over all
-its pairs, whose rows hold its k nearest (a row outside them is beaten by k group minima, distinct rows each
-ahead of it by distance or, at equal distance, by id); those rows' distances are recomputed and ranked by
-(distance, id), on the device and then over the devices (:func:`geojax.search.merge.merge_topk`, two
-``lax.top_k`` calls on int32 order keys). ``lax.top_k`` once per pair over its whole block instead cost 3–4 ns
-per row on this CPU, more than most kernels, and a sort of each query's candidates about 11 µs per query. With
+Lists in segments, scanned list-major (:mod:`geojax.search.ivf_scan`). The rows, by list and then by id,
+are cut into segments of ``block`` rows (each list's last segment padded with empty slots); by default the
+segment size comes from the lists' sizes: the largest power of two up to 1,024 whose padding adds at most
+8 % to the rows (:func:`~geojax.search.ivf_scan.segment_rows`), not the largest list. Segment g, counted over
+all lists, lies on device g mod devices of the mesh's ``db_axis``, so the devices hold almost equal shares
+and each list's segments on a device are consecutive there. A search first finds each query's ``nprobe``
+nearest centroids, then groups its (query, list) pairs by list on the host: each probed list's queries in
+tiles of up to 32 (the power of two at or below the mean queries per probed list), and each tile meets each
+of its list's segments on a device once, as dense blocks of up to ``span`` consecutive segments (the power of
+two at or below the mean segments of a probed list on a device, at most 1,024 rows; segments past the list's
+are masked): the codec's flat-scan kernel over [tile, width] queries against the block's [width, rows]
+columns, the rows read once for all the tile's queries. PQ's lookup tables are read where they lie, each
+query's contiguous, not gathered per block.
+One jitted program per device scans its units, a chunk at a time (at most 4 MiB of codes and 512 KiB of
+distances), only the chunks that hold units (tile and unit counts are static shapes rounded up within 25 %,
+so few shapes compile). The selection is in groups (the flat scan's argument, carried to rows of many
+segments): each unit gives, per group of :func:`~geojax.search.ivf_scan.group_rows` consecutive rows, the
+group's smallest distance and the id of its first row at it, into each tile query's row of groups; each query
+takes its k best groups by (minimum, id), whose rows hold its k nearest (a row outside them is beaten by k
+group minima, distinct rows each ahead of it by distance or, at equal distance, by id); those rows' distances
+are recomputed and ranked by (distance, id), on the device and then over the devices
+(:func:`geojax.search.merge.merge_topk`: two ``lax.top_k`` calls on int32 order keys on a CPU, no sort). With
 ``nprobe = nlist`` every row is a candidate: the result is exactly the flat index's, ties included.
 
 Several processes (``jax.distributed``) form one index as they form one :class:`geojax.search.IndexFlat`:
@@ -36,11 +42,14 @@ gathered and merged by (distance, id): the index equals one process holding all 
 A query whose probed lists hold fewer than k rows gets id −1 and the largest distance (int32 max, or +inf
 for PQ) in the slots left.
 
-Memory: the host keeps each list's codes and int32 ids (``width + 4`` bytes per row) and each device its
-blocks in the scan's operand form (``width + 4`` bytes per row for torus L1 and Hamming codes, the unpacked
-width for b-bit L2), plus at most one partly filled block per list and device. A search holds, per query,
-its row of group minima and ids (8 bytes per group of its probed blocks) and, for PQ, its lookup tables
-(m·2^nbits·4 bytes: 8 KiB for PQ(8×8)).
+Memory (``nbytes``): once laid out, the rows live only on the devices: per row its code (``width`` bytes,
+as stored, whatever the scan's operand form) and its int32 id (4 bytes), plus the segments' padding (at most
+8 % with the chosen segment size); the host keeps the segment table ((nlist + 1) int64 per device), the list
+sizes (nlist int64) and the centroids (nlist × features float32). Rows added since the last search wait on
+the host (codes, ids and their lists, ``width + 8`` bytes a row) and move to the devices at the next search
+or ``nbytes``; that move, ``remove_ids``, ``state`` and ``add`` with ids read the devices' rows back, holding
+a second copy for the call. A search holds, per query, its row of group minima and ids (8 bytes per group of
+its probed segments) and, for PQ, its lookup tables (m·2^nbits·4 bytes: 8 KiB for PQ(8×8)).
 """
 
 from __future__ import annotations
@@ -57,24 +66,24 @@ from jax.typing import ArrayLike
 
 from geojax import _checks
 from geojax.search import codecs, placement
-from geojax.search.coarse import _nearest_lists, assign, kmeans
+from geojax.search.coarse import assign, kmeans, nearest_lists
 from geojax.search.codecs import Codec
-from geojax.search.flat import check_ids, check_k
-from geojax.search.ivf_scan import _build_layout, _Layout, _shard_search, group_rows
+from geojax.search.filters import IdRanges, allowed_bits
+from geojax.search.flat import check_ids, check_k, reconstruct_rows
+from geojax.search.ivf_scan import (
+    Layout,
+    build_layout,
+    group_rows,
+    layout_rows,
+    schedule,
+    segment_rows,
+    shard_search,
+)
 from geojax.search.merge import merge_topk
 from geojax.search.placement import NO_ID
+from geojax.search.ranges import check_radius, range_search
 
 _ADD_ROWS = 1 << 16  # rows encoded and filed per step of an add
-_CHUNK_CODES = 4 << 20  # block bytes read per chunk of (query, block) pairs of a search
-_CHUNK_DISTANCES = 512 << 10  # distance bytes per chunk (with PQ's lookup tables, within the L2 cache)
-
-
-def _round_up(n: int) -> int:
-    """n rounded up to 4, 5, 6 or 7 times a power of two (within 25 %, so that few shapes compile)."""
-    if n <= 4:
-        return max(1, int(n))
-    step = 1 << (int(n).bit_length() - 3)
-    return -(-int(n) // step) * step
 
 
 class IndexIVF:
@@ -88,15 +97,15 @@ class IndexIVF:
         codec: a :class:`geojax.search.codecs.Codec`.
         nlist: the number of lists (a positive int).
         nprobe: lists scanned per query, 1 ≤ nprobe ≤ nlist (settable later).
-        block: rows per block (a positive int); None: chosen when the lists are laid out for a search, the
-            power of two at or above the mean rows per list on a device, within [32, 1024] (a list then
-            mostly fills one block: fewer, fuller blocks scan faster).
+        block: rows per segment of a list (a positive int); None: chosen when the lists are laid out for a
+            search, the largest power of two up to 1,024 that pads the rows by at most 8 %
+            (:func:`geojax.search.ivf_scan.segment_rows`; larger segments scan faster).
         iters: k-means rounds (a positive int); 10 is faiss's for its IVF quantisers (``cp.niter``).
         train_rows: the most training rows the quantiser uses (a random subset); None: 256 per list, faiss's
             default.
-        mesh: this process's devices the blocks are dealt over; None: every device of this process on one axis
-            named ``db_axis``.
-        db_axis: the mesh axis the blocks are dealt over.
+        mesh: this process's devices the segments are dealt over; None: every device of this process on one
+            axis named ``db_axis``.
+        db_axis: the mesh axis the segments are dealt over.
 
     Raises:
         ValueError: ``codec`` is not a codec, a size is not a positive int, ``nprobe`` > ``nlist``, the axis
@@ -176,26 +185,27 @@ class IndexIVF:
     @property
     def list_sizes(self) -> np.ndarray:
         """Rows in each list [nlist] (this process's rows)."""
-        return np.array([len(i) for i in self._ids], np.int64)
+        return self._sizes.copy()
 
     @property
     def nbytes(self) -> int:
-        """Bytes this process holds for its rows.
+        """Bytes this process holds for its index: rows, ids, quantiser and tables.
 
-        The host's lists, and the devices' blocks, ids and block tables (laid out now if a change is pending).
+        The devices' segments of codes and ids (laid out now if a change is pending: ``(width + 4)`` bytes
+        per row plus the padding of :func:`~geojax.search.ivf_scan.segment_rows`, at most 8 %), the host's
+        segment table and list sizes, and the centroids.
         """
         layout = self._layout()
-        host = sum(c.nbytes for c in self._codes) + sum(i.nbytes for i in self._ids)
-        return host + sum(a.nbytes for a in (layout.blocks, layout.ids, layout.fill, layout.table))
+        centroids = 0 if self.centroids is None else self.centroids.nbytes
+        return layout.nbytes + self._sizes.nbytes + centroids
 
     def reset(self) -> None:
         """Remove every row (the codec and the quantiser stay trained)."""
-        width, dtype = self.codec.width, self.codec.code_dtype
-        self._codes = [np.zeros((0, width), dtype) for _ in range(self.nlist)]
-        self._ids = [np.zeros(0, np.int32) for _ in range(self.nlist)]
+        self._sizes = np.zeros(self.nlist, np.int64)
+        self._pending: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self._device: Layout | None = None
         self.ntotal = 0
         self._next_id = 0
-        self._device = None
 
     # ---------------------------------------------------------------------------------------------- train
     def train(self, x: ArrayLike, *, key: jax.Array | None = None) -> None:
@@ -305,7 +315,7 @@ class IndexIVF:
         if jax.process_count() > 1:
             raise ValueError("ids can be given with one process only (several: ids follow process order)")
         if n and self.ntotal:
-            held = np.concatenate(self._ids)
+            held = self._rows()[1]
             if np.isin(ids, held).any():
                 raise ValueError(f"ids must be new: {int(np.isin(ids, held).sum())} are in the index already")
         if n:
@@ -313,19 +323,26 @@ class IndexIVF:
         return ids, total
 
     def _file(self, codes: np.ndarray, ids: np.ndarray) -> None:
-        """Append rows to their lists, each list kept in ascending id order."""
+        """Assign rows to their lists; they join the device segments at the next layout."""
         lists = assign(self.codec.coarse(codes), self.centroids)
-        order = np.argsort(lists, kind="stable")
-        bounds = np.searchsorted(lists[order], np.arange(self.nlist + 1))
-        for j in np.flatnonzero(np.diff(bounds)):
-            rows = order[bounds[j] : bounds[j + 1]]
-            new_ids = np.concatenate([self._ids[j], ids[rows].astype(np.int32)])
-            new_codes = np.concatenate([self._codes[j], codes[rows]])
-            if len(self._ids[j]) and np.any(np.diff(new_ids) < 0):
-                by_id = np.argsort(new_ids, kind="stable")
-                new_ids, new_codes = new_ids[by_id], new_codes[by_id]
-            self._ids[j], self._codes[j] = new_ids, new_codes
-        self._device = None
+        self._pending.append((lists.astype(np.int32), ids.astype(np.int32), codes))
+        self._sizes += np.bincount(lists, minlength=self.nlist)
+
+    def _rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(lists [n], ids [n], codes [n, width]) of this process's rows, by list then id: the device
+        segments' rows and those filed since."""
+        parts = list(self._pending)
+        if self._device is not None:
+            parts.append(layout_rows(self._device))
+        if not parts:
+            return (
+                np.zeros(0, np.int32),
+                np.zeros(0, np.int32),
+                np.zeros((0, self.codec.width), self.codec.code_dtype),
+            )
+        lists, ids, codes = (np.concatenate(p) for p in zip(*parts, strict=True))
+        order = np.lexsort((ids, lists))
+        return lists[order], ids[order], codes[order]
 
     def remove_ids(self, ids: ArrayLike) -> int:
         """Remove the rows with these ids (others are ignored); every process calls it with the same ids.
@@ -351,81 +368,169 @@ class IndexIVF:
         """
         _checks.check_rank(ids, "ids", 1)
         _checks.check_integer(ids, "ids")
-        gone = np.asarray(ids, np.int64)
-        removed = 0
-        for j in range(self.nlist):
-            keep = ~np.isin(self._ids[j], gone)
-            if not keep.all():
-                removed += int((~keep).sum())
-                self._ids[j], self._codes[j] = self._ids[j][keep], self._codes[j][keep]
+        lists, held, codes = self._rows()
+        keep = ~np.isin(held, np.asarray(ids, np.int64))
+        removed = int((~keep).sum())
         if removed:
-            self._device = None
+            self._pending, self._device = [(lists[keep], held[keep], codes[keep])], None
+            self._sizes = np.bincount(lists[keep], minlength=self.nlist).astype(np.int64)
         removed = int(placement.process_counts([removed])[:, 0].sum())
         self.ntotal -= removed
         return removed
 
+    def reconstruct(self, ids: ArrayLike) -> np.ndarray:
+        """The codec's decode of the stored codes of ``ids`` (faiss's ``reconstruct_batch``).
+
+        Every process calls it with the same ids and gets every row, wherever it lives. It reads the
+        devices' rows back (a second copy for the call).
+
+        Args:
+            ids: [m] integer ids in the index (any order, repeats allowed).
+
+        Returns:
+            [m, D] float32 NumPy array (:meth:`geojax.search.codecs.Codec.decode`).
+
+        Raises:
+            ValueError: ``ids`` is not a rank-1 integer array, or an id is not in the index.
+
+        Example:
+            >>> import numpy as np
+            >>> from geojax.search import IndexIVF, TorusCodec
+            >>> t = np.random.default_rng(0).random((64, 4), dtype=np.float32)
+            >>> index = IndexIVF(TorusCodec(4), nlist=4, iters=5)
+            >>> index.train(t)
+            >>> index.add(t)
+            >>> error = (index.reconstruct(np.array([5])) - t[5] + 0.5) % 1.0 - 0.5  # wraparound
+            >>> bool(np.abs(error).max() <= 1 / 512)
+            True
+        """
+        _, held, codes = self._rows()
+        return reconstruct_rows(self.codec, codes, held, ids)
+
     # --------------------------------------------------------------------------------------------- layout
-    def _layout(self) -> _Layout:
-        """The lists as blocks dealt round-robin over the shards, built on the first search after a
-        change."""
-        if self._device is None:
-            self._device = _build_layout(self)
+    def _layout(self) -> Layout:
+        """The lists as segments dealt over the shards, laid out again on the first search (or ``nbytes``)
+        after a change; the host then drops its copy of the rows."""
+        if self._device is None or self._pending:
+            lists, ids, codes = self._rows()
+            segment = self.block or segment_rows(self._sizes, self.shards)
+            put = functools.partial(placement.put_shards, self.mesh, self.db_axis, self._shard_of)
+            self._device = build_layout(lists, ids, codes, self.nlist, segment, put, self.shards)
+            self._pending = []
         return self._device
 
     # --------------------------------------------------------------------------------------------- search
-    def search(self, q: ArrayLike, k: int) -> tuple[jax.Array, jax.Array]:
+    def search(
+        self, q: ArrayLike, k: int, *, allowed: np.ndarray | IdRanges | None = None
+    ) -> tuple[jax.Array, jax.Array]:
         """The k nearest rows among the ``nprobe`` lists nearest each query vector, ties to the lower id.
 
         The distances are those of :class:`geojax.search.IndexFlat`. A query whose probed lists hold fewer
-        than k rows gets id −1 and the largest distance (int32 max, or +inf for PQ) in the slots left. The
-        queries are the same on every process.
+        than k (allowed) rows gets id −1 and the largest distance (int32 max, or +inf for PQ) in the slots
+        left. The queries (and ``allowed``) are the same on every process.
 
         Args:
             q: [Q, dim] finite floating query vectors.
             k: neighbours per query, 1 ≤ k ≤ ``ntotal``.
+            allowed: None (every row), or the ids a query may return (:mod:`geojax.search.filters`): a boolean
+                mask [n] over ids (id i allowed where i < n and mask[i]), a per-query uint8 bitset [Q, B] in
+                ``np.packbits`` order (big-endian bits: id i is bit 7 − i mod 8 of byte i // 8 of its query's
+                row), or :class:`geojax.search.IdRanges`. Masked rows never enter the top-k.
 
         Returns:
             (distances [Q, k] ascending, ids [Q, k] int32, −1 where the lists held fewer than k rows).
 
         Raises:
-            ValueError: the index is not trained, ``q`` is malformed, or ``k`` is not in [1, ntotal].
+            ValueError: the index is not trained, ``q`` is malformed, ``k`` is not in [1, ntotal], or
+                ``allowed`` has another shape, dtype or type (before any work).
         """
         self._check_trained("searching")
         queries = self.codec.queries(q)
         _checks.check_matrix(queries, "q")
         k = check_k(k, self.ntotal)
+        filtered = allowed is not None
+        bits = allowed_bits(allowed, len(queries), self._next_id) if filtered else np.zeros((1, 1), np.uint8)
         layout = self._layout()
-        probe = np.asarray(_nearest_lists(self.codec.coarse_queries(q), self.centroids, self.nprobe))
-        # The (query, block) pairs to scan: each query's blocks of its probed lists, on each shard.
-        need = layout.counts[:, probe].sum(-1)  # [shards, Q]
-        pairs = _round_up(int(need.sum(1).max()))
-        per_query = min(_round_up(int(need.max())), layout.table.shape[1] * self.nprobe)
-        _, width, b = layout.blocks.shape
-        block_bytes = width * b * layout.blocks.dtype.itemsize
-        chunk = int(max(1, min(pairs, _CHUNK_CODES // block_bytes, _CHUNK_DISTANCES // (4 * b))))
-        fn = self._search_fn(k, pairs, per_query, chunk, group_rows(b, per_query, k))
-        d, i = fn(queries, probe, layout.table, layout.blocks, layout.ids, layout.fill, self.codec.aux)
+        probe = np.asarray(nearest_lists(self.codec.coarse_queries(q), self.centroids, self.nprobe))
+        operand = jax.eval_shape(
+            self.codec.scan.operand, jax.ShapeDtypeStruct((1, self.codec.width), self.codec.code_dtype)
+        )
+        row_bytes = operand.shape[1] * operand.dtype.itemsize
+        plan, per_query, span, chunk = schedule(probe, layout.starts, layout.segment, row_bytes)
+        group = group_rows(layout.segment, per_query, k)
+        fn = self._search_fn(k, layout.segment, span, chunk, group, filtered)
+        put = functools.partial(placement.put_shards, self.mesh, self.db_axis, self._shard_of)
+        sharded = [
+            put(lambda s, a=a: a[s], (a.shape[0] * a.shape[1], *a.shape[2:]))
+            for a in (
+                plan.unit_tile,
+                plan.unit_segment,
+                plan.unit_count,
+                plan.unit_slot,
+                plan.units[:, None],
+                plan.query_segments,
+            )
+        ]
+        d, i = fn(queries, layout.codes, layout.ids, plan.tiles, *sharded, self.codec.aux, bits)
         return _merge_processes(d, i, k) if jax.process_count() > 1 else (d, i)
 
-    def _search_fn(self, k: int, pairs: int, per_query: int, chunk: int, group: int):
-        key = (k, pairs, per_query, chunk, group)
+    def range_search(
+        self, q: ArrayLike, radius: float, *, max_results: int = 1_000_000
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every row at distance < ``radius`` of each query vector, in faiss's shape (``lims``, ``D``, ``I``).
+
+        Over the ``nprobe`` lists nearest each query, as :meth:`search`.
+
+        The distances are those of :meth:`search` (Hamming bits, wraparound L1 or squared L2 in code units,
+        PQ's asymmetric distance); strictly below the radius, as faiss's range search. Found by rounds of the
+        exact top-k search (:mod:`geojax.search.ranges`). The queries are the same on every process.
+
+        Args:
+            q: [Q, dim] finite floating query vectors.
+            radius: the radius, a real number.
+            max_results: the most results over all queries (a positive int); a radius that gives more is
+                refused, never truncated.
+
+        Returns:
+            (lims [Q + 1] int64; D [lims[Q]] distances, int32 or float32 as :meth:`search`'s; I [lims[Q]]
+            int64 ids): query q's results are D[lims[q]:lims[q + 1]], ascending, ties to the lower id.
+
+        Raises:
+            ValueError: the index is not trained, ``q`` is malformed, ``radius`` is not a real number,
+                ``max_results`` is not a positive int, or the results would exceed ``max_results``.
+        """
+        radius = check_radius(radius, max_results)
+        self._check_range_queries(q)
+        q = np.asarray(q)
+        dtype = np.dtype(np.int32 if self.codec.scan.integer else np.float32)
+        return range_search(
+            lambda rows, k: self.search(q[rows], k), len(q), self.ntotal, radius, max_results, dtype
+        )
+
+    def _check_range_queries(self, q: ArrayLike) -> None:
+        self._check_trained("searching")
+        _checks.check_matrix(self.codec.queries(q), "q")
+
+    def _search_fn(self, k: int, segment: int, span: int, chunk: int, group: int, filtered: bool):
+        key = (k, segment, span, chunk, group, filtered)
         if key not in self._search_fns:
             spec, db = self.codec.scan, P(self.db_axis)
             local = functools.partial(
-                _shard_search,
+                shard_search,
                 spec=spec,
                 axis=self.db_axis,
                 k=k,
-                pairs=pairs,
-                per_query=per_query,
+                segment=segment,
+                span=span,
                 chunk=chunk,
                 group=group,
+                filtered=filtered,
                 platform=placement.platform(self.mesh),
             )
             mapped = jax.shard_map(
                 local,
                 mesh=self.mesh,
-                in_specs=(P(), P(), db, db, db, db, P()),
+                in_specs=(P(), db, db, P(), db, db, db, db, db, db, P(), P()),
                 out_specs=(P(), P()),
                 check_vma=False,
             )
@@ -451,13 +556,14 @@ class IndexIVF:
             "ntotal": self.ntotal,
             "next_id": self._next_id,
         }
+        _, ids, codes = self._rows()
         arrays = {
             "centroids": np.asarray(
                 self.centroids if self.centroids is not None else np.zeros((0, 0), np.float32)
             ),
             "list_sizes": self.list_sizes,
-            "ids": np.concatenate(self._ids),
-            "codes": np.concatenate(self._codes),
+            "ids": ids,
+            "codes": codes,
         }
         return meta, arrays
 
@@ -512,9 +618,9 @@ class IndexIVF:
         if arrays["centroids"].size:
             index.centroids = jnp.asarray(arrays["centroids"])
         codes = codec.check_codes(arrays["codes"], "codes in the file")
-        cuts = np.cumsum(sizes)[:-1]
-        index._codes = list(np.split(codes, cuts))
-        index._ids = list(np.split(arrays["ids"].astype(np.int32), cuts))
+        lists = np.repeat(np.arange(index.nlist, dtype=np.int32), sizes)
+        index._pending = [(lists, arrays["ids"].astype(np.int32), codes)]
+        index._sizes = sizes.astype(np.int64)
         index.ntotal, index._next_id = int(meta["ntotal"]), int(meta["next_id"])
         return index
 

@@ -32,15 +32,15 @@ from jax.typing import ArrayLike
 
 from geojax import _checks, quantize
 from geojax.quantize import PQ
-from geojax.search._kernels import (
-    _TORUS_BYTES_KERNELS,
-    _TORUS_WORDS_KERNELS,
-    _hamming_kernel,
-    _pq_kernel,
-    _pq_tables,
-    _word_limit,
-)
 from geojax.search._kernels import BLOCKS as BLOCKS
+from geojax.search._kernels import (
+    TORUS_BYTES_KERNELS,
+    TORUS_WORDS_KERNELS,
+    hamming_kernel,
+    pq_kernel,
+    pq_tables,
+    word_limit,
+)
 from geojax.search._select import blocked, layout, plan
 
 _F32 = jnp.float32
@@ -191,12 +191,12 @@ def _torus_codes(p: int, bits: int, codes: jax.Array) -> tuple[object, jax.Array
     = d on one bit, for L1 and squared L2 alike); L1 by SWAR on uint32 words while the 16-bit lanes cannot
     overflow; otherwise one byte per coordinate, shifted to the top of the byte."""
     if bits == 1:
-        return _hamming_kernel, _as_words(codes)
-    if p == 1 and -(-codes.shape[1] // 4) <= _word_limit(bits):
-        return _TORUS_WORDS_KERNELS[bits], _as_words(codes)
+        return hamming_kernel, _as_words(codes)
+    if p == 1 and -(-codes.shape[1] // 4) <= word_limit(bits):
+        return TORUS_WORDS_KERNELS[bits], _as_words(codes)
     if bits < 8:
         codes = jnp.left_shift(quantize.torus_unpack(codes, bits), jnp.uint8(8 - bits))
-    return _TORUS_BYTES_KERNELS[bits, p], codes
+    return TORUS_BYTES_KERNELS[bits, p], codes
 
 
 def _torus_bound(width: int, bits: int, p: int) -> int:
@@ -250,7 +250,7 @@ def hamming_scan(width: int) -> Scan:
         >>> spec.chunk, spec.query_block, spec.exact, spec.integer
         (16384, 1024, True, True)
     """
-    return Scan(_hamming_kernel, _queries_as_is, _as_words, width * 8 <= _EXACT_F32, True, 16384, 1024)
+    return Scan(hamming_kernel, _queries_as_is, _as_words, width * 8 <= _EXACT_F32, True, 16384, 1024)
 
 
 def _torus_operand(p: int, bits: int, codes: jax.Array) -> jax.Array:
@@ -276,7 +276,7 @@ def torus_scan(width: int, bits: int, p: int) -> Scan:
     return Scan(kernel, _queries_as_is, functools.partial(_torus_operand, p, bits), exact, True, 16384, 256)
 
 
-PQ_SCAN = Scan(_pq_kernel, _pq_tables, _as_is, True, False, 4096, 32, -1)
+PQ_SCAN = Scan(pq_kernel, pq_tables, _as_is, True, False, 4096, 32, -1)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -341,7 +341,7 @@ def hamming_distances(a: ArrayLike, b: ArrayLike) -> jax.Array:
         [[3 1]]
     """
     _check_codes(a, b, "a", "b")
-    return _hamming_kernel(_as_words(jnp.asarray(a)), _as_words(jnp.asarray(b)).T, True)
+    return hamming_kernel(_as_words(jnp.asarray(a)), _as_words(jnp.asarray(b)).T, True)
 
 
 def pq_distances(queries: ArrayLike, pq: PQ, codes: ArrayLike) -> jax.Array:
@@ -377,7 +377,7 @@ def pq_distances(queries: ArrayLike, pq: PQ, codes: ArrayLike) -> jax.Array:
         (2, 64)
     """
     _check_pq_search(queries, pq, codes)
-    return _pq_kernel(_pq_tables(pq.codebooks, jnp.asarray(queries)), jnp.asarray(codes).T, True)
+    return pq_kernel(pq_tables(pq.codebooks, jnp.asarray(queries)), jnp.asarray(codes).T, True)
 
 
 def torus_topk(
@@ -476,7 +476,7 @@ def hamming_topk(
         _as_words(jnp.asarray(queries)),
         _as_words(jnp.asarray(db)),
         NO_AUX,
-        kernel=_hamming_kernel,
+        kernel=hamming_kernel,
         prepare=_queries_as_is,
         k=int(k),
         chunk=int(chunk),
@@ -557,8 +557,8 @@ def pq_topk(
         queries,
         codes,
         pq.codebooks,
-        kernel=_pq_kernel,
-        prepare=_pq_tables,
+        kernel=pq_kernel,
+        prepare=pq_tables,
         k=int(k),
         chunk=int(chunk),
         query_block=int(query_block),
