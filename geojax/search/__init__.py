@@ -6,6 +6,7 @@
   ``BinaryCodec``, ``PQCodec``);
 - :mod:`geojax.search.merge`: the (distance, id) top-k merge every index ends with;
 - :mod:`geojax.search.placement`: rows on a device mesh over one or several processes;
+- :mod:`geojax.search.index`: ``Index``, the contract every index keeps, and its shared checks;
 - :mod:`geojax.search.flat`: ``IndexFlat``, the exact index sharded over devices and processes;
 - :mod:`geojax.search.ivf`: ``IndexIVF``, inverted lists with a coarse quantiser in the code's geometry
   (:mod:`geojax.search.coarse`: the k-means; :mod:`geojax.search.ivf_scan`: the lists' blocks on the devices

@@ -30,124 +30,22 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 from jax.typing import ArrayLike
 
-from geojax import _checks
 from geojax.search import placement, scan
 from geojax.search.codecs import Codec
-from geojax.search.filters import IdRanges, allowed_bits, is_allowed
-from geojax.search.merge import merge_topk
+from geojax.search.filters import is_allowed
+from geojax.search.index import Index, check_parts
+from geojax.search.merge import merge_over_axis, merge_topk
 from geojax.search.placement import NO_ID
-from geojax.search.ranges import check_radius, range_search
 
 _MIN_CAPACITY = 1024
 _FILTER_ROWS = 2048  # rows per chunk of a filtered scan
 
 
-def check_ids(ids: ArrayLike | None, n: int) -> np.ndarray | None:
-    """User ids as int64 [n], distinct, in [0, 2^31 − 1); None passes through.
-
-    Args:
-        ids: [n] integer ids, or None.
-        n: the number of rows the ids label.
-
-    Returns:
-        [n] int64 NumPy array, or None.
-
-    Raises:
-        ValueError: ``ids`` is not a rank-1 integer array of n distinct entries in [0, 2^31 − 1).
-
-    Example:
-        >>> import numpy as np
-        >>> from geojax.search import flat
-        >>> flat.check_ids(np.array([3, 1]), 2)
-        array([3, 1])
-    """
-    if ids is None:
-        return None
-    _checks.check_rank(ids, "ids", 1)
-    _checks.check_integer(ids, "ids")
-    ids = np.asarray(ids, np.int64)
-    if len(ids) != n:
-        raise ValueError(f"ids must have one entry per row ({n}), got {len(ids)}")
-    if n and (ids.min() < 0 or ids.max() >= NO_ID):
-        raise ValueError(f"ids must lie in [0, {NO_ID}), got [{ids.min()}, {ids.max()}]")
-    if len(np.unique(ids)) != n:
-        raise ValueError("ids must be distinct")
-    return ids
-
-
-def check_k(k, ntotal: int) -> int:
-    """``k`` as an int, checked against the rows in the index.
-
-    Args:
-        k: the number of neighbours, 1 ≤ k ≤ ``ntotal``.
-        ntotal: the rows in the index.
-
-    Returns:
-        ``k`` as a Python int.
-
-    Raises:
-        ValueError: ``k`` is not a positive int or exceeds ``ntotal``.
-    """
-    _checks.check_k(k, "k", ntotal, "rows in the index")
-    return int(k)
-
-
-def reconstruct_rows(codec: Codec, codes: np.ndarray, held: np.ndarray, ids: ArrayLike) -> np.ndarray:
-    """The decoded rows of ``ids`` among this process's rows (codes, held ids), found on every process.
-
-    The ``reconstruct`` of both indexes: each process looks its own rows up, and with several processes the
-    rows found are gathered (each id lives on one process).
-
-    Args:
-        codec: the index's codec (its :meth:`~geojax.search.codecs.Codec.decode`).
-        codes: [n, width] this process's codes.
-        held: [n] their ids.
-        ids: [m] integer ids to reconstruct, any order, repeats allowed.
-
-    Returns:
-        [m, D] float32 NumPy array: ``codec.decode`` of each id's code, in the order of ``ids``.
-
-    Raises:
-        ValueError: ``ids`` is not a rank-1 integer array, or an id is in no process's rows.
-
-    Example:
-        >>> import numpy as np
-        >>> from geojax.search import TorusCodec, flat
-        >>> codes = np.array([[0, 64], [128, 192]], np.uint8)
-        >>> flat.reconstruct_rows(TorusCodec(2), codes, np.array([4, 9]), np.array([9, 4]))
-        array([[0.5 , 0.75],
-               [0.  , 0.25]], dtype=float32)
-    """
-    _checks.check_rank(ids, "ids", 1)
-    _checks.check_integer(ids, "ids")
-    want = np.asarray(ids, np.int64)
-    order = np.argsort(held, kind="stable")
-    pos = np.minimum(np.searchsorted(held[order], want), max(len(held) - 1, 0))
-    found = (held[order][pos] == want) if len(held) else np.zeros(len(want), bool)
-    local = (
-        np.where(found[:, None], codes[order][pos], 0) if len(held) else np.zeros((len(want), codec.width))
-    )
-    local = local.astype(codec.code_dtype)
-    if jax.process_count() > 1:
-        every = np.asarray(multihost_utils.process_allgather(found))  # [processes, m]
-        local = np.asarray(multihost_utils.process_allgather(local))[
-            np.argmax(every, 0), np.arange(len(want))
-        ]
-        found = every.any(0)
-    if not found.all():
-        missing = want[~found]
-        raise ValueError(
-            f"ids must be ids in the index: {len(missing)} are not (e.g. {missing[:5].tolist()})"
-        )
-    return codec.decode(local)
-
-
-class IndexFlat:
+class IndexFlat(Index):
     """Exact top-k search over a codec's codes (:mod:`geojax.search.codecs`), sharded over a mesh axis.
 
     Rows are sharded over ``mesh``'s ``db_axis`` (default: every device of every process on one axis); faiss's
@@ -156,7 +54,9 @@ class IndexFlat:
     ``search(q, k)`` encodes the queries and returns ``(distances [Q, k], ids [Q, k] int32)`` as
     arrays, ascending, ties to the lower id: int32 for torus and binary codes, float32 for PQ. The
     distances are those of :func:`geojax.search.torus_topk`, :func:`geojax.search.hamming_topk` and
-    :func:`geojax.search.pq_topk`. Memory and multi-process rules: the module docstring.
+    :func:`geojax.search.pq_topk`. Memory and multi-process rules: the module docstring. Every search is
+    exact over every row; a filtered one (``allowed=``) scans each shard in chunks and merges each chunk by
+    (distance, id), without the unfiltered scan's selection by groups.
 
     Args:
         codec: a :class:`geojax.search.codecs.Codec`.
@@ -188,9 +88,7 @@ class IndexFlat:
         db_axis: str = "db",
         query_axis: str | None = None,
     ) -> None:
-        if not isinstance(codec, Codec):
-            raise ValueError(f"codec must be a geojax.search codec, got {type(codec).__name__}")
-        self.codec = codec
+        super().__init__(codec)
         self.mesh = mesh if mesh is not None else placement.default_mesh(db_axis)
         placement.check_axes(self.mesh, db_axis, query_axis)
         self.db_axis, self.query_axis = db_axis, query_axis
@@ -201,11 +99,6 @@ class IndexFlat:
         self.shards = len(self._owners)
         self._fns = _Functions(self.mesh, db_axis, query_axis, self._spec)
         self.reset()
-
-    @property
-    def is_trained(self) -> bool:
-        """Whether the codec is trained (codecs without parameters always are)."""
-        return self.codec.is_trained
 
     @property
     def shard_sizes(self) -> np.ndarray:
@@ -233,30 +126,6 @@ class IndexFlat:
         self.codec.train(x, key=key)
 
     # ------------------------------------------------------------------------------------------------ add
-    def add(self, x: ArrayLike, ids: ArrayLike | None = None) -> None:
-        """Encode and append this process's vectors x [n, dim] (n may be 0).
-
-        Without ``ids`` they take the ids after the largest so far, in process order.
-
-        Args:
-            x: [n, dim] finite floating vectors.
-            ids: [n] distinct new integer ids in [0, 2^31 − 1) (one process only), or None.
-
-        Raises:
-            ValueError: the codec is not trained, ``x`` or ``ids`` is malformed, an id is in the index
-                already, ids are given with several processes, or the index would pass 2^31 − 1 rows.
-
-        Example:
-            >>> import numpy as np
-            >>> from geojax.search import IndexFlat, TorusCodec
-            >>> t = np.array([[0.0, 0.25, 0.5, 0.75], [0.1, 0.2, 0.3, 0.4], [0.5, 0.5, 0.5, 0.5]], np.float32)
-            >>> index = IndexFlat(TorusCodec(4))
-            >>> index.add(t)
-            >>> index.ntotal
-            3
-        """
-        self.add_codes(self.codec.encode(x), ids)
-
     def add_codes(self, codes: ArrayLike, ids: ArrayLike | None = None) -> None:
         """Append this process's codes [n, width] made by the codec elsewhere (see :meth:`add`).
 
@@ -271,26 +140,14 @@ class IndexFlat:
                 rows.
         """
         codes = self.codec.check_codes(codes)
-        ids = check_ids(ids, len(codes))
-        counts = placement.process_counts([len(codes)])[:, 0]
-        if self.ntotal + int(counts.sum()) > NO_ID:
-            raise ValueError(f"codes would take the index past {NO_ID} rows (int32 ids)")
-        if ids is None:
-            first = self._next_id + int(counts[: jax.process_index()].sum())
-            ids = np.arange(first, first + len(codes), dtype=np.int64)
-            self._append(codes, ids, counts)
-            self._next_id += int(counts.sum())
+        given = ids is not None
+        ids, counts = self._new_ids(ids, len(codes))
+        held_codes, held = self._held() if given and len(ids) else (codes[:0], ids[:0])
+        if len(ids) and (np.any(np.diff(ids) < 0) or (len(held) and ids.min() <= held.max())):
+            # given ids out of order, or below held ones: the rows are stored by ascending id
+            self._rebuild(np.concatenate([held_codes, codes]), np.concatenate([held, ids]))
         else:
-            if jax.process_count() > 1:
-                raise ValueError("ids can be given with one process only (several: ids follow process order)")
-            held_codes, held = self._local_rows()
-            if np.isin(ids, held).any():
-                raise ValueError(f"ids must be new: {int(np.isin(ids, held).sum())} are in the index already")
-            if len(ids) and (ids.min() <= (held.max() if len(held) else -1) or np.any(np.diff(ids) < 0)):
-                self._rebuild(np.concatenate([held_codes, codes]), np.concatenate([held, ids]))
-            else:
-                self._append(codes, ids, counts)
-            self._next_id = max(self._next_id, int(ids.max()) + 1 if len(ids) else 0)
+            self._append(codes, ids, counts)
         self.ntotal += int(counts.sum())
 
     def _rebuild(self, codes: np.ndarray, ids: np.ndarray) -> None:
@@ -344,152 +201,13 @@ class IndexFlat:
             self._codes, self._ids = self._fns.grow(self._codes, self._ids, capacity - self._capacity)
         self._capacity = capacity
 
-    # --------------------------------------------------------------------------------------------- remove
-    def remove_ids(self, ids: ArrayLike) -> int:
-        """Remove the rows with these ids (ids not in the index are ignored).
-
-        Every process calls it with the same ids.
-
-        Args:
-            ids: [m] integer ids.
-
-        Returns:
-            How many rows went, over all processes.
-
-        Raises:
-            ValueError: ``ids`` is not a rank-1 integer array.
-
-        Example:
-            >>> import numpy as np
-            >>> from geojax.search import IndexFlat, TorusCodec
-            >>> t = np.array([[0.0, 0.25, 0.5, 0.75], [0.1, 0.2, 0.3, 0.4], [0.5, 0.5, 0.5, 0.5]], np.float32)
-            >>> index = IndexFlat(TorusCodec(4))
-            >>> index.add(t)
-            >>> index.remove_ids(np.array([0]))
-            1
-            >>> print(*index.search(t[:1], 2))
-            [[180 256]] [[1 2]]
-        """
-        _checks.check_rank(ids, "ids", 1)
-        _checks.check_integer(ids, "ids")
-        codes, held = self._local_rows()
-        keep = ~np.isin(held, np.asarray(ids, np.int64))
-        removed = int(placement.process_counts([int((~keep).sum())])[:, 0].sum())
-        if removed:
-            self._rebuild(codes[keep], held[keep])
-            self.ntotal -= removed
-        return removed
-
-    def reconstruct(self, ids: ArrayLike) -> np.ndarray:
-        """The codec's decode of the stored codes of ``ids`` (faiss's ``reconstruct_batch``).
-
-        Every process calls it with the same ids and gets every row, wherever it lives.
-
-        Args:
-            ids: [m] integer ids in the index (any order, repeats allowed).
-
-        Returns:
-            [m, D] float32 NumPy array (:meth:`geojax.search.codecs.Codec.decode`).
-
-        Raises:
-            ValueError: ``ids`` is not a rank-1 integer array, or an id is not in the index.
-
-        Example:
-            >>> import numpy as np
-            >>> from geojax.search import IndexFlat, TorusCodec
-            >>> index = IndexFlat(TorusCodec(4))
-            >>> index.add(np.array([[0.0, 0.25, 0.5, 0.75], [0.1, 0.2, 0.3, 0.4]], np.float32))
-            >>> index.reconstruct(np.array([0]))
-            array([[0.  , 0.25, 0.5 , 0.75]], dtype=float32)
-        """
-        codes, held = self._local_rows()
-        return reconstruct_rows(self.codec, codes, held, ids)
+    def _keep(self, keep: np.ndarray) -> None:
+        codes, held = self._held()
+        self._rebuild(codes[keep], held[keep])
 
     # --------------------------------------------------------------------------------------------- search
-    def search(
-        self, q: ArrayLike, k: int, *, allowed: np.ndarray | IdRanges | None = None
-    ) -> tuple[jax.Array, jax.Array]:
-        """Exact k nearest rows of the whole index for query vectors q [Q, dim], ties to the lower id.
-
-        The queries (and ``allowed``) are the same on every process. With ``allowed``, the rows whose ids it
-        masks never enter a query's top-k; a query with fewer than k allowed rows gets id −1 and the largest
-        distance (int32 max, or +inf for PQ) in the slots left, as faiss does. A filtered search scans every
-        row of its shard in chunks and merges each chunk by (distance, id) (exact, without the unfiltered
-        scan's selection by groups).
-
-        Args:
-            q: [Q, dim] finite floating query vectors.
-            k: neighbours per query, 1 ≤ k ≤ ``ntotal``.
-            allowed: None (every row), or the ids a query may return (:mod:`geojax.search.filters`): a boolean
-                mask [n] over ids (id i allowed where i < n and mask[i]), a per-query uint8 bitset [Q, B] in
-                ``np.packbits`` order (big-endian bits: id i is bit 7 − i mod 8 of byte i // 8 of its query's
-                row), or :class:`geojax.search.IdRanges`.
-
-        Returns:
-            (distances [Q, k] ascending, int32 for torus and binary codes, float32 for PQ; ids [Q, k] int32).
-
-        Raises:
-            ValueError: the index is not trained, ``q`` is malformed, ``k`` is not in [1, ntotal], or
-                ``allowed`` has another shape, dtype or type (before any work).
-
-        Example:
-            >>> import numpy as np
-            >>> from geojax.search import IndexFlat, TorusCodec
-            >>> t = np.array([[0.0, 0.25, 0.5, 0.75], [0.1, 0.2, 0.3, 0.4], [0.5, 0.5, 0.5, 0.5]], np.float32)
-            >>> index = IndexFlat(TorusCodec(4))
-            >>> index.add(t)
-            >>> print(*index.search(t[:1], 3, allowed=np.array([False, True, True])))
-            [[       180        256 2147483647]] [[ 1  2 -1]]
-        """
-        if not self.is_trained:
-            raise ValueError("the index must be trained (call train) before searching")
-        queries = self.codec.queries(q)
-        _checks.check_matrix(queries, "q")
-        k = check_k(k, self.ntotal)
-        if allowed is None:
-            return self._search(queries, k)
-        return self._search(queries, k, allowed_bits(allowed, len(queries), self._next_id))
-
-    def range_search(
-        self, q: ArrayLike, radius: float, *, max_results: int = 1_000_000
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Every row at distance < ``radius`` of each query vector, in faiss's shape (``lims``, ``D``, ``I``).
-
-        Exact, over every row.
-
-        The distances are those of :meth:`search` (Hamming bits, wraparound L1 or squared L2 in code units,
-        PQ's asymmetric distance); strictly below the radius, as faiss's range search. Found by rounds of the
-        exact top-k search (:mod:`geojax.search.ranges`). The queries are the same on every process.
-
-        Args:
-            q: [Q, dim] finite floating query vectors.
-            radius: the radius, a real number.
-            max_results: the most results over all queries (a positive int); a radius that gives more is
-                refused, never truncated.
-
-        Returns:
-            (lims [Q + 1] int64; D [lims[Q]] distances, int32 or float32 as :meth:`search`'s; I [lims[Q]]
-            int64 ids): query q's results are D[lims[q]:lims[q + 1]], ascending, ties to the lower id.
-
-        Raises:
-            ValueError: the index is not trained, ``q`` is malformed, ``radius`` is not a real number,
-                ``max_results`` is not a positive int, or the results would exceed ``max_results``.
-        """
-        radius = check_radius(radius, max_results)
-        self._check_range_queries(q)
-        q = np.asarray(q)
-        dtype = np.dtype(np.int32 if self.codec.scan.integer else np.float32)
-        return range_search(
-            lambda rows, k: self.search(q[rows], k), len(q), self.ntotal, radius, max_results, dtype
-        )
-
-    def _check_range_queries(self, q: ArrayLike) -> None:
-        if not self.is_trained:
-            raise ValueError("the index must be trained (call train) before searching")
-        _checks.check_matrix(self.codec.queries(q), "q")
-
     def _search(
-        self, queries: np.ndarray, k: int, bits: np.ndarray | None = None
+        self, q: np.ndarray, queries: np.ndarray, k: int, bits: np.ndarray | None
     ) -> tuple[jax.Array, jax.Array]:
         parts = self.mesh.shape[self.query_axis] if self.query_axis else 1
         q = len(queries)
@@ -535,7 +253,7 @@ class IndexFlat:
         return jnp.asarray(placement.host(d)[:q]), jnp.asarray(placement.host(i)[:q])
 
     # ----------------------------------------------------------------------------------------------- files
-    def _local_rows(self) -> tuple[np.ndarray, np.ndarray]:
+    def _held(self) -> tuple[np.ndarray, np.ndarray]:
         """(codes, ids int64) of the shards on this process's devices, ascending ids."""
         codes, ids, seen = [], [], set()
         if self._codes is not None:
@@ -559,7 +277,7 @@ class IndexFlat:
         Returns:
             ({"ntotal", "next_id", "rows"}, {"ids": int32 [rows], "codes": [rows, width]}), ascending ids.
         """
-        codes, ids = self._local_rows()
+        codes, ids = self._held()
         meta = {"ntotal": self.ntotal, "next_id": self._next_id, "rows": len(ids)}
         return meta, {"ids": ids.astype(np.int32), "codes": codes}
 
@@ -594,12 +312,8 @@ class IndexFlat:
         return index
 
     def _load_rows(self, codes: np.ndarray, ids: np.ndarray, meta: dict) -> None:
-        counts = placement.process_counts([len(ids), meta["ntotal"]])
-        if len(set(counts[:, 1])) != 1 or counts[:, 0].sum() != meta["ntotal"]:
-            raise ValueError(
-                f"the files read hold {counts[:, 0].tolist()} rows of indexes of {counts[:, 1].tolist()}"
-            )
-        self._append(self.codec.check_codes(codes, "codes in the file"), ids, counts[:, 0])
+        counts = check_parts(len(ids), meta["ntotal"])
+        self._append(self.codec.check_codes(codes, "codes in the file"), ids, counts)
         self.ntotal = int(meta["ntotal"])
         self._next_id = int(meta["next_id"])
 
@@ -803,11 +517,4 @@ def filtered_topk(
     firsts = jnp.arange(blocks, dtype=jnp.int32) * qb
     d, i = lax.map(one_block, (padded.reshape(blocks, qb, *queries.shape[1:]), firsts))
     d, i = d.reshape(blocks * qb, k)[:nq], i.reshape(blocks * qb, k)[:nq]
-    d, i = merge_topk(
-        lax.all_gather(d, axis, axis=1, tiled=True),
-        lax.all_gather(i, axis, axis=1, tiled=True),
-        k,
-        platform=platform,
-    )
-    found = i < NO_ID
-    return jnp.where(found, d, big), jnp.where(found, i, -1)
+    return merge_over_axis(d, i, k, axis, empty=big, platform=platform)

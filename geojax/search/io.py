@@ -55,9 +55,9 @@ def write_index(index, path: str) -> None:
         >>> index.add(np.array([[0.0, 0.25, 0.5, 0.75], [0.1, 0.2, 0.3, 0.4]], np.float32))
         >>> with tempfile.TemporaryDirectory() as folder:
         ...     write_index(index, os.path.join(folder, "index.gjx"))
-        ...     again = read_index(os.path.join(folder, "index.gjx"), kind="flat", codec="torus")
-        >>> type(again).__name__, again.ntotal
-        ('IndexFlat', 2)
+        ...     with open(os.path.join(folder, "index.gjx"), "rb") as f:
+        ...         f.read(8)  # the magic of the fixed header
+        b'GEOJAXIX'
     """
     classes = _CLASSES
     if type(index) not in classes.values():

@@ -68,8 +68,7 @@ from geojax import _checks
 from geojax.search import codecs, placement
 from geojax.search.coarse import assign, kmeans, nearest_lists
 from geojax.search.codecs import Codec
-from geojax.search.filters import IdRanges, allowed_bits
-from geojax.search.flat import check_ids, check_k, reconstruct_rows
+from geojax.search.index import Index, check_parts
 from geojax.search.ivf_scan import (
     Layout,
     build_layout,
@@ -81,12 +80,11 @@ from geojax.search.ivf_scan import (
 )
 from geojax.search.merge import merge_topk
 from geojax.search.placement import NO_ID
-from geojax.search.ranges import check_radius, range_search
 
 _ADD_ROWS = 1 << 16  # rows encoded and filed per step of an add
 
 
-class IndexIVF:
+class IndexIVF(Index):
     """Inverted lists over a codec's codes (module docstring); faiss's ``IndexIVF`` shape.
 
     A coarse quantiser files every row in one of ``nlist`` lists, and a search scans only the ``nprobe`` lists
@@ -141,15 +139,14 @@ class IndexIVF:
         mesh: jax.sharding.Mesh | None = None,
         db_axis: str = "db",
     ) -> None:
-        if not isinstance(codec, Codec):
-            raise ValueError(f"codec must be a geojax.search codec, got {type(codec).__name__}")
+        super().__init__(codec)
         for value, name in ((nlist, "nlist"), (iters, "iters")):
             _checks.check_positive_int(value, name)
         if block is not None:
             _checks.check_positive_int(block, "block")
         if train_rows is not None:
             _checks.check_positive_int(train_rows, "train_rows")
-        self.codec, self.nlist, self.iters = codec, int(nlist), int(iters)
+        self.nlist, self.iters = int(nlist), int(iters)
         self.block = None if block is None else int(block)
         self.train_rows = 256 * self.nlist if train_rows is None else int(train_rows)
         self.mesh = mesh if mesh is not None else jax.sharding.Mesh(np.array(jax.local_devices()), (db_axis,))
@@ -270,11 +267,11 @@ class IndexIVF:
         """
         self._check_trained("adding")
         x = self.codec.check_vectors(x, "x")
-        ids, total = self._new_ids(ids, len(x))
+        ids, counts = self._new_ids(ids, len(x))
         for i in range(0, len(x), _ADD_ROWS):
             codes = self.codec.encode(x[i : i + _ADD_ROWS])
             self._file(codes, ids[i : i + _ADD_ROWS])
-        self.ntotal += total
+        self.ntotal += int(counts.sum())
 
     def add_codes(self, codes: ArrayLike, ids: ArrayLike | None = None) -> None:
         """File this process's codes [n, width] made by the codec elsewhere (see :meth:`add`).
@@ -290,43 +287,27 @@ class IndexIVF:
         """
         self._check_trained("adding")
         codes = self.codec.check_codes(codes)
-        ids, total = self._new_ids(ids, len(codes))
+        ids, counts = self._new_ids(ids, len(codes))
         for i in range(0, len(codes), _ADD_ROWS):
             self._file(codes[i : i + _ADD_ROWS], ids[i : i + _ADD_ROWS])
-        self.ntotal += total
-
-    def _check_trained(self, what: str) -> None:
-        if not self.is_trained:
-            raise ValueError(f"the index must be trained (call train) before {what}")
-
-    def _new_ids(self, ids: ArrayLike | None, n: int) -> tuple[np.ndarray, int]:
-        """Checked ids for this process's n new rows (default: after the largest so far, in process order)
-        and the rows all processes add; the counter moves past them."""
-        ids = check_ids(ids, n)
-        counts = placement.process_counts([n])[:, 0]
-        total = int(counts.sum())
-        if self.ntotal + total > NO_ID:
-            raise ValueError(f"the rows would take the index past {NO_ID} rows (int32 ids)")
-        if ids is None:
-            first = self._next_id + int(counts[: jax.process_index()].sum())
-            ids = np.arange(first, first + n, dtype=np.int64)
-            self._next_id += total
-            return ids, total
-        if jax.process_count() > 1:
-            raise ValueError("ids can be given with one process only (several: ids follow process order)")
-        if n and self.ntotal:
-            held = self._rows()[1]
-            if np.isin(ids, held).any():
-                raise ValueError(f"ids must be new: {int(np.isin(ids, held).sum())} are in the index already")
-        if n:
-            self._next_id = max(self._next_id, int(ids.max()) + 1)
-        return ids, total
+        self.ntotal += int(counts.sum())
 
     def _file(self, codes: np.ndarray, ids: np.ndarray) -> None:
         """Assign rows to their lists; they join the device segments at the next layout."""
         lists = assign(self.codec.coarse(codes), self.centroids)
         self._pending.append((lists.astype(np.int32), ids.astype(np.int32), codes))
         self._sizes += np.bincount(lists, minlength=self.nlist)
+
+    def _held(self) -> tuple[np.ndarray, np.ndarray]:
+        _, ids, codes = self._rows()
+        return codes, ids.astype(np.int64)
+
+    def _keep(self, keep: np.ndarray) -> None:
+        if keep.all():
+            return
+        lists, ids, codes = self._rows()
+        self._pending, self._device = [(lists[keep], ids[keep], codes[keep])], None
+        self._sizes = np.bincount(lists[keep], minlength=self.nlist).astype(np.int64)
 
     def _rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(lists [n], ids [n], codes [n, width]) of this process's rows, by list then id: the device
@@ -344,69 +325,6 @@ class IndexIVF:
         order = np.lexsort((ids, lists))
         return lists[order], ids[order], codes[order]
 
-    def remove_ids(self, ids: ArrayLike) -> int:
-        """Remove the rows with these ids (others are ignored); every process calls it with the same ids.
-
-        Args:
-            ids: [m] integer ids.
-
-        Returns:
-            How many rows went, over all processes.
-
-        Raises:
-            ValueError: ``ids`` is not a rank-1 integer array.
-
-        Example:
-            >>> import numpy as np
-            >>> from geojax.search import IndexIVF, TorusCodec
-            >>> t = np.random.default_rng(0).random((64, 4), dtype=np.float32)
-            >>> index = IndexIVF(TorusCodec(4), nlist=4, nprobe=4, iters=5)
-            >>> index.train(t)
-            >>> index.add(t)
-            >>> index.remove_ids(np.array([0, 1000]))
-            1
-        """
-        _checks.check_rank(ids, "ids", 1)
-        _checks.check_integer(ids, "ids")
-        lists, held, codes = self._rows()
-        keep = ~np.isin(held, np.asarray(ids, np.int64))
-        removed = int((~keep).sum())
-        if removed:
-            self._pending, self._device = [(lists[keep], held[keep], codes[keep])], None
-            self._sizes = np.bincount(lists[keep], minlength=self.nlist).astype(np.int64)
-        removed = int(placement.process_counts([removed])[:, 0].sum())
-        self.ntotal -= removed
-        return removed
-
-    def reconstruct(self, ids: ArrayLike) -> np.ndarray:
-        """The codec's decode of the stored codes of ``ids`` (faiss's ``reconstruct_batch``).
-
-        Every process calls it with the same ids and gets every row, wherever it lives. It reads the
-        devices' rows back (a second copy for the call).
-
-        Args:
-            ids: [m] integer ids in the index (any order, repeats allowed).
-
-        Returns:
-            [m, D] float32 NumPy array (:meth:`geojax.search.codecs.Codec.decode`).
-
-        Raises:
-            ValueError: ``ids`` is not a rank-1 integer array, or an id is not in the index.
-
-        Example:
-            >>> import numpy as np
-            >>> from geojax.search import IndexIVF, TorusCodec
-            >>> t = np.random.default_rng(0).random((64, 4), dtype=np.float32)
-            >>> index = IndexIVF(TorusCodec(4), nlist=4, iters=5)
-            >>> index.train(t)
-            >>> index.add(t)
-            >>> error = (index.reconstruct(np.array([5])) - t[5] + 0.5) % 1.0 - 0.5  # wraparound
-            >>> bool(np.abs(error).max() <= 1 / 512)
-            True
-        """
-        _, held, codes = self._rows()
-        return reconstruct_rows(self.codec, codes, held, ids)
-
     # --------------------------------------------------------------------------------------------- layout
     def _layout(self) -> Layout:
         """The lists as segments dealt over the shards, laid out again on the first search (or ``nbytes``)
@@ -420,36 +338,11 @@ class IndexIVF:
         return self._device
 
     # --------------------------------------------------------------------------------------------- search
-    def search(
-        self, q: ArrayLike, k: int, *, allowed: np.ndarray | IdRanges | None = None
+    def _search(
+        self, q: np.ndarray, queries: np.ndarray, k: int, bits: np.ndarray | None
     ) -> tuple[jax.Array, jax.Array]:
-        """The k nearest rows among the ``nprobe`` lists nearest each query vector, ties to the lower id.
-
-        The distances are those of :class:`geojax.search.IndexFlat`. A query whose probed lists hold fewer
-        than k (allowed) rows gets id −1 and the largest distance (int32 max, or +inf for PQ) in the slots
-        left. The queries (and ``allowed``) are the same on every process.
-
-        Args:
-            q: [Q, dim] finite floating query vectors.
-            k: neighbours per query, 1 ≤ k ≤ ``ntotal``.
-            allowed: None (every row), or the ids a query may return (:mod:`geojax.search.filters`): a boolean
-                mask [n] over ids (id i allowed where i < n and mask[i]), a per-query uint8 bitset [Q, B] in
-                ``np.packbits`` order (big-endian bits: id i is bit 7 − i mod 8 of byte i // 8 of its query's
-                row), or :class:`geojax.search.IdRanges`. Masked rows never enter the top-k.
-
-        Returns:
-            (distances [Q, k] ascending, ids [Q, k] int32, −1 where the lists held fewer than k rows).
-
-        Raises:
-            ValueError: the index is not trained, ``q`` is malformed, ``k`` is not in [1, ntotal], or
-                ``allowed`` has another shape, dtype or type (before any work).
-        """
-        self._check_trained("searching")
-        queries = self.codec.queries(q)
-        _checks.check_matrix(queries, "q")
-        k = check_k(k, self.ntotal)
-        filtered = allowed is not None
-        bits = allowed_bits(allowed, len(queries), self._next_id) if filtered else np.zeros((1, 1), np.uint8)
+        filtered = bits is not None
+        bits = bits if filtered else np.zeros((1, 1), np.uint8)
         layout = self._layout()
         probe = np.asarray(nearest_lists(self.codec.coarse_queries(q), self.centroids, self.nprobe))
         operand = jax.eval_shape(
@@ -473,43 +366,6 @@ class IndexIVF:
         ]
         d, i = fn(queries, layout.codes, layout.ids, plan.tiles, *sharded, self.codec.aux, bits)
         return _merge_processes(d, i, k) if jax.process_count() > 1 else (d, i)
-
-    def range_search(
-        self, q: ArrayLike, radius: float, *, max_results: int = 1_000_000
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Every row at distance < ``radius`` of each query vector, in faiss's shape (``lims``, ``D``, ``I``).
-
-        Over the ``nprobe`` lists nearest each query, as :meth:`search`.
-
-        The distances are those of :meth:`search` (Hamming bits, wraparound L1 or squared L2 in code units,
-        PQ's asymmetric distance); strictly below the radius, as faiss's range search. Found by rounds of the
-        exact top-k search (:mod:`geojax.search.ranges`). The queries are the same on every process.
-
-        Args:
-            q: [Q, dim] finite floating query vectors.
-            radius: the radius, a real number.
-            max_results: the most results over all queries (a positive int); a radius that gives more is
-                refused, never truncated.
-
-        Returns:
-            (lims [Q + 1] int64; D [lims[Q]] distances, int32 or float32 as :meth:`search`'s; I [lims[Q]]
-            int64 ids): query q's results are D[lims[q]:lims[q + 1]], ascending, ties to the lower id.
-
-        Raises:
-            ValueError: the index is not trained, ``q`` is malformed, ``radius`` is not a real number,
-                ``max_results`` is not a positive int, or the results would exceed ``max_results``.
-        """
-        radius = check_radius(radius, max_results)
-        self._check_range_queries(q)
-        q = np.asarray(q)
-        dtype = np.dtype(np.int32 if self.codec.scan.integer else np.float32)
-        return range_search(
-            lambda rows, k: self.search(q[rows], k), len(q), self.ntotal, radius, max_results, dtype
-        )
-
-    def _check_range_queries(self, q: ArrayLike) -> None:
-        self._check_trained("searching")
-        _checks.check_matrix(self.codec.queries(q), "q")
 
     def _search_fn(self, k: int, segment: int, span: int, chunk: int, group: int, filtered: bool):
         key = (k, segment, span, chunk, group, filtered)
@@ -609,12 +465,7 @@ class IndexIVF:
         if len(sizes) != index.nlist or sizes.sum() != rows:
             raise ValueError(f"the file's lists hold {int(sizes.sum())} rows; its ids are {rows}")
         digest = zlib.crc32(np.ascontiguousarray(arrays["centroids"]))
-        counts = placement.process_counts([rows, meta["ntotal"], digest])
-        if len(set(counts[:, 1])) != 1 or len(set(counts[:, 2])) != 1 or counts[:, 0].sum() != meta["ntotal"]:
-            raise ValueError(
-                f"the files read hold {counts[:, 0].tolist()} rows of indexes of {counts[:, 1].tolist()} rows"
-                + ("" if len(set(counts[:, 2])) == 1 else " with different quantisers")
-            )
+        check_parts(rows, meta["ntotal"], digest)
         if arrays["centroids"].size:
             index.centroids = jnp.asarray(arrays["centroids"])
         codes = codec.check_codes(arrays["codes"], "codes in the file")

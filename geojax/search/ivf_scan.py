@@ -18,7 +18,7 @@ from jax import lax
 
 from geojax.search import scan
 from geojax.search.filters import is_allowed
-from geojax.search.merge import merge_topk, order_bits, select_topk
+from geojax.search.merge import merge_over_axis, merge_topk, order_bits, select_topk
 from geojax.search.placement import NO_ID
 
 _MAX_SEGMENT = 1024  # the most rows per segment chosen from the lists' sizes
@@ -492,12 +492,4 @@ def shard_search(
     if keep < k:  # fewer candidates than k on this device
         d = jnp.pad(d, ((0, 0), (0, k - keep)), constant_values=big)
         i = jnp.pad(i, ((0, 0), (0, k - keep)), constant_values=NO_ID)
-    if lax.axis_size(axis) > 1:
-        d, i = merge_topk(
-            lax.all_gather(d, axis, axis=1, tiled=True),
-            lax.all_gather(i, axis, axis=1, tiled=True),
-            k,
-            platform=platform,
-        )
-    found = i < NO_ID
-    return jnp.where(found, d, big), jnp.where(found, i, -1)
+    return merge_over_axis(d, i, k, axis, empty=big, platform=platform)

@@ -20,6 +20,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from geojax.search.placement import NO_ID
+
 _INT_MAX = 0x7FFFFFFF
 _PAIRWISE = 64  # up to this k the answer is put in order by counting, above it by a sort of k rows
 _SHORT = 32  # rows this short are sorted (faster than two top_k calls)
@@ -185,3 +187,34 @@ def merge_topk(
     """
     pos = select_topk(distances, ids, k, platform=platform)
     return jnp.take_along_axis(distances, pos, axis=1), jnp.take_along_axis(ids, pos, axis=1)
+
+
+def merge_over_axis(
+    distances: jax.Array, ids: jax.Array, k: int, axis: str, *, empty: float, platform: str | None = None
+) -> tuple[jax.Array, jax.Array]:
+    """Each device's top-k merged over a mesh axis into the top-k of all, inside ``shard_map``.
+
+    The per-device candidates [q, k] are gathered over ``axis`` and ranked by (distance, id)
+    (:func:`merge_topk`); slots no row filled (id ``placement.NO_ID``) come out as id −1 and
+    distance ``empty``.
+
+    Args:
+        distances: [q, k] this device's distances, ascending.
+        ids: [q, k] int32 ids (``placement.NO_ID`` in empty slots).
+        k: the pairs kept per row.
+        axis: the mesh axis the devices' candidates are gathered over.
+        empty: the distance of an empty slot (the dtype's largest value).
+        platform: as :func:`merge_topk`'s.
+
+    Returns:
+        (distances [q, k], ids [q, k] int32, −1 in empty slots), the same on every device of ``axis``.
+    """
+    if lax.axis_size(axis) > 1:
+        distances, ids = merge_topk(
+            lax.all_gather(distances, axis, axis=1, tiled=True),
+            lax.all_gather(ids, axis, axis=1, tiled=True),
+            k,
+            platform=platform,
+        )
+    found = ids < NO_ID
+    return jnp.where(found, distances, empty), jnp.where(found, ids, -1)
