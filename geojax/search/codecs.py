@@ -573,7 +573,7 @@ class PQCodec(Codec):
         """
         if len(codes) == 0:
             return jnp.zeros((0, self.dim), jnp.float32)
-        return _on_sphere(quantize.pq_decode(self.pq, codes), self.geometry)
+        return _on_sphere(self._decode(codes), self.geometry)
 
     def coarse_queries(self, x: ArrayLike) -> jax.Array:
         """The query vectors themselves [Q, dim] (unit norm for 'sphere'; zero rows stay zero).

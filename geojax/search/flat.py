@@ -9,11 +9,12 @@ device scanning everything, since every row of the global top-k is in its own sh
 order (a shard's scan breaks ties by position, which is id order). Queries can be split over a second mesh
 axis (``query_axis``) at the same time.
 
-Several processes (``jax.distributed``) form one index: every process calls :meth:`IndexFlat.add`,
-:meth:`IndexFlat.search`, :meth:`IndexFlat.remove_ids`, ``write_index`` and ``read_index`` together, each with
-its own part of the vectors (its own file or range). A process's rows go to the shards on its own devices and
-take the ids after those of the processes before it, so that the index equals one process holding all rows in
-process order. A shard may span several devices only along ``query_axis``, all of one process.
+Several processes (``jax.distributed``) form one index: every process calls
+:meth:`~geojax.search.index.Index.add`, :meth:`~geojax.search.index.Index.search`,
+:meth:`~geojax.search.index.Index.remove_ids`, ``write_index`` and ``read_index`` together, each with its own
+part of the vectors (its own file or range). A process's rows go to the shards on its own devices and take the
+ids after those of the processes before it, so that the index equals one process holding all rows in process
+order. A shard may span several devices only along ``query_axis``, all of one process.
 
 Memory per device is proportional to its shard: ``width + 4`` bytes per row (code and int32 id) in a buffer
 that grows by doubling (an add writes its rows in place; the buffer is copied only when it grows, so it
@@ -127,7 +128,7 @@ class IndexFlat(Index):
 
     # ------------------------------------------------------------------------------------------------ add
     def add_codes(self, codes: ArrayLike, ids: ArrayLike | None = None) -> None:
-        """Append this process's codes [n, width] made by the codec elsewhere (see :meth:`add`).
+        """Append this process's codes [n, width] made by the codec elsewhere (see ``add``).
 
         Args:
             codes: [n, width] codes of the codec's dtype.
@@ -210,8 +211,8 @@ class IndexFlat(Index):
         self, q: np.ndarray, queries: np.ndarray, k: int, bits: np.ndarray | None
     ) -> tuple[jax.Array, jax.Array]:
         parts = self.mesh.shape[self.query_axis] if self.query_axis else 1
-        q = len(queries)
-        padded = placement.pad_rows(queries, -(-q // parts) * parts)
+        nq = len(queries)
+        padded = placement.pad_rows(queries, -(-nq // parts) * parts)
         qarr = jax.make_array_from_callback(
             padded.shape, NamedSharding(self.mesh, P(self.query_axis)), lambda idx: padded[idx]
         )
@@ -249,8 +250,8 @@ class IndexFlat(Index):
                 capacity=self._capacity,
             )
         if d.is_fully_addressable:
-            return d[:q], i[:q]
-        return jnp.asarray(placement.host(d)[:q]), jnp.asarray(placement.host(i)[:q])
+            return d[:nq], i[:nq]
+        return jnp.asarray(placement.host(d)[:nq]), jnp.asarray(placement.host(i)[:nq])
 
     # ----------------------------------------------------------------------------------------------- files
     def _held(self) -> tuple[np.ndarray, np.ndarray]:

@@ -186,7 +186,7 @@ class IndexIVF(Index):
 
     @property
     def nbytes(self) -> int:
-        """Bytes this process holds for its index: rows, ids, quantiser and tables.
+        """The bytes this process holds for its index (rows, ids, quantiser and tables).
 
         The devices' segments of codes and ids (laid out now if a change is pending: ``(width + 4)`` bytes
         per row plus the padding of :func:`~geojax.search.ivf_scan.segment_rows`, at most 8 %), the host's
@@ -248,8 +248,8 @@ class IndexIVF(Index):
 
         Args:
             x: [n, dim] finite floating vectors.
-            ids: as for :meth:`geojax.search.IndexFlat.add`: [n] distinct new integer ids (one process only),
-                or None for the ids after the largest so far, in process order.
+            ids: as for :meth:`geojax.search.index.Index.add`: [n] distinct new integer ids (one process
+                only), or None for the ids after the largest so far, in process order.
 
         Raises:
             ValueError: the index is not trained, ``x`` or ``ids`` is malformed, an id is in the index
@@ -274,7 +274,7 @@ class IndexIVF(Index):
         self.ntotal += int(counts.sum())
 
     def add_codes(self, codes: ArrayLike, ids: ArrayLike | None = None) -> None:
-        """File this process's codes [n, width] made by the codec elsewhere (see :meth:`add`).
+        """File this process's codes [n, width] made by the codec elsewhere (see ``add``).
 
         Args:
             codes: [n, width] codes of the codec's dtype.

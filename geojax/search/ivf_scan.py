@@ -1,8 +1,8 @@
 """The inverted-file index's lists on the devices and its list-major search program (:mod:`geojax.search.ivf`,
-whose module docstring gives the method): the lists cut into segments of a bounded size dealt over the
-devices (:func:`segment_rows`, :func:`build_layout`), each search's schedule of (tile of queries, segment)
-units made on the host (:func:`schedule`), and the per-device scan with its selection by groups
-(:func:`shard_search`).
+whose module docstring gives the method): the lists cut into segments of a bounded size dealt over the devices
+(:func:`~geojax.search.ivf_scan.segment_rows`, :func:`~geojax.search.ivf_scan.build_layout`), each search's
+schedule of (tile of queries, segment) units made on the host (:func:`~geojax.search.ivf_scan.schedule`), and
+the per-device scan with its selection by groups (:func:`~geojax.search.ivf_scan.shard_search`).
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ class Layout(NamedTuple):
 
     @property
     def nbytes(self) -> int:
-        """Bytes held: the devices' codes and ids, and the host's segment table."""
+        """The bytes held by the devices' codes and ids and by the host's segment table."""
         return self.codes.nbytes + self.ids.nbytes + self.starts.nbytes
 
 
@@ -393,7 +393,7 @@ def shard_search(
     """One device's top-k of every query over its segments of the probed lists, then over all devices.
 
     Merged over the devices of ``axis`` by (distance, id), ranked as suits ``platform`` (the mesh's;
-    :func:`merge.select_topk`).
+    :func:`geojax.search.merge.select_topk`).
 
     List-major: each unit is a tile of queries of one list against up to ``span`` consecutive segments of
     that list, scanned densely by the codec's flat-scan kernel ([tile, W'] queries against the segments'
