@@ -200,17 +200,17 @@ def test_dry_run_of_the_prepared_script(tmp_path, monkeypatch):
     )
     done = subprocess.run(["bash", SCRIPT, "001", "--dry-run"], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "5 of 5 runs to train, 2 at a time" in done.stdout
+    assert "6 of 6 runs to train, 2 at a time" in done.stdout
     assert json.loads((out / "machine.json").read_text())["platform"] == "cpu"  # the machine, beside
     plan_text = (out / "plan.txt").read_text()
-    assert plan_text.count("python -m train ") == 5
+    assert plan_text.count("python -m train ") == 6
     with tarfile.open(out / "results.tar.gz") as tar:
         names = tar.getnames()
     runs = [n for n in names if n.endswith("/report.json")]
-    assert len(runs) == 5 and all("/runs/fashion_mnist/tiny/001/" in n for n in runs)
+    assert len(runs) == 6 and all("/runs/fashion_mnist/tiny/001/" in n for n in runs)
     assert any(n.endswith("reproduce_001_fashion_mnist_tiny.json") for n in names)
     assert not any(n.endswith(".npz") for n in names)
-    assert sum(n.endswith("/train.log") for n in names) == 5  # each run trained in its own process
+    assert sum(n.endswith("/train.log") for n in names) == 6  # each run trained in its own process
     with tarfile.open(out / "results.tar.gz") as tar:
         tar.extractall(tmp_path / "unpacked", filter="data")
     # The packed runs, put where a sweep looks for them, are read back: nothing trains again.
@@ -225,7 +225,7 @@ def test_dry_run_of_the_prepared_script(tmp_path, monkeypatch):
 
     monkeypatch.setattr(cli, "run", refuse)
     (again,) = main(["001", "--scale", "tiny", "--data", f"idx:{data}", "--out", str(committed)])
-    assert len(again["runs"]) == 5 and all(r["reused"] for r in again["runs"])
+    assert len(again["runs"]) == 6 and all(r["reused"] for r in again["runs"])
     with open(results / "reproduce_001_fashion_mnist_tiny.json") as f:
         assert again["details"] == json.load(f)["details"]
 
