@@ -75,9 +75,11 @@ def check_trained_as(here: str, line: list[str]) -> None:
         saved = loop.check_workdir(cfg)
     except UsageError as err:
         raise SystemExit(f"{err} (the run: {' '.join(line)})") from None
-    if saved is None or saved.get("steps") != cfg.steps:
-        got = "no config.json" if saved is None else f"steps={saved.get('steps')}"
-        raise SystemExit(f"{here} holds a training of {got}, the run asks steps={cfg.steps}")
+    length = "steps" if cfg.epochs is None else "epochs"  # an epochs run saves both, steps resolved
+    asked = getattr(cfg, length)
+    if saved is None or saved.get(length) != asked:
+        got = "no config.json" if saved is None else f"{length}={saved.get(length)}"
+        raise SystemExit(f"{here} holds a training of {got}, the run asks {length}={asked}")
 
 
 def trained(line: list[str], workdir: str) -> tuple[dict, dict]:

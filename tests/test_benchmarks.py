@@ -637,6 +637,23 @@ def test_a_benchmark_reads_back_only_a_training_of_the_same_command(tmp_path):
         cpu_recipe.check_trained_as(str(tmp_path), [a if a != "steps=30" else "steps=40" for a in line])
 
 
+def test_a_training_of_epochs_is_read_back_by_its_epochs(tmp_path):
+    """A run given in epochs saves its steps resolved on the data (2808 for 12 epochs of Fashion-MNIST at
+    batch 256), not the default steps its command line parses to: it is read back, and another number of
+    epochs is refused."""
+    from dataclasses import asdict, replace
+
+    from train.app import config
+
+    line = ["preset=supcon_sphere_cpu", "dataset=digits", "seed=0", "progress=false"]
+    cfg = config.from_args([*line, f"workdir={tmp_path}"])
+    assert cfg.epochs == 12 and cfg.steps != 2808
+    (tmp_path / "config.json").write_text(json.dumps(asdict(replace(cfg, steps=2808))))
+    cpu_recipe.check_trained_as(str(tmp_path), line)
+    with pytest.raises(SystemExit, match=r"epochs=12(\.0)?, the run asks epochs=6"):
+        cpu_recipe.check_trained_as(str(tmp_path), [*line, "epochs=6"])
+
+
 # ----------------------------------------------------------------------------------------------------------
 # --check: a stored comparison rerun, its ratios held against the file's
 
