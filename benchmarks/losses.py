@@ -5,9 +5,13 @@ formula, and memory of the blocked form.
     python -m benchmarks.losses --quick    # small sizes, seconds
     python -m benchmarks.losses --full     # also run PML where it needs GBs (NTXent, triplets at N=4096)
     python -m benchmarks.losses --check    # rerun losses.json's command; exit 1 if a ratio fell below 0.7×
+    python -m benchmarks.losses --gpu      # on an accelerator: N = 4096 and 16384, PML on CUDA
 
 A full run writes its figures (the two tables, sizes and repeats, the machine) to
-``benchmarks/results/losses.json``; ``--quick`` writes only where ``--out FOLDER`` says.
+``benchmarks/results/losses.json`` (``losses_gpu.json`` with ``--gpu``); ``--quick`` writes only where
+``--out FOLDER`` says. ``--gpu`` times the same rows where the GPU earns its keep (N = 4096 and 16384, the
+blocked memory at N = 65536), PML on torch's CUDA device; where torch sees no GPU it runs the same on the CPU,
+as a dry run that says so.
 
 Both sides compute the same loss on the same inputs: cosine similarity, SupCon (τ = 0.1, 8 samples per
 class), InfoNCE / NT-Xent (τ = 0.1, two views per image: SimCLR labels), the triplet margin loss (m = 0.2,
@@ -20,7 +24,7 @@ stop-gradient maxima, no NaN guard, no device axis): geojax/floor says what geoj
 values are checked against each other before timing. Times are medians of --repeats rounds that time
 geojax, its floor and PML in turn (after a warm-up call each), so that load from other processes falls on
 all alike; geojax is jitted (jax picks the device), torch runs on CPU with as many threads as there are
-cores.
+cores (on its CUDA device with ``--gpu``).
 """
 
 from __future__ import annotations
@@ -48,6 +52,13 @@ CLASSES = {"proxy_anchor C=100": 100, "proxy_anchor C=1000": 1000, "arcface C=10
 ARC_MARGIN_DEGREES = 28.6  # pytorch-metric-learning's default ArcFace margin
 ARC_MARGIN = math.radians(ARC_MARGIN_DEGREES)
 NO_PML = ("sigmoid",)  # PML has no such loss: its row compares with the floor alone
+# (N of the timed rows, N of the memory table) by (--gpu, --quick)
+SIZES = {
+    (False, False): ((1024, 4096), 16384),
+    (False, True): ((128, 256), 4096),
+    (True, False): ((4096, 16384), 65536),
+    (True, True): ((128, 256), 16384),
+}
 
 
 def labels_for(name: str, n: int) -> np.ndarray:
@@ -186,7 +197,12 @@ def pml_bytes(name: str, labels: np.ndarray) -> float:
     return 6.0 * 8 * triplets  # int64 index triples and per-triplet values
 
 
-def available_bytes() -> float:
+def available_bytes(device: str = "cpu") -> float:
+    """Free memory where PML runs: the CUDA device's, or the host's (8 GB where neither can be read)."""
+    if device == "cuda":
+        import torch
+
+        return float(torch.cuda.mem_get_info()[0])
     try:
         with open("/proc/meminfo") as f:
             info = dict(line.split(":", 1) for line in f)
@@ -195,17 +211,18 @@ def available_bytes() -> float:
         return 8e9
 
 
-def pml_step(name: str, x: np.ndarray, labels: np.ndarray, proxies: np.ndarray | None):
-    """PML's fwd+bwd on the same embeddings (and the same proxies, in its module's parameter)."""
+def pml_step(name: str, x: np.ndarray, labels: np.ndarray, proxies: np.ndarray | None, device: str = "cpu"):
+    """PML's fwd+bwd on the same embeddings (and the same proxies, in its module's parameter), on torch's
+    ``device``; each call returns the loss as a float, which waits for the device."""
     import torch
 
-    loss_fn = pml_loss(name)
+    loss_fn = pml_loss(name).to(device)
     if proxies is not None:
         param = loss_fn.proxies if name.startswith("proxy_anchor") else loss_fn.W  # W is [D, C]
         with torch.no_grad():
             param.copy_(torch.tensor(proxies if name.startswith("proxy_anchor") else proxies.T))
-    xt = torch.tensor(x, requires_grad=True)
-    yt = torch.tensor(labels.astype(np.int64))
+    xt = torch.tensor(x, requires_grad=True, device=device)
+    yt = torch.tensor(labels.astype(np.int64), device=device)
 
     def step():
         xt.grad = None
@@ -252,13 +269,13 @@ def time_losses(sizes, args) -> list[dict]:
                 row["note"] = "PML not installed"
             elif name in NO_PML:
                 row["note"] = "PML has no such loss"
-            elif need > 0.7 * available_bytes():
+            elif need > 0.7 * available_bytes(args.torch_device):
                 row.update(pml_need_gb=need / 1e9, note=f"PML skipped: needs ~{need / 1e9:.0f} GB")
             elif heavy and not args.full:
                 row.update(pml_need_gb=need / 1e9, note=f"PML skipped (~{need / 1e9:.1f} GB, slow): --full")
             else:
                 try:
-                    peer = pml_step(name, x, labels, proxies)
+                    peer = pml_step(name, x, labels, proxies, args.torch_device)
                     pml_value = peer()  # also the warm-up
                 except (RuntimeError, MemoryError) as err:  # torch reports OOM as RuntimeError
                     row["note"] = f"PML failed: {str(err).splitlines()[0][:60]}"
@@ -329,6 +346,12 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--quick", action="store_true", help="small sizes (seconds)")
     parser.add_argument("--full", action="store_true", help="run PML even where it needs many GB / minutes")
+    parser.add_argument(
+        "--gpu",
+        action="store_true",
+        help="accelerator sizes (N = 4096, 16384; memory at 65536), PML on CUDA; writes losses_gpu.json "
+        "(without a GPU: the same on the CPU, a dry run)",
+    )
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument(
         "--check",
@@ -338,25 +361,17 @@ def main(argv: list[str] | None = None) -> None:
     )
     add_out_argument(parser)
     args = parser.parse_args(argv)
+    name = "losses_gpu" if args.gpu else "losses"
     stored = None
     if args.check:
-        args, stored = results.check_args(parser, "losses", args.out)
+        args, stored = results.check_args(parser, name, args.out)
     folder = None if stored is not None else destination(args.out, quick=args.quick)
 
     print(f"jax {jax.__version__} on {jax.devices()[0].device_kind} ({jax.default_backend()})")
-    try:
-        import pytorch_metric_learning
-        import torch
-    except ImportError as err:
-        args.peer = False
-        print(f"peer not available ({err}): timing geojax only")
-    else:
-        args.peer = True
-        torch.set_num_threads(os.cpu_count() or 1)
-        print(f"torch {torch.__version__} on CPU, {torch.get_num_threads()} threads; "
-              f"pytorch-metric-learning {pytorch_metric_learning.__version__}")  # fmt: skip
-    sizes = (128, 256) if args.quick else (1024, 4096)
-    mem_n = 4096 if args.quick else 16384
+    args.peer, args.torch_device = _peer(args.gpu)
+    if args.gpu and (jax.default_backend() == "cpu" or args.torch_device == "cpu"):
+        print("--gpu: no GPU for JAX and torch both here: the accelerator's sizes run on the CPU (a dry run)")
+    sizes, mem_n = SIZES[args.gpu, args.quick]
     if args.quick:
         args.repeats = min(args.repeats, 3)
 
@@ -397,8 +412,26 @@ def main(argv: list[str] | None = None) -> None:
             "timing": timing,
             "memory": {"N": mem_n, "block": block, "forms": memory, "nn_matrix_mib": matrix_mib},
         }
+        figures |= {"jax_backend": jax.default_backend(), "torch_device": args.torch_device}
         command = invocation("benchmarks.losses", argv)
-        print(f"wrote {write_result('losses', figures, argv=command, machine=machine, folder=folder)}")
+        print(f"wrote {write_result(name, figures, argv=command, machine=machine, folder=folder)}")
+
+
+def _peer(gpu: bool) -> tuple[bool, str]:
+    """Whether PML can run here, and torch's device for it (``cuda`` with ``gpu`` where torch sees one)."""
+    try:
+        import pytorch_metric_learning
+        import torch
+    except ImportError as err:
+        print(f"peer not available ({err}): timing geojax only")
+        return False, "cpu"
+    device = "cuda" if gpu and torch.cuda.is_available() else "cpu"
+    torch.set_num_threads(os.cpu_count() or 1)
+    where = torch.cuda.get_device_name() if device == "cuda" else f"CPU, {torch.get_num_threads()} threads"
+    print(
+        f"torch {torch.__version__} on {where}; pytorch-metric-learning {pytorch_metric_learning.__version__}"
+    )
+    return True, device
 
 
 if __name__ == "__main__":

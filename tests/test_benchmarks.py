@@ -190,6 +190,20 @@ def test_write_result_keeps_figures_strict_json(tmp_path):
 
 
 @pytest.mark.slow
+def test_losses_gpu_runs_dry_on_the_cpu(tmp_path):
+    """``--gpu`` without a GPU: the same rows on the CPU, saying so, into losses_gpu.json with the devices
+    used and the accelerator's memory size."""
+    argv = ("--gpu", "--quick", "--repeats", "1", "--out", str(tmp_path))
+    out = _run_script("losses", *argv)
+    figures = _figures(tmp_path, "losses_gpu", argv, module="losses")
+    if jax.default_backend() == "cpu":
+        assert "a dry run" in out and figures["jax_backend"] == "cpu"
+        assert figures["torch_device"] == "cpu"
+    assert figures["memory"]["N"] == 16384 and {r["N"] for r in figures["timing"]} == {128, 256}
+    assert all(r["geojax_ms"] > 0 for r in figures["timing"])
+
+
+@pytest.mark.slow
 def test_losses_quick(tmp_path):
     argv = ("--quick", "--repeats", "1", "--out", str(tmp_path))
     out = _run_script("losses", *argv)
