@@ -16,8 +16,11 @@ Heads map features to the embedding space the losses see:
 float32 and every head casts to float32 before its projection, so losses see float32 embeddings.
 """
 
+from geojax.models._batchnorm import FusedBatchNorm as FusedBatchNorm
+from geojax.models._batchnorm import batch_norm_train as batch_norm_train
 from geojax.models._encoders import ENCODERS as ENCODERS
 from geojax.models._encoders import MLP as MLP
+from geojax.models._encoders import NORMS as NORMS
 from geojax.models._encoders import OWN_WIDTHS as OWN_WIDTHS
 from geojax.models._encoders import EncoderName as EncoderName
 from geojax.models._encoders import ResNet as ResNet

@@ -14,6 +14,7 @@ from jax import lax
 from jax.typing import DTypeLike
 
 from geojax import _checks
+from geojax.models._batchnorm import FusedBatchNorm
 from geojax.models._kernels import max_pool_2x2, tap_conv
 
 EncoderName = Literal["mlp", "cnn", "resnet18", "resnet50"]
@@ -22,6 +23,9 @@ ENCODERS: tuple[str, ...] = get_args(EncoderName)
 #: first stage (convolutions w, 2w, then 8w dense features); the ResNets' base width, 64 as He et al. (2016)
 #: and torchvision's ResNet-18 and ResNet-50 (stages 64, 128, 256, 512; the bottleneck's outputs ×4).
 OWN_WIDTHS: dict[str, int] = {"mlp": 512, "cnn": 32, "resnet18": 64, "resnet50": 64}
+#: The normalisations of the CNN and the ResNets: ``fused_batch`` is batch norm with the one-pass training
+#: step of :class:`FusedBatchNorm` (the same variables and values as ``batch``).
+NORMS: tuple[str, ...] = ("batch", "fused_batch", "group", "none")
 
 
 class MLP(nnx.Module):
@@ -76,9 +80,11 @@ class MLP(nnx.Module):
 
 
 def _norm(kind: str, features: int, *, axis_name, compute_dtype, rngs: nnx.Rngs):
-    """Normalisation layer: ``batch`` (synchronised over ``axis_name`` when given), ``group`` or ``none``."""
-    if kind == "batch":
-        return nnx.BatchNorm(features, momentum=0.9, axis_name=axis_name, dtype=compute_dtype, rngs=rngs)
+    """Normalisation layer: ``batch`` or ``fused_batch`` (synchronised over ``axis_name`` when given),
+    ``group`` or ``none``."""
+    if kind in ("batch", "fused_batch"):
+        layer = nnx.BatchNorm if kind == "batch" else FusedBatchNorm
+        return layer(features, momentum=0.9, axis_name=axis_name, dtype=compute_dtype, rngs=rngs)
     if kind == "group":
         return nnx.GroupNorm(features, num_groups=min(32, features), dtype=compute_dtype, rngs=rngs)
     return lambda h: h
@@ -99,7 +105,7 @@ class SmallCNN(nnx.Module):
         in_channels: C (a positive int).
         image_size: the smaller image side (a positive int), which decides the pools.
         width: w, the first stage's channels (a positive int).
-        norm: 'batch', 'group' or 'none'.
+        norm: 'batch', 'fused_batch', 'group' or 'none'.
         axis_name: the named axis over which batch norm is synchronised; None for none.
         compute_dtype: the dtype of the layer computations (e.g. ``jnp.bfloat16``); None: the parameters'
             float32.
@@ -126,7 +132,7 @@ class SmallCNN(nnx.Module):
         _checks.check_positive_int(in_channels, "in_channels")
         _checks.check_positive_int(image_size, "image_size")
         _checks.check_positive_int(width, "width")
-        _checks.check_choice(norm, "norm", ("batch", "group", "none"))
+        _checks.check_choice(norm, "norm", NORMS)
         widths = (in_channels, width, 2 * width)
         self.convs = nnx.List(
             [
@@ -225,7 +231,7 @@ class ResNet(nnx.Module):
         in_channels: C (a positive int).
         depth: 18 or 50.
         width: the base width (64 as torchvision's).
-        norm: 'batch', 'group' or 'none'.
+        norm: 'batch', 'fused_batch', 'group' or 'none'.
         axis_name: the named axis over which batch norm is synchronised; None for none.
         compute_dtype: the dtype of the layer computations (e.g. ``jnp.bfloat16``); None: the parameters'
             float32.
@@ -251,7 +257,7 @@ class ResNet(nnx.Module):
     ):
         _checks.check_positive_int(in_channels, "in_channels")
         _checks.check_choice(depth, "depth", (18, 50))
-        _checks.check_choice(norm, "norm", ("batch", "group", "none"))
+        _checks.check_choice(norm, "norm", NORMS)
         block, counts = (_BasicBlock, (2, 2, 2, 2)) if depth == 18 else (_Bottleneck, (3, 4, 6, 3))
         make = functools.partial(
             block, norm=norm, axis_name=axis_name, compute_dtype=compute_dtype, rngs=rngs
@@ -296,8 +302,8 @@ def encoder(
         name: 'mlp', 'cnn', 'resnet18' or 'resnet50'.
         input_shape: (H, W, C).
         width: the encoder's width (a positive int), or None for its own.
-        norm: the normalisation ('batch', 'group', 'none'); None: 'none' for the CNN, 'batch' for the ResNets
-            (the MLP has none).
+        norm: the normalisation ('batch', 'fused_batch', 'group', 'none'); None: 'none' for the CNN, 'batch'
+            for the ResNets (the MLP has none).
         axis_name: the named axis over which batch norm is synchronised; None for none.
         compute_dtype: the dtype of the layer computations (e.g. ``jnp.bfloat16``); None: the parameters'
             float32.

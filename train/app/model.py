@@ -18,7 +18,7 @@ from train.app.registry import POSITIVE_INT, Key, When
 if TYPE_CHECKING:
     from train.app.config_types import RunConfig
 
-Norm = Literal["batch", "group", "none"]
+Norm = Literal["batch", "fused_batch", "group", "none"]
 Head = Literal["stowell", "supcontrast", "linear"]
 QatBits = Literal[1, 2, 4, 8]
 
