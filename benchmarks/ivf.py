@@ -5,6 +5,8 @@
     python -m benchmarks.ivf --rows 100000 --nlist 256 --name ivf_check   # the comparison --check reruns
     python -m benchmarks.ivf --check      # rerun ivf_check.json's command; exit 1 if a ratio fell below 0.7×
     python -m benchmarks.ivf --learned RUN_DIR [RUN_DIR …]   # a trained run's embeddings (nlist 256)
+    python -m benchmarks.ivf --filtered   # also filtered search: a random allowed-id mask at three densities
+    python -m benchmarks.ivf --gpu --quick   # geojax on an accelerator, faiss-cpu on the host; filtered too
 
 Data (seeded): (a) the torus: 64 angles per row (turns), each row one of 1,000 centres drawn uniformly on
 the torus plus N(0, 0.05²) per angle, wrapped to [0, 1); (b) the sphere: 64-d unit vectors, each one of
@@ -48,11 +50,21 @@ nprobe, with its code bytes per row: the 8-bit torus codes and IVF-SQ4 hold the 
 equal recall* (for each float distance, the highest recall both reach, and each side's fastest nprobe
 reaching it). ``--check`` compares, per pair, the geometric mean over nprobe of geojax's queries/s over
 faiss's.
+
+Filtered search (``--filtered``; ``--gpu`` implies it): each index searches with a seeded random mask of
+allowed ids at densities :data:`FILTER_DENSITIES`, at nprobe :data:`FILTER_NPROBE` — geojax's
+``search(q, k, allowed=mask)``, faiss's ``SearchParametersIVF`` with an ``IDSelectorBitmap`` (faiss's
+``IndexBinaryIVF`` refuses a selector: its row says so). Per index and density: queries/s, its unfiltered
+queries/s at the same nprobe, recall@10 against its own filtered search at nprobe = nlist, and whether every
+id returned is allowed (or −1). ``--gpu`` runs geojax on JAX's default device (the accelerator) and faiss
+on the host's cores, writing ``ivf_gpu`` (or ``--name``); where JAX sees no accelerator it says that the run
+is a dry run on the CPU.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import os
 import time
@@ -75,6 +87,8 @@ TRAIN_ROWS = 100_000  # rows that train every coarse quantiser
 CODEC_TRAIN_ROWS = 20_000  # rows that train geojax's PQ codebooks (faiss's IVFPQ samples up to 65,536)
 KMEANS_ROUNDS = 10  # both coarse quantisers' k-means rounds: faiss's IVF default (cp.niter)
 SAME_CODES_TARGET = 0.95
+FILTER_DENSITIES = (0.5, 0.05, 0.005)  # the share of ids a filtered search allows
+FILTER_NPROBE = 8
 CHECK_NAME = "ivf_check"
 
 
@@ -90,11 +104,13 @@ class Case(NamedTuple):
 
 class Built(NamedTuple):
     """A trained index filled with the rows: its search call (queries/s are timed on it), how to set its
-    nprobe, and its serialised or held bytes per row."""
+    nprobe, its serialised or held bytes per row, and its search restricted to a boolean mask of allowed ids
+    at the current nprobe (None where the library refuses one)."""
 
     search: Call
     set_nprobe: Callable[[int], None]
     bytes_per_row: float
+    filtered: Callable[[np.ndarray], Call] | None
 
 
 def torus_data(rng, n: int, centres: np.ndarray) -> np.ndarray:
@@ -164,7 +180,10 @@ def geojax_index(codec) -> Callable[..., Built]:
         def set_nprobe(p: int) -> None:
             index.nprobe = p
 
-        return Built(Call(index.search, (q, K)), set_nprobe, index.nbytes / len(x))
+        def filtered(mask: np.ndarray) -> Call:
+            return Call(functools.partial(index.search, allowed=mask), (q, K))
+
+        return Built(Call(index.search, (q, K)), set_nprobe, index.nbytes / len(x), filtered)
 
     return make
 
@@ -196,7 +215,19 @@ def faiss_index(faiss, kind: str, codec=None) -> Callable[..., Built]:
         def set_nprobe(p: int) -> None:
             index.nprobe = p
 
-        return Built(Call(index.search, (q, K)), set_nprobe, len(serialise(index)) / len(x))
+        def filtered(mask: np.ndarray) -> Call:
+            bits = np.packbits(mask, bitorder="little")  # faiss's IDSelectorBitmap order
+            selector = faiss.IDSelectorBitmap(len(mask), faiss.swig_ptr(bits))
+            params = faiss.SearchParametersIVF(sel=selector, nprobe=index.nprobe)
+            return Call(lambda a, k, _keep=(bits, selector): index.search(a, k, params=params), (q, K))
+
+        refuses = kind == "binary"  # IndexBinaryIVF: "IDSelector is not supported"
+        return Built(
+            Call(index.search, (q, K)),
+            set_nprobe,
+            len(serialise(index)) / len(x),
+            None if refuses else filtered,
+        )
 
     return make
 
@@ -267,9 +298,12 @@ def synthetic_data(faiss, rng, n: int, nq: int, dim: int) -> tuple[dict, list[Ca
 # the sweep
 
 
-def run_case(case: Case, data: dict, truth: dict[str, np.ndarray], nlist: int, repeat: int):
-    """(sweep rows, build rows) of one case: every index built, its exhaustive result over its own codes,
-    then for each nprobe all of them timed in alternating rounds (module docstring)."""
+def run_case(
+    case: Case, data: dict, truth: dict[str, np.ndarray], nlist: int, repeat: int, filtered: bool = False
+):
+    """(sweep rows, build rows, filtered rows) of one case: every index built, its exhaustive result over its
+    own codes, then for each nprobe all of them timed in alternating rounds; with ``filtered``, the filtered
+    searches (module docstring)."""
     x, q = data[case.space]
     train = x[:TRAIN_ROWS]
     built, exact, builds = {}, {}, []
@@ -309,7 +343,62 @@ def run_case(case: Case, data: dict, truth: dict[str, np.ndarray], nlist: int, r
             if len(floats) > 1:
                 row["recall_torus"] = recall_at(ids, floats[1])
             rows.append({**row, "qps": len(q) / times[label].median})
-    return rows, builds
+    return rows, builds, (filtered_rows(case, built, rows, len(x), nlist, repeat) if filtered else [])
+
+
+def _recall_allowed(found: np.ndarray, exact: np.ndarray) -> float:
+    """Recall of ``found`` [Q, K] against ``exact``'s ids other than −1 (a sparse filter may allow fewer
+    than K rows); a query with none counts 1."""
+    per_query = [
+        len(set(f) & set(t[t >= 0])) / max(1, int(np.sum(t >= 0))) for f, t in zip(found, exact, strict=True)
+    ]
+    return float(np.mean(per_query))
+
+
+def filtered_rows(
+    case: Case, built: dict[str, Built], sweep: list[dict], n: int, nlist: int, repeat: int
+) -> list[dict]:
+    """Per density of :data:`FILTER_DENSITIES` and index: the filtered search at :data:`FILTER_NPROBE`
+    timed in alternating rounds, its recall against the same filtered search at nprobe = nlist, and whether
+    it returned only allowed ids."""
+    nprobe = min(FILTER_NPROBE, nlist)
+    rng = np.random.default_rng(1)
+    unfiltered = {r["index"]: r["qps"] for r in sweep if r["nprobe"] == nprobe}
+    rows = []
+    for density in FILTER_DENSITIES:
+        mask = rng.random(n) < density
+        can = {label: b for label, b in built.items() if b.filtered is not None}
+        exact = {}
+        for label, b in can.items():
+            b.set_nprobe(nlist)
+            call = b.filtered(mask)
+            exact[label] = np.asarray(call.fn(*call.args)[1])
+            b.set_nprobe(nprobe)
+        times = interleaved({label: b.filtered(mask) for label, b in can.items()}, rounds=repeat)
+        for label, library, _, _ in case.indexes:
+            row = {
+                "case": case.label,
+                "index": label,
+                "library": library,
+                "density": density,
+                "nprobe": nprobe,
+            }
+            row["qps_unfiltered"] = unfiltered[label]
+            if label not in can:
+                rows.append({**row, "qps": None, "note": "refuses an id selector"})
+                continue
+            ids = np.asarray(times[label].result[1])
+            allowed = np.all((ids == -1) | mask[np.clip(ids, 0, n - 1)])
+            rows.append(
+                {
+                    **row,
+                    "qps": len(ids) / times[label].median,
+                    "recall_same_codes": _recall_allowed(ids, exact[label]),
+                    "only_allowed": bool(allowed),
+                    "note": "",
+                }
+            )
+    return rows
 
 
 def _pairs(rows: list[dict]) -> list[tuple[str, str, str]]:
@@ -423,6 +512,25 @@ def print_tables(rows: list[dict], builds: list[dict]) -> None:
     print(markdown_table(["case", "index", "code B/row", "index B/row", "build s"], cells, align="llrrr"))
 
 
+def print_filtered(rows: list[dict]) -> None:
+    print(f"\nfiltered search (a random mask of allowed ids), nprobe {rows[0]['nprobe']}:")
+    header = [
+        "case",
+        "index",
+        "allowed",
+        "queries/s",
+        "unfiltered q/s",
+        "recall@10 same filter",
+        "only allowed",
+    ]
+    cells = [
+        [r["case"], r["index"], f"{r['density']:.1%}", _fmt(r["qps"], ",.0f"), f"{r['qps_unfiltered']:,.0f}"]
+        + [_fmt(r.get("recall_same_codes"), ".3f"), r["note"] or ("yes" if r["only_allowed"] else "NO")]
+        for r in rows
+    ]
+    print(markdown_table(header, cells, align="llrrrrl"))
+
+
 def main(argv: list[str] | None = None) -> None:
     machine = machine_info()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -435,7 +543,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--learned", nargs="+", default=None, metavar="RUN_DIR", help="trained runs' embeddings"
     )
-    parser.add_argument("--name", default=None, help="result file stem (default: ivf, or ivf_learned)")
+    parser.add_argument(
+        "--name", default=None, help="result file stem (default: ivf, ivf_learned or ivf_gpu)"
+    )
+    parser.add_argument(
+        "--filtered", action="store_true", help="also time filtered search (a mask of allowed ids)"
+    )
+    parser.add_argument(
+        "--gpu",
+        action="store_true",
+        help="geojax on JAX's accelerator, faiss on the host; filtered search too; writes ivf_gpu.json",
+    )
     parser.add_argument(
         "--check",
         action="store_true",
@@ -451,6 +569,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.check:
         check_name = args.name or CHECK_NAME
         args, stored = results.check_args(parser, check_name, args.out)
+    args.filtered = args.filtered or args.gpu
+    print(f"geojax on {jax.devices()[0].device_kind} ({jax.default_backend()})")
+    if args.gpu and jax.default_backend() == "cpu":
+        print("--gpu: JAX sees no accelerator here: geojax runs on the CPU (a dry run)")
     faiss = load_faiss()
     sources = None
     if args.learned:
@@ -464,17 +586,22 @@ def main(argv: list[str] | None = None) -> None:
         data, cases = synthetic_data(faiss, np.random.default_rng(0), n, nq, 64)
     truth = truths(data, cases)
 
-    rows, builds = [], []
+    rows, builds, filtered = [], [], []
     for case in cases:
-        case_rows, case_builds = run_case(case, data, truth[case.space], nlist, args.repeat)
+        case_rows, case_builds, case_filtered = run_case(
+            case, data, truth[case.space], nlist, args.repeat, args.filtered
+        )
         rows += case_rows
         builds += case_builds
+        filtered += case_filtered
 
     what = "learned embeddings: " + ", ".join(s["run"] for s in sources) + "; " if sources else ""
     print(
         f"{what}{n:,} rows, {nq:,} queries, nlist {nlist}, top-{K}; load before {machine.get('load_before')}"
     )
     print_tables(rows, builds)
+    if filtered:
+        print_filtered(filtered)
     same_codes, equal_recall, bytes_ = at_same_codes(rows), at_equal_recall(rows), at_bytes(rows)
     print(f"\nqueries/s at recall ≥ {SAME_CODES_TARGET} against the same codes:")
     for t in same_codes:
@@ -498,6 +625,8 @@ def main(argv: list[str] | None = None) -> None:
         "equal_recall": equal_recall,
         "at_bytes": bytes_,
         **({"learned": sources} if sources else {}),
+        **({"filtered": filtered} if filtered else {}),
+        "jax_backend": jax.default_backend(),
     }
     if stored is not None:
         results.exit_on_check(check_name, ratios(stored["figures"]), ratios(figures))
@@ -506,7 +635,7 @@ def main(argv: list[str] | None = None) -> None:
         plot(rows, args.plot, f"{n:,} rows, {nq:,} queries, nlist {nlist}")
     folder = destination(args.out, quick=args.quick)
     if folder is not None:
-        name = args.name or ("ivf_learned" if sources else "ivf")
+        name = args.name or ("ivf_learned" if sources else "ivf_gpu" if args.gpu else "ivf")
         command = invocation("benchmarks.ivf", argv)
         print(f"wrote {write_result(name, figures, argv=command, machine=machine, folder=folder)}")
 

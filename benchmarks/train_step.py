@@ -35,7 +35,9 @@ CPU (default: geojax 10 steps per call against PyTorch eager):
 - ``cnn``: the small CNN (32 and 64 channels, 3×3, max-pool, 256 dense) on 28×28×1 images (MNIST-sized, 4,096
   synthetic uint8 images), the same head and objective, 128 images × 2 views per step.
 
-``--gpu`` (default: geojax at 1 and 10 steps per call, every PyTorch mode, replicas 1, 3 and 8): Stowell
+``--gpu`` (default: geojax at 1 and 10 steps per call, each with flax's batch norm and with
+``geojax.models.FusedBatchNorm``'s one-pass training step (``--norms``), every PyTorch mode, replicas 1, 3
+and 8): Stowell
 2026's CIFAR recipe on one accelerator: ResNet-18 (CIFAR stem, batch norm) on 32×32×3 (50,000 synthetic
 uint8 images held on the device), torusN head D = 16, SupCon (τ = 0.1, × τ/0.07) + KoLeo per view, SGD,
 element-wise clipping at 100, bf16 compute (PyTorch: autocast bf16 and channels_last), 512 images × 2 views
@@ -529,9 +531,19 @@ def torch_block(device: str) -> Callable[[Any], Any]:
     return (lambda _: torch.cuda.synchronize()) if device.startswith("cuda") else (lambda out: out.item())
 
 
-def geojax_name(k: int, devices: int) -> str:
+def geojax_name(k: int, devices: int, norm: str | None = None) -> str:
     split = f", {devices} CPU devices" if devices > 1 else ""
-    return f"geojax (device feed, {k} step{'s' if k > 1 else ''}/call{split})"
+    fused = f", norm={norm}" if norm not in (None, "batch") else ""
+    return f"geojax (device feed, {k} step{'s' if k > 1 else ''}/call{split}{fused})"
+
+
+def norm_variants(case: Case, norms: list[str]) -> list[Case]:
+    """``case`` with each batch norm of ``norms`` (``batch``, ``fused_batch``) where its encoder uses batch
+    norm; ``case`` alone otherwise."""
+    own = case.cfg.norm or ("batch" if case.cfg.encoder.startswith("resnet") else "none")
+    if own != "batch":
+        return [case]
+    return [dataclasses.replace(case, cfg=dataclasses.replace(case.cfg, norm=norm)) for norm in norms]
 
 
 def compare(
@@ -546,9 +558,10 @@ def compare(
     for case in cases:
         cfg = case.cfg
         runners = {}
-        for k in args.steps_per_call:
-            call, flops_of, _ = geojax_call(case, k, args.cpu_devices)
-            runners[geojax_name(k, args.cpu_devices)] = (call, k, jax.block_until_ready)
+        for variant in norm_variants(case, args.norms):
+            for k in args.steps_per_call:
+                call, flops_of, _ = geojax_call(variant, k, args.cpu_devices)
+                runners[geojax_name(k, args.cpu_devices, variant.cfg.norm)] = (call, k, jax.block_until_ready)
         failed = {}
         for mode in args.torch_modes if args.torch is not None else ():
             try:
@@ -560,10 +573,7 @@ def compare(
             runners[f"PyTorch {mode}"] = (one, 1, torch_block(device))
         times = step_times(runners, args.repeats, args.steps)
         flops = flops_of() if peak else None
-        ours = min(
-            (times[geojax_name(k, args.cpu_devices)][0], geojax_name(k, args.cpu_devices))
-            for k in args.steps_per_call
-        )
+        ours = min((wall, name) for name, (wall, _) in times.items() if name.startswith("geojax"))
         theirs = min(
             ((wall, name) for name, (wall, _) in times.items() if name.startswith("PyTorch")), default=None
         )
@@ -860,6 +870,12 @@ def main() -> None:
     ap.add_argument(
         "--replicas", default="", help="also time the several-seeds step at these seed counts (--gpu: 1,3,8)"
     )
+    ap.add_argument(
+        "--norms",
+        default="",
+        help="batch norms to time geojax's ResNet with, a comma list of batch, fused_batch (default batch; "
+        "--gpu both)",
+    )
     ap.add_argument("--peak-tflops", type=float, default=0.0, help="device peak for MFU (default: by model)")
     ap.add_argument(
         "--one-thread",
@@ -886,6 +902,9 @@ def main() -> None:
         )
     except argparse.ArgumentTypeError as err:
         ap.error(str(err))
+    args.norms = (args.norms or ("batch,fused_batch" if args.gpu else "batch")).split(",")
+    if unknown := sorted(set(args.norms) - {"batch", "fused_batch"}):
+        ap.error(f"--norms: unknown {unknown}; choose from batch, fused_batch")
     args.torch_modes = (args.torch_modes or ("eager" if not args.gpu else ",".join(TORCH_MODES))).split(",")
     if unknown := sorted(set(args.torch_modes) - set(TORCH_MODES)):
         ap.error(f"--torch-modes: unknown {unknown}; choose from {', '.join(TORCH_MODES)}")

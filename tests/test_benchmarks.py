@@ -348,6 +348,31 @@ def test_ivf_learned_quick(tmp_path):
         assert theirs == [] and figures["same_codes"] == figures["equal_recall"] == []
 
 
+@pytest.mark.slow
+def test_ivf_gpu_dry_run_times_filtered_search(tmp_path):
+    """``--gpu`` without an accelerator says it is a dry run and writes ivf_gpu.json with the filtered
+    searches: per density every index, only allowed ids returned, the full probe exact against itself, and
+    faiss's binary IVF named as refusing a selector."""
+    argv = ("--gpu", "--rows", "1500", "--queries", "20", "--nlist", "8", "--repeat", "1")
+    argv += ("--out", str(tmp_path))
+    out = _run_script("ivf", *argv)
+    figures = _figures(tmp_path, "ivf_gpu", argv, module="ivf")
+    if jax.default_backend() == "cpu":
+        assert "a dry run" in out and figures["jax_backend"] == "cpu"
+    filtered = figures["filtered"]
+    indexes = list(dict.fromkeys(r["index"] for r in figures["sweep"]))
+    assert [(r["density"], r["index"]) for r in filtered] == [
+        (d, i) for case in dict.fromkeys(r["case"] for r in filtered) for d in ivf.FILTER_DENSITIES
+        for i in indexes if any(s["case"] == case and s["index"] == i for s in figures["sweep"])
+    ]  # fmt: skip
+    refused = [r for r in filtered if r["qps"] is None]
+    assert {r["index"] for r in refused} == ({"faiss IndexBinaryIVF (8 B)"} if _installed("faiss") else set())
+    timed = [r for r in filtered if r["qps"] is not None]
+    assert all(r["only_allowed"] and r["nprobe"] == 8 and r["qps"] > 0 for r in timed)
+    assert all(r["recall_same_codes"] == 1.0 for r in timed)  # nprobe 8 = nlist: the exact filtered search
+    assert len(_tables(out)[-1]) == len(filtered)
+
+
 def test_ivf_synthetic_data_and_cases():
     # The default run's data (its indexing is test_ivf_learned_quick's): clustered angles wrapped to [0, 1),
     # unit sphere vectors, and per data set geojax's indexes beside faiss's (none without faiss).
@@ -466,6 +491,20 @@ def test_train_step_refuses_a_batch_the_cpu_devices_do_not_divide():
     proc = _script("train_step", *args)
     assert proc.returncode != 0
     assert "mlp: batch_size 64 must be divisible by the 3 devices" in proc.stderr
+
+
+def test_train_step_times_each_batch_norm_only_where_the_encoder_has_one():
+    resnet = train_step.gpu_case(quick=True)
+    variants = train_step.norm_variants(resnet, ["batch", "fused_batch"])
+    assert [v.cfg.norm for v in variants] == ["batch", "fused_batch"]
+    assert all(v.cfg.encoder == "resnet18" and v.images is resnet.images for v in variants)
+    names = [train_step.geojax_name(10, 1, v.cfg.norm) for v in variants]
+    assert names == [
+        "geojax (device feed, 10 steps/call)",
+        "geojax (device feed, 10 steps/call, norm=fused_batch)",
+    ]
+    cnn = train_step.cpu_cases(quick=True)[1]  # the small CNN without a norm: timed as it is
+    assert train_step.norm_variants(cnn, ["batch", "fused_batch"]) == [cnn]
 
 
 def test_train_step_busy_time_is_the_union_of_intervals():
