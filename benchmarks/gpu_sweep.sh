@@ -10,7 +10,8 @@
 # cache in its output folder, and packs what finished into $OUT/results.tar.gz: each finished run's
 # report.json, analysis.json, config.json, metrics.jsonl and train.log under docs/runs/<data>/gpu/<paper>/,
 # and the paper's JSON, plot and page once its last run finished. Beside it: $OUT/plan.txt, $OUT/sweep.log
-# and $OUT/machine.json. Unpacked in the checkout (`tar xzf results.tar.gz`), the runs are read back as
+# and $OUT/machine.json; `python -m train.reproduce.plan $OUT` (printed at the end) sets each run's expected
+# time beside its measured one. Unpacked in the checkout (`tar xzf results.tar.gz`), the runs are read back as
 # finished by the next sweep on any machine.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -62,7 +63,8 @@ timeout -k 10 "$limit" "$python" -m train.reproduce "${args[@]}" --compilation-c
   > "$out/sweep.log" 2>&1
 status=$?
 cat "$out/sweep.log"
-echo "gpu_sweep: sweep exit status $status after $(( $(date +%s) - start )) s"
+echo "gpu_sweep: sweep exit status $status after $(( $(date +%s) - start )) s" | tee -a "$out/sweep.log"
+"$python" -m train.reproduce.plan "$out"  # the plan beside what the sweep measured, run by run
 rm -rf "$out/jax-cache"  # its entries stay on the machine: too big to send back
 
 # Pack each finished run (its report.json) and the paper's outputs.

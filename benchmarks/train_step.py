@@ -924,6 +924,8 @@ def main() -> None:
     args.steps = args.steps or (10 if args.quick else 100)
     dev = jax.devices()[0]
     print(f"jax {jax.__version__} on {dev.platform} ({dev.device_kind}), {jax.device_count()} device(s)")
+    if args.gpu and dev.platform == "cpu":
+        print("--gpu: JAX sees no accelerator here: the accelerator's recipe runs on the CPU (a dry run)")
     try:
         import torch
     except ImportError:

@@ -189,6 +189,36 @@ def test_damaged_or_foreign_committed_reports_are_refused_and_the_run_trains_aga
     assert rundirs.is_finished(cfg)  # the same run, whole: read back
 
 
+def test_compare_sets_each_planned_run_beside_its_measured_time(capsys, tmp_path):
+    plan_text = """# 001: Korman 2021 [scale gpu, data idx:x]: 2 training runs
+# expected 80 s alone: 1,000 steps × 20.0 ms + 60 s (compiles)
+python -m train preset=msimclr seed=0 workdir=docs/runs/x/gpu/001/msimclr_seed0
+# expected 45 s alone: 1,000 steps × 20.0 ms + 25 s (programs from the cache)
+python -m train preset=msimclr seed=1 workdir=docs/runs/x/gpu/001/msimclr_seed1/
+# 001: 1/75 of each recipe's epochs; expected on one H100-class GPU with --jobs 4: 77 s (125 s of runs alone)
+"""
+    sweep_log = """001: 1 of 2 runs to train, 4 at a time
+  run msimclr_seed1: done in 90.0 s
+  run msimclr_seed0: exit status 1 (the sweep trains it again) in 3.0 s
+gpu_sweep: sweep exit status 0 after 154 s
+"""
+    found = plan.compare(plan_text, sweep_log)
+    assert [(r["name"], r["steps"], r["fixed_s"], r["measured_s"]) for r in found["runs"]] == [
+        ("msimclr_seed0", 1000, 60.0, None),  # failed here: no time of a finished run
+        ("msimclr_seed1", 1000, 25.0, 90.0),
+    ]
+    assert found["runs"][1]["ratio"] == pytest.approx(2.0) and found["median_ratio"] == pytest.approx(2.0)
+    assert (found["jobs"], found["expected_total_s"], found["wall_s"]) == (4, 77.0, 154.0)
+    (tmp_path / "plan.txt").write_text(plan_text)
+    (tmp_path / "sweep.log").write_text(sweep_log)
+    plan.main([str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "msimclr_seed1: 45 s (1,000 × 20.0 ms + 25 s) → 90 s, ×2.00" in out
+    assert "the sweep: expected 77 s, took 154 s (×2.00)" in out
+    with pytest.raises(ValueError, match="plan_text: no 'python -m train' line"):
+        plan.compare("# expected 80 s alone: 1,000 steps × 20.0 ms + 60 s (compiles)\n", sweep_log)
+
+
 @pytest.mark.slow
 def test_dry_run_of_the_prepared_script(tmp_path, monkeypatch):
     """benchmarks/gpu_sweep.sh at the tiny scale on the CPU: plan, sweep (two runs at a time as processes),
@@ -204,6 +234,10 @@ def test_dry_run_of_the_prepared_script(tmp_path, monkeypatch):
     assert json.loads((out / "machine.json").read_text())["platform"] == "cpu"  # the machine, beside
     plan_text = (out / "plan.txt").read_text()
     assert plan_text.count("python -m train ") == 6
+    measured = plan.compare(plan_text, (out / "sweep.log").read_text())  # what the plan's constants meet
+    assert measured["jobs"] == 2 and measured["wall_s"] is not None and len(measured["runs"]) == 6
+    assert all(r["measured_s"] > 0 and r["expected_s"] is None for r in measured["runs"])  # tiny: no plan
+    assert "no estimate →" in done.stdout
     with tarfile.open(out / "results.tar.gz") as tar:
         names = tar.getnames()
     runs = [n for n in names if n.endswith("/report.json")]

@@ -27,9 +27,13 @@ at 512 × 2 views of 32×32×3 in bf16: 12.5 ms; the MSimCLR step above: 7.3 ms)
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import logging
+import os
+import re
 import shlex
+import statistics
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -162,3 +166,104 @@ def expected_s(plans: Sequence[RunPlan], jobs: int = 1, machine: Machine = GPU) 
             f"got {jobs}"
         )
     return sum(p.alone_s for p in plans) / machine.speedup[jobs] + machine.assembly_s
+
+
+_PLANNED = re.compile(r"^# expected (\d+) s alone: ([\d,]+) steps × ([\d.]+) ms \+ (\d+) s")
+_WORKDIR = re.compile(r"(?:^| )workdir=(\S+)")
+_RAN = re.compile(r"^\s*run (\S+): done in ([\d.]+) s$")
+_JOBS = re.compile(r"^\S+: \d+ of \d+ runs to train, (\d+) at a time$")
+_TOTAL = re.compile(r"^# \S+: .*expected on .* with --jobs (\d+): (\d+) s ")
+_WALL = re.compile(r"^gpu_sweep: sweep exit status \d+ after (\d+) s$")
+
+
+def compare(plan_text: str, sweep_log: str) -> dict:
+    """A sweep's plan (``--print``'s lines) against what its log measured, to correct the constants above.
+
+    Args:
+        plan_text: ``plan.txt``: each run's ``python -m train`` line (whose ``workdir`` names it), after its
+            ``# expected … s alone: S steps × M ms + F s`` comment where its scale is sized for a machine,
+            and the paper's total.
+        sweep_log: ``sweep.log``: ``run NAME: done in X s`` per run trained (``jobs`` at a time, each one's
+            own process), and the sweep's wall-clock seconds (``gpu_sweep: … after N s``) where it ended.
+
+    Returns:
+        ``runs``: per run of the plan {name, expected_s (alone), steps, step_ms, fixed_s (these None where
+        the plan has no estimate), measured_s (None: not trained in this sweep), ratio (measured over
+        expected)}; ``jobs``; ``expected_total_s``;
+        ``wall_s`` (None: not in the log); ``median_ratio`` over the runs trained.
+
+    Raises:
+        ValueError: the plan lists no run, or a run's line has no ``workdir``.
+    """
+    runs, planned = [], None
+    for line in plan_text.splitlines():
+        if m := _PLANNED.match(line):
+            planned = m
+        elif line.startswith("python -m train "):
+            where = _WORKDIR.search(line)
+            if where is None:
+                raise ValueError(f"plan_text: a run line without workdir=: {line!r}")
+            expected, steps, step_ms, fixed = planned.groups() if planned else (None,) * 4
+            runs.append(
+                {
+                    "name": os.path.basename(where.group(1).rstrip("/")),
+                    "expected_s": expected and float(expected),
+                    "steps": steps and int(steps.replace(",", "")),
+                    "step_ms": step_ms and float(step_ms),
+                    "fixed_s": fixed and float(fixed),
+                }
+            )
+            planned = None
+    if not runs:
+        raise ValueError("plan_text: no 'python -m train' line")
+    found = {m.group(1): float(m.group(2)) for m in map(_RAN.match, sweep_log.splitlines()) if m}
+    for run in runs:
+        run["measured_s"] = found.get(run["name"])
+        known = run["measured_s"] is not None and run["expected_s"] is not None
+        run["ratio"] = run["measured_s"] / run["expected_s"] if known else None
+    ratios = [r["ratio"] for r in runs if r["ratio"] is not None]
+    return {
+        "runs": runs,
+        "jobs": _first(_JOBS, sweep_log, int),
+        "expected_total_s": _first(_TOTAL, plan_text, float, group=2),
+        "wall_s": _first(_WALL, sweep_log, float),
+        "median_ratio": statistics.median(ratios) if ratios else None,
+    }
+
+
+def _first(pattern: re.Pattern, text: str, kind: Callable, group: int = 1):
+    for line in text.splitlines():
+        if m := pattern.match(line):
+            return kind(m.group(group))
+    return None
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m train.reproduce.plan OUT``: the plan against the measured times of a gpu_sweep.sh run
+    whose ``$OUT`` (plan.txt, sweep.log) came back to folder OUT."""
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("out", help="the folder holding plan.txt and sweep.log")
+    args = ap.parse_args(argv)
+    with open(os.path.join(args.out, "plan.txt"), encoding="utf-8") as f:
+        plan_text = f.read()
+    with open(os.path.join(args.out, "sweep.log"), encoding="utf-8") as f:
+        found = compare(plan_text, f.read())
+    jobs = found["jobs"]
+    print(f"run: expected alone → measured ({jobs} at a time), measured / expected")
+    for r in found["runs"]:
+        measured = "not trained here" if r["measured_s"] is None else f"{r['measured_s']:.0f} s"
+        if r["expected_s"] is None:
+            print(f"  {r['name']}: no estimate → {measured}")
+            continue
+        ratio = "" if r["ratio"] is None else f", ×{r['ratio']:.2f}"
+        model = f"{r['steps']:,} × {r['step_ms']:.1f} ms + {r['fixed_s']:.0f} s"
+        print(f"  {r['name']}: {r['expected_s']:.0f} s ({model}) → {measured}{ratio}")
+    if found["median_ratio"] is not None:
+        print(f"median measured / expected per run: ×{found['median_ratio']:.2f}")
+    total, wall = found["expected_total_s"], found["wall_s"]
+    if total is not None and wall is not None:
+        print(f"the sweep: expected {total:.0f} s, took {wall:.0f} s (×{wall / total:.2f})")
+
+
+if __name__ == "__main__":
+    main()
