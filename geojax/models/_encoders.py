@@ -23,8 +23,8 @@ ENCODERS: tuple[str, ...] = get_args(EncoderName)
 #: first stage (convolutions w, 2w, then 8w dense features); the ResNets' base width, 64 as He et al. (2016)
 #: and torchvision's ResNet-18 and ResNet-50 (stages 64, 128, 256, 512; the bottleneck's outputs ×4).
 OWN_WIDTHS: dict[str, int] = {"mlp": 512, "cnn": 32, "resnet18": 64, "resnet50": 64}
-#: The normalisations of the CNN and the ResNets: ``fused_batch`` is batch norm with the one-pass training
-#: step of :class:`FusedBatchNorm` (the same variables and values as ``batch``).
+#: The normalisations that the CNN and the ResNets take; ``fused_batch`` is batch norm with the one-pass
+#: training step of :class:`FusedBatchNorm` (the same variables and values as ``batch``).
 NORMS: tuple[str, ...] = ("batch", "fused_batch", "group", "none")
 
 
