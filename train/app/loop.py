@@ -185,11 +185,12 @@ def _init_from(cfg: RunConfig, like: step.State) -> tuple[step.State, int]:
     return restored
 
 
-def _prepare_workdir(cfg: RunConfig) -> str:
-    """Create (or reuse) the run directory and write config.json."""
+def _prepare_workdir(cfg: RunConfig, start: int) -> str:
+    """Create (or reuse) the run directory, keep its metrics up to step ``start`` and write config.json."""
     workdir = cfg.workdir or _fresh_workdir()
     os.makedirs(workdir, exist_ok=True)
     if jax.process_index() == 0:
+        _trim_log(os.path.join(workdir, "metrics.jsonl"), start)
         files.write_json(os.path.join(workdir, "config.json"), dataclasses.asdict(cfg) | {"workdir": workdir})
     return workdir
 
@@ -295,12 +296,6 @@ def _decide(
     return (signal.SIGINT if sigint else None), overdue
 
 
-def _check_data(cfg: RunConfig, ds: data.Dataset) -> None:
-    """What would fail only after training, checked before it."""
-    if cfg.knn_k > len(ds.train_y):
-        raise UsageError(f"knn_k must be at most the {len(ds.train_y)} training images, got {cfg.knn_k}")
-
-
 def _checkpoint_every(cfg: RunConfig) -> int:
     return cfg.checkpoint_every or max(1, cfg.steps // 10)
 
@@ -354,33 +349,19 @@ def prepare(cfg: RunConfig) -> Setup:
     """
     join_processes(cfg)
     t_start = time.time()
-    cfg, ds, val = _data(cfg)
+    ds, val = data.prepare(cfg)
     mesh = _mesh(cfg)
     saved = check_workdir(cfg)
-    graphdef, state, start = _state(cfg, ds, mesh, saved)
+    cfg = step.resolve(cfg, len(ds.train_y))  # the length, on the data: the schedule follows it
+    traced = step.build(cfg, ds, mesh)
+    state, start = _resume(cfg, traced.state, saved)
     if jax.process_count() > 1:  # every process has read the workdir before the lead writes to it
         multihost_utils.sync_global_devices("train: workdir checked")
-    workdir = _prepare_workdir(cfg)
-    if jax.process_index() == 0:
-        _trim_log(os.path.join(workdir, "metrics.jsonl"), start)
-    selection = None if val is None else Selection(cfg, workdir, graphdef, val, start, state)
-    tx = optim.make_optimizer(cfg)
-    program = program_lib.Program(cfg, graphdef, tx, mesh, data.compact(ds.train_x), ds.train_y)
+    workdir = _prepare_workdir(cfg, start)
+    selection = None if val is None else Selection(cfg, workdir, traced.graphdef, val, start, state)
+    program = program_lib.Program(cfg, mesh, traced)
     ckpt = checkpoint.Checkpointer(os.path.join(workdir, "checkpoints"))
-    return Setup(cfg, ds, graphdef, state, start, program, workdir, ckpt, selection, t_start)
-
-
-def _data(cfg: RunConfig) -> tuple[RunConfig, data.Dataset, data.Dataset | None]:
-    """The run's data (its class split, and the validation split of ``select_best``), checked, and ``cfg``
-    with its length resolved on it."""
-    ds = data.load(cfg.dataset, test_fraction=cfg.test_fraction, data_dir=cfg.data_dir)
-    if cfg.classes == "disjoint":
-        ds = data.disjoint_classes(ds)
-    val = None
-    if cfg.select_best:  # train on the rest; the report's reference set is the rest too
-        ds, val = data.hold_out(ds, cfg.val_fraction)
-    _check_data(cfg, ds)
-    return step.resolve(cfg, len(ds.train_y)), ds, val
+    return Setup(cfg, ds, traced.graphdef, state, start, program, workdir, ckpt, selection, t_start)
 
 
 def _mesh(cfg: RunConfig) -> jax.sharding.Mesh:
@@ -395,24 +376,19 @@ def _mesh(cfg: RunConfig) -> jax.sharding.Mesh:
     return mesh
 
 
-def _state(
-    cfg: RunConfig, ds: data.Dataset, mesh: jax.sharding.Mesh, saved: dict[str, Any] | None
-) -> tuple[nnx.GraphDef, step.State, int]:
-    """The graph definition, the state on ``mesh`` and its step: the newest checkpoint of the run directory
-    (``saved``: its config), else that of ``init_from``, else a fresh state."""
-    init = step.init_replicas if cfg.seeds > 1 else step.init_state
-    graphdef, state = init(cfg, ds.image_shape, classes=int(ds.train_y.max()) + 1)
-    state = step.replicate(state, mesh)
-    start = 0
+def _resume(cfg: RunConfig, fresh: step.State, saved: dict[str, Any] | None) -> tuple[step.State, int]:
+    """The state the run starts from and its step: the newest checkpoint of the run directory (``saved``: its
+    config), else that of ``init_from``, else ``fresh`` (each restored into ``fresh``'s structure)."""
+    state, start = fresh, 0
     if saved is not None:
         where = os.path.join(cfg.workdir, "checkpoints")
-        restored = _newest(where, state, cfg.steps, f"workdir {cfg.workdir!r} holds a run")
+        restored = _newest(where, fresh, cfg.steps, f"workdir {cfg.workdir!r} holds a run")
         if restored is not None:
             state, start = restored
             _say_resume(cfg, saved, start)
     if start == 0 and cfg.init_from is not None:
         state, start = _init_from(cfg, state)
-    return graphdef, state, start
+    return state, start
 
 
 class _Log:

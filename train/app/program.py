@@ -17,8 +17,6 @@ from typing import TYPE_CHECKING, Any
 
 import jax
 import numpy as np
-import optax
-from flax import nnx
 
 from train.app import data, step
 
@@ -105,29 +103,17 @@ class Program:
 
     Args:
         cfg: the run's configuration (its length resolved).
-        graphdef: the model's NNX graph definition.
-        tx: the optimiser.
         mesh: the data-parallel mesh.
-        images: the training images as held for the feed (:func:`data.compact`).
-        labels: their labels [N].
+        traced: the run's step, batches, training images and label tables (:func:`train.app.step.build`).
     """
 
-    def __init__(
-        self,
-        cfg: RunConfig,
-        graphdef: nnx.GraphDef,
-        tx: optax.GradientTransformation,
-        mesh: jax.sharding.Mesh,
-        images: np.ndarray,
-        labels: np.ndarray,
-    ):
-        self.cfg, self.mesh, self.images = cfg, mesh, images
-        self.feed = feed_kind(cfg, images)
-        self.per_device = step.make_step(cfg, graphdef, tx, ema=step.ema_decay(cfg, len(labels)))
-        self.batches = step.make_batches(cfg)
-        self.label_tables = data.label_tables(labels)
+    def __init__(self, cfg: RunConfig, mesh: jax.sharding.Mesh, traced: step.Traced):
+        self.cfg, self.mesh, self.images = cfg, mesh, traced.images
+        self.feed = feed_kind(cfg, traced.images)
+        self.per_device, self.batches = traced.per_device, traced.batches
+        self.label_tables = traced.label_tables
         device = self.feed == "device"
-        self.tables = step.replicate({"images": images, **self.label_tables}, mesh) if device else None
+        self.tables = step.replicate({"images": self.images, **self.label_tables}, mesh) if device else None
         self._calls: dict[int, Callable[..., tuple[step.State, dict[str, jax.Array]]]] = {}
 
     def __call__(self, state: step.State, length: int, batch: Any) -> tuple[step.State, dict[str, jax.Array]]:
