@@ -22,9 +22,7 @@ import math
 import os
 import signal
 import sys
-import threading
 import time
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
@@ -262,38 +260,7 @@ class _Window:
         return means
 
 
-@contextlib.contextmanager
-def _stop_signals() -> Iterator[list[int]]:
-    """Catch SIGINT and SIGTERM while training: the list receives the signal, the loop saves and stops.
-
-    Where JAX's preemption service listens for SIGTERM (a multi-process run), SIGTERM is left to it."""
-    caught: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
-        yield caught
-        return
-    signals = (signal.SIGINT,) if hosts.runtime_catches_sigterm() else (signal.SIGINT, signal.SIGTERM)
-    previous = {sig: signal.signal(sig, lambda signum, frame: caught.append(signum)) for sig in signals}
-    try:
-        yield caught
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
 clock = time.monotonic  # the clock of the ``checkpoint_minutes`` rule (a test gives each process its own)
-
-
-def _decide(
-    agreement: hosts.Agreement, caught: list[int], overdue: bool, call: int
-) -> tuple[int | None, bool]:
-    """What every process does after dispatch ``call``: the signal that stops the run (None: go on) and
-    whether the clock asks for a checkpoint. Taken from all processes' signals and clocks (``agreement``;
-    in a multi-process run, as they were one call before) and JAX's preemption sync point, so that all
-    processes save the same step."""
-    sigint, sigterm, overdue = agreement(signal.SIGINT in caught, signal.SIGTERM in caught, overdue)
-    if sigterm or hosts.preempted(call):
-        return signal.SIGTERM, overdue
-    return (signal.SIGINT if sigint else None), overdue
 
 
 def _checkpoint_every(cfg: RunConfig) -> int:
@@ -440,7 +407,7 @@ class _Log:
 class _Saving:
     """When to checkpoint: when a call crosses a multiple of ``checkpoint_every`` (a tenth of the run by
     default), at the run's last step, every ``checkpoint_minutes`` and on a stop signal; the signals and the
-    clock are those of every process (:func:`_decide`)."""
+    clock are those of every process (:func:`train.app.hosts.decide`)."""
 
     def __init__(self, cfg: RunConfig):
         self.cfg, self.every = cfg, _checkpoint_every(cfg)
@@ -449,7 +416,7 @@ class _Saving:
     def decide(self, caught: list[int], call: int, first: int, done: int) -> tuple[int | None, bool]:
         """(the signal that stops the run, or None; whether to save ``done``) after dispatch ``call``."""
         overdue = clock() - self.last > 60 * self.cfg.checkpoint_minutes
-        stop, overdue = _decide(self.agreement, caught, overdue, call)
+        stop, overdue = hosts.decide(self.agreement, caught, overdue, call)
         periodic = done // self.every > first // self.every or done == self.cfg.steps
         return stop, periodic or overdue or stop is not None
 
@@ -479,17 +446,16 @@ def run(setup: Setup, *, stop_at: int | None = None) -> TrainResult:
     """
     cfg, state, ckpt, selection = setup.cfg, setup.state, setup.ckpt, setup.selection
     end = cfg.steps if stop_at is None else min(stop_at, cfg.steps)
-    calls = program_lib.schedule_calls(setup.start, end, cfg.steps_per_call)
     log, saving = _Log(setup, end), _Saving(cfg)
     t_train, first_step_s = time.time(), math.nan
     if selection is not None and selection.missed():
         selection.after(state, setup.start - 1, setup.start, ckpt, saved=True)
     with (
         contextlib.closing(log),
-        _stop_signals() as caught,
-        contextlib.closing(setup.program.feeds(calls)) as feeds,
+        hosts.stop_signals() as caught,
+        contextlib.closing(setup.program.feeds(setup.start, end)) as feeds,
     ):
-        for call, ((first, length), batch) in enumerate(zip(calls, feeds, strict=True)):
+        for call, ((first, length), batch) in enumerate(feeds):
             state, metrics = setup.program(state, length, batch)
             if first == setup.start:  # compilation included
                 jax.block_until_ready(metrics)

@@ -11,6 +11,7 @@ uses only its own rows.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -127,18 +128,23 @@ class Program:
             self._calls[length] = step.distribute(call, mesh=self.mesh, mode=self.cfg.parallel)
         return self._calls[length](state, self.tables, batch)
 
-    def feeds(self, calls: list[tuple[int, int]]) -> Iterator[dict[str, Any]]:
-        """Each call's batch, for the calls ``calls``.
+    def feeds(self, start: int, end: int) -> Iterator[tuple[tuple[int, int], dict[str, Any]]]:
+        """The dispatches from step ``start`` to ``end`` (:func:`schedule_calls`), each with its batch.
 
         Args:
-            calls: (first step, number of steps) of each dispatch.
+            start: the first step to run.
+            end: the step to stop at, exclusive.
 
         Returns:
-            An iterator (close it when done) of this process's rows of each call's batch, put on its devices
-            a few calls ahead (the host feed), or of empty dicts (the device feed draws its batches inside
-            the step).
+            An iterator (close it when done) of ((first step, number of steps), batch) per call; the batch
+            is this process's rows of the call's batches, put on its devices a few calls ahead (the host
+            feed), or an empty dict (the device feed draws its batches inside the step).
         """
+        calls = schedule_calls(start, end, self.cfg.steps_per_call)
         if self.feed == "device":
-            return ({} for _ in calls)
+            yield from ((call, {}) for call in calls)
+            return
         put = functools.partial(step.put_feed, mesh=self.mesh, mode=self.cfg.parallel)
-        return data.prefetch(map(put, host_feed(self.batches, self.label_tables, self.images, calls)))
+        rows = host_feed(self.batches, self.label_tables, self.images, calls)
+        with contextlib.closing(data.prefetch(map(put, rows))) as batches:
+            yield from zip(calls, batches, strict=True)
