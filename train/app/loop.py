@@ -298,9 +298,10 @@ class Setup(NamedTuple):
 def prepare(cfg: RunConfig) -> Setup:
     """Everything before the first step.
 
-    The processes, the data, the mesh, the state (resumed from the run directory, or started from
-    ``init_from``), the run directory and the compiled program. Everything that can reject the run (data,
-    devices, the run directory) is checked before the run directory is written.
+    The processes, the mesh and the run directory (checked first: they cost nothing), the data, the state
+    (resumed from the run directory, or started from ``init_from``), the run directory and the compiled
+    program. Everything that can reject the run (devices, the run directory, data) is checked before the
+    run directory is written.
 
     Args:
         cfg: the run's configuration.
@@ -309,16 +310,16 @@ def prepare(cfg: RunConfig) -> Setup:
         The run's :class:`Setup`.
 
     Raises:
-        UsageError: a bad data set, more devices than available, a batch size not divisible by the devices,
-            ``knn_k`` larger than the training set, a run directory holding another run, or an unusable
+        UsageError: more devices than available, a batch size not divisible by the devices, a run directory
+            holding another run, a bad data set, ``knn_k`` larger than the training set, or an unusable
             ``init_from``.
         CheckpointError: the run directory holds checkpoints but none can be restored.
     """
     join_processes(cfg)
     t_start = time.time()
-    ds, val = data.prepare(cfg)
     mesh = _mesh(cfg)
     saved = check_workdir(cfg)
+    ds, val = data.prepare(cfg)
     cfg = step.resolve(cfg, len(ds.train_y))  # the length, on the data: the schedule follows it
     traced = step.build(cfg, ds, mesh)
     state, start = _resume(cfg, traced.state, saved)
