@@ -4,10 +4,12 @@ A multi-process run (JAX's distributed runtime, one process per host) meets in c
 all-reduce, orbax's checkpoint save, the best-weights save. A process that enters one alone waits for the
 others forever (or until gloo or the runtime gives up). So the loop never acts on one process's view:
 
-- a stop (SIGINT, SIGTERM) and a checkpoint by the clock are OR-ed over the processes each call, one call
-  behind so that no host waits for it (:class:`Agreement`): all save the same step and stop together;
+- a stop (SIGINT, SIGTERM, caught by :func:`stop_signals`) and a checkpoint by the clock are OR-ed over the
+  processes each call, one call behind so that no host waits for it (:class:`Agreement`): all save the same
+  step and stop together;
 - a preemption notice (SIGTERM to any one process, or the cluster's own notice) is JAX's: every process
-  reaches the same sync point (:func:`preempted`);
+  reaches the same sync point (:func:`preempted`); :func:`decide` takes both into what every process does
+  after a call;
 - whether a validation score keeps the weights is the lead's decision (:func:`lead_decides`);
 - a process that fails tells the others (:func:`leave`), which stop within half a second with a line that
   names it; a process that dies without a word (killed, out of memory) is noticed by the runtime's heartbeat

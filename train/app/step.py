@@ -385,9 +385,9 @@ def build(cfg: RunConfig, ds: data.Dataset, mesh: jax.sharding.Mesh) -> Traced:
     images = data.compact(ds.train_x)
     init = init_replicas if cfg.seeds > 1 else init_state
     graphdef, state = init(cfg, ds.image_shape, classes=int(ds.train_y.max()) + 1)
+    state, batches = replicate(state, mesh), make_batches(cfg)
     per_device = make_step(cfg, graphdef, make_optimizer(cfg), ema=ema_decay(cfg, len(ds.train_y)))
-    tables = data.label_tables(ds.train_y)
-    return Traced(graphdef, replicate(state, mesh), per_device, make_batches(cfg), images, tables)
+    return Traced(graphdef, state, per_device, batches, images, data.label_tables(ds.train_y))
 
 
 # XLA:CPU runs a small CNN's step several times slower inside a while loop (lax.scan) than straight-line
