@@ -196,8 +196,7 @@ def stop_signals() -> Iterator[list[int]]:
 
 
 def decide(agreement: Agreement, caught: list[int], overdue: bool, call: int) -> tuple[int | None, bool]:
-    """What every process does after dispatch ``call``: the signal that stops the run and whether the clock
-    asks for a checkpoint.
+    """What every process does after dispatch ``call``: stop or go on, and save by the clock or not.
 
     Taken from all processes' signals and clocks (``agreement``; in a multi-process run, as they were one
     call before) and JAX's preemption sync point, so that all processes save the same step.
