@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from subprocess_env import child_env
 
-from train.app import checkpoint, config, hosts, loop
+from train.app import checkpoint, config, hosts
 from train.app import step as step_lib
 
 WORKER = os.path.join(os.path.dirname(__file__), "hosts_worker.py")
@@ -38,9 +38,9 @@ def test_one_process_decides_alone_with_no_collective(monkeypatch):
     flags = np.array([True, False])
     assert hosts.lead_decides(flags) is flags
     assert not hosts.preempted(7) and not hosts.runtime_catches_sigterm() and not hosts.several()
-    assert loop._decide(agreement, [], False, 0) == (None, False)
-    assert loop._decide(agreement, [signal.SIGINT], True, 3) == (signal.SIGINT, True)
-    assert loop._decide(agreement, [signal.SIGINT, signal.SIGTERM], False, 3) == (signal.SIGTERM, False)
+    assert hosts.decide(agreement, [], False, 0) == (None, False)
+    assert hosts.decide(agreement, [signal.SIGINT], True, 3) == (signal.SIGINT, True)
+    assert hosts.decide(agreement, [signal.SIGINT, signal.SIGTERM], False, 3) == (signal.SIGTERM, False)
 
 
 def _free_port() -> int:

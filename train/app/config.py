@@ -653,11 +653,30 @@ def _check_types(cfg: RunConfig) -> None:
                 raise UsageError(f"{name} must be a {base.__name__}, got {value!r}")
 
 
+def _check_registered(cfg: RunConfig) -> None:
+    """What the registrations declare: each key's range, what the loss's registration needs (class labels for
+    its proxies, the cosine similarity for a margin on the angle), and the data set's name (its loader's
+    check)."""
+    for k in KEYS.values():
+        if k.range is not None and not k.range.ok(getattr(cfg, k.name)):
+            raise UsageError(f"{k.name} must be {k.range}, got {getattr(cfg, k.name)}")
+    loss = registry.option("loss", cfg.loss)
+    if loss.info.get("input") == "proxies" and cfg.labels != "class":
+        raise UsageError(f"loss={cfg.loss!r} learns one proxy per class: it needs labels='class'")
+    if loss.info.get("cosine") and cfg.similarity != "cosine":
+        raise UsageError(
+            f"loss={cfg.loss!r} puts its margin on the angle (or the cosine) to the class weights: it needs "
+            f"similarity='cosine', got {cfg.similarity!r}"
+        )
+    check_dataset_name(cfg.dataset)
+
+
 def validate(cfg: RunConfig) -> None:
     """Raise :class:`UsageError` naming the key for a bad value or a combination that has no meaning.
 
-    Checked: each value's type and range, ``0 ≤ lr_min ≤ lr``, the data set's name; against the geometry's
-    record (:mod:`geojax.geometries`): an even ``dim`` where it asks for one (torus_n), the projection, the
+    Checked: each value's type; what the registrations declare (:func:`_check_registered`: each value's
+    range, the loss's needs, the data set's name); ``0 ≤ lr_min ≤ lr``; against the geometry's record
+    (:mod:`geojax.geometries`): an even ``dim`` where it asks for one (torus_n), the projection, the
     similarity (an atlas without a projection head ranks by −d_M, Korman 2021 eq. 7) and the piecewise
     probe; ``views ≥ 2`` for instance labels, a batch size divisible by ``m_per_class``, the feed and
     parallel mode of a several-seeds run, the multi-process keys, and no probe or early stopping with
@@ -670,12 +689,9 @@ def validate(cfg: RunConfig) -> None:
         UsageError: the first bad value or combination found, in one line naming the key(s).
     """
     _check_types(cfg)
-    for k in KEYS.values():
-        if k.range is not None and not k.range.ok(getattr(cfg, k.name)):
-            raise UsageError(f"{k.name} must be {k.range}, got {getattr(cfg, k.name)}")
+    _check_registered(cfg)
     if not 0 <= cfg.lr_min <= cfg.lr:
         raise UsageError(f"lr_min must be in [0, lr={cfg.lr}], got {cfg.lr_min}")
-    check_dataset_name(cfg.dataset)
     geometry = geometries.get(cfg.geometry)
     if geometry.even_dim and cfg.dim % 2:
         raise UsageError(f"dim must be even for geometry={cfg.geometry!r} (adjacent pairs), got {cfg.dim}")
@@ -702,14 +718,6 @@ def validate(cfg: RunConfig) -> None:
         )
     if not vectors and cfg.loss == "simo":
         raise UsageError("loss='simo' needs vectors: with an atlas geometry use projection=mixed or mlp")
-    loss = registry.option("loss", cfg.loss)
-    if loss.info.get("input") == "proxies" and cfg.labels != "class":
-        raise UsageError(f"loss={cfg.loss!r} learns one proxy per class: it needs labels='class'")
-    if loss.info.get("cosine") and cfg.similarity != "cosine":
-        raise UsageError(
-            f"loss={cfg.loss!r} puts its margin on the angle (or the cosine) to the class weights: it needs "
-            f"similarity='cosine', got {cfg.similarity!r}"
-        )
     if cfg.labels == "instance" and cfg.views < 2:
         raise UsageError("labels='instance' needs views >= 2 (the positives are the other views)")
     if cfg.sampler == "m_per_class" and cfg.batch_size % cfg.m_per_class:

@@ -4,10 +4,12 @@ A multi-process run (JAX's distributed runtime, one process per host) meets in c
 all-reduce, orbax's checkpoint save, the best-weights save. A process that enters one alone waits for the
 others forever (or until gloo or the runtime gives up). So the loop never acts on one process's view:
 
-- a stop (SIGINT, SIGTERM) and a checkpoint by the clock are OR-ed over the processes each call, one call
-  behind so that no host waits for it (:class:`Agreement`): all save the same step and stop together;
+- a stop (SIGINT, SIGTERM, caught by :func:`stop_signals`) and a checkpoint by the clock are OR-ed over the
+  processes each call, one call behind so that no host waits for it (:class:`Agreement`): all save the same
+  step and stop together;
 - a preemption notice (SIGTERM to any one process, or the cluster's own notice) is JAX's: every process
-  reaches the same sync point (:func:`preempted`);
+  reaches the same sync point (:func:`preempted`); :func:`decide` takes both into what every process does
+  after a call;
 - whether a validation score keeps the weights is the lead's decision (:func:`lead_decides`);
 - a process that fails tells the others (:func:`leave`), which stop within half a second with a line that
   names it; a process that dies without a word (killed, out of memory) is noticed by the runtime's heartbeat
@@ -19,12 +21,14 @@ On one process every function here returns its argument or does nothing, with no
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import os
+import signal
 import sys
 import threading
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import NoReturn
 
 import jax
@@ -165,6 +169,51 @@ def preempted(call: int) -> bool:
         True at the call where every process saves and stops; False otherwise and on one process.
     """
     return runtime_catches_sigterm() and multihost_utils.reached_preemption_sync_point(call)
+
+
+@contextlib.contextmanager
+def stop_signals() -> Iterator[list[int]]:
+    """Catch SIGINT and SIGTERM while training: the list receives the signal, the loop saves and stops.
+
+    Where JAX's preemption service listens for SIGTERM (a multi-process run), SIGTERM is left to it
+    (:func:`runtime_catches_sigterm`). Outside the main thread (where Python delivers signals) nothing is
+    caught.
+
+    Returns:
+        A context manager whose value is the list of the signals caught while it is entered.
+    """
+    caught: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield caught
+        return
+    signals = (signal.SIGINT,) if runtime_catches_sigterm() else (signal.SIGINT, signal.SIGTERM)
+    previous = {sig: signal.signal(sig, lambda signum, frame: caught.append(signum)) for sig in signals}
+    try:
+        yield caught
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def decide(agreement: Agreement, caught: list[int], overdue: bool, call: int) -> tuple[int | None, bool]:
+    """What every process does after dispatch ``call``: stop or go on, and save by the clock or not.
+
+    Taken from all processes' signals and clocks (``agreement``; in a multi-process run, as they were one
+    call before) and JAX's preemption sync point, so that all processes save the same step.
+
+    Args:
+        agreement: the run's :class:`Agreement` of (SIGINT, SIGTERM, overdue).
+        caught: the signals this process caught (:func:`stop_signals`).
+        overdue: whether this process's clock asks for a checkpoint.
+        call: the index of the dispatch since training (re)started, the same on every process.
+
+    Returns:
+        (the signal that stops the run, None to go on; whether the clock asks for a checkpoint).
+    """
+    sigint, sigterm, overdue = agreement(signal.SIGINT in caught, signal.SIGTERM in caught, overdue)
+    if sigterm or preempted(call):
+        return signal.SIGTERM, overdue
+    return (signal.SIGINT if sigint else None), overdue
 
 
 def leave(status: int, err: BaseException) -> NoReturn:

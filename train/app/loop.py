@@ -22,9 +22,7 @@ import math
 import os
 import signal
 import sys
-import threading
 import time
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
@@ -185,11 +183,12 @@ def _init_from(cfg: RunConfig, like: step.State) -> tuple[step.State, int]:
     return restored
 
 
-def _prepare_workdir(cfg: RunConfig) -> str:
-    """Create (or reuse) the run directory and write config.json."""
+def _prepare_workdir(cfg: RunConfig, start: int) -> str:
+    """Create (or reuse) the run directory, keep its metrics up to step ``start`` and write config.json."""
     workdir = cfg.workdir or _fresh_workdir()
     os.makedirs(workdir, exist_ok=True)
     if jax.process_index() == 0:
+        _trim_log(os.path.join(workdir, "metrics.jsonl"), start)
         files.write_json(os.path.join(workdir, "config.json"), dataclasses.asdict(cfg) | {"workdir": workdir})
     return workdir
 
@@ -261,44 +260,7 @@ class _Window:
         return means
 
 
-@contextlib.contextmanager
-def _stop_signals() -> Iterator[list[int]]:
-    """Catch SIGINT and SIGTERM while training: the list receives the signal, the loop saves and stops.
-
-    Where JAX's preemption service listens for SIGTERM (a multi-process run), SIGTERM is left to it."""
-    caught: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
-        yield caught
-        return
-    signals = (signal.SIGINT,) if hosts.runtime_catches_sigterm() else (signal.SIGINT, signal.SIGTERM)
-    previous = {sig: signal.signal(sig, lambda signum, frame: caught.append(signum)) for sig in signals}
-    try:
-        yield caught
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
 clock = time.monotonic  # the clock of the ``checkpoint_minutes`` rule (a test gives each process its own)
-
-
-def _decide(
-    agreement: hosts.Agreement, caught: list[int], overdue: bool, call: int
-) -> tuple[int | None, bool]:
-    """What every process does after dispatch ``call``: the signal that stops the run (None: go on) and
-    whether the clock asks for a checkpoint. Taken from all processes' signals and clocks (``agreement``;
-    in a multi-process run, as they were one call before) and JAX's preemption sync point, so that all
-    processes save the same step."""
-    sigint, sigterm, overdue = agreement(signal.SIGINT in caught, signal.SIGTERM in caught, overdue)
-    if sigterm or hosts.preempted(call):
-        return signal.SIGTERM, overdue
-    return (signal.SIGINT if sigint else None), overdue
-
-
-def _check_data(cfg: RunConfig, ds: data.Dataset) -> None:
-    """What would fail only after training, checked before it."""
-    if cfg.knn_k > len(ds.train_y):
-        raise UsageError(f"knn_k must be at most the {len(ds.train_y)} training images, got {cfg.knn_k}")
 
 
 def _checkpoint_every(cfg: RunConfig) -> int:
@@ -336,9 +298,10 @@ class Setup(NamedTuple):
 def prepare(cfg: RunConfig) -> Setup:
     """Everything before the first step.
 
-    The processes, the data, the mesh, the state (resumed from the run directory, or started from
-    ``init_from``), the run directory and the compiled program. Everything that can reject the run (data,
-    devices, the run directory) is checked before the run directory is written.
+    The processes, the mesh and the run directory (checked first: they cost nothing), the data, the state
+    (resumed from the run directory, or started from ``init_from``), the run directory and the compiled
+    program. Everything that can reject the run (devices, the run directory, data) is checked before the
+    run directory is written.
 
     Args:
         cfg: the run's configuration.
@@ -347,40 +310,26 @@ def prepare(cfg: RunConfig) -> Setup:
         The run's :class:`Setup`.
 
     Raises:
-        UsageError: a bad data set, more devices than available, a batch size not divisible by the devices,
-            ``knn_k`` larger than the training set, a run directory holding another run, or an unusable
+        UsageError: more devices than available, a batch size not divisible by the devices, a run directory
+            holding another run, a bad data set, ``knn_k`` larger than the training set, or an unusable
             ``init_from``.
         CheckpointError: the run directory holds checkpoints but none can be restored.
     """
     join_processes(cfg)
     t_start = time.time()
-    cfg, ds, val = _data(cfg)
     mesh = _mesh(cfg)
     saved = check_workdir(cfg)
-    graphdef, state, start = _state(cfg, ds, mesh, saved)
+    ds, val = data.prepare(cfg)
+    cfg = step.resolve(cfg, len(ds.train_y))  # the length, on the data: the schedule follows it
+    traced = step.build(cfg, ds, mesh)
+    state, start = _resume(cfg, traced.state, saved)
     if jax.process_count() > 1:  # every process has read the workdir before the lead writes to it
         multihost_utils.sync_global_devices("train: workdir checked")
-    workdir = _prepare_workdir(cfg)
-    if jax.process_index() == 0:
-        _trim_log(os.path.join(workdir, "metrics.jsonl"), start)
-    selection = None if val is None else Selection(cfg, workdir, graphdef, val, start, state)
-    tx = optim.make_optimizer(cfg)
-    program = program_lib.Program(cfg, graphdef, tx, mesh, data.compact(ds.train_x), ds.train_y)
+    workdir = _prepare_workdir(cfg, start)
+    selection = None if val is None else Selection(cfg, workdir, traced.graphdef, val, start, state)
+    program = program_lib.Program(cfg, mesh, traced)
     ckpt = checkpoint.Checkpointer(os.path.join(workdir, "checkpoints"))
-    return Setup(cfg, ds, graphdef, state, start, program, workdir, ckpt, selection, t_start)
-
-
-def _data(cfg: RunConfig) -> tuple[RunConfig, data.Dataset, data.Dataset | None]:
-    """The run's data (its class split, and the validation split of ``select_best``), checked, and ``cfg``
-    with its length resolved on it."""
-    ds = data.load(cfg.dataset, test_fraction=cfg.test_fraction, data_dir=cfg.data_dir)
-    if cfg.classes == "disjoint":
-        ds = data.disjoint_classes(ds)
-    val = None
-    if cfg.select_best:  # train on the rest; the report's reference set is the rest too
-        ds, val = data.hold_out(ds, cfg.val_fraction)
-    _check_data(cfg, ds)
-    return step.resolve(cfg, len(ds.train_y)), ds, val
+    return Setup(cfg, ds, traced.graphdef, state, start, program, workdir, ckpt, selection, t_start)
 
 
 def _mesh(cfg: RunConfig) -> jax.sharding.Mesh:
@@ -395,24 +344,19 @@ def _mesh(cfg: RunConfig) -> jax.sharding.Mesh:
     return mesh
 
 
-def _state(
-    cfg: RunConfig, ds: data.Dataset, mesh: jax.sharding.Mesh, saved: dict[str, Any] | None
-) -> tuple[nnx.GraphDef, step.State, int]:
-    """The graph definition, the state on ``mesh`` and its step: the newest checkpoint of the run directory
-    (``saved``: its config), else that of ``init_from``, else a fresh state."""
-    init = step.init_replicas if cfg.seeds > 1 else step.init_state
-    graphdef, state = init(cfg, ds.image_shape, classes=int(ds.train_y.max()) + 1)
-    state = step.replicate(state, mesh)
-    start = 0
+def _resume(cfg: RunConfig, fresh: step.State, saved: dict[str, Any] | None) -> tuple[step.State, int]:
+    """The state the run starts from and its step: the newest checkpoint of the run directory (``saved``: its
+    config), else that of ``init_from``, else ``fresh`` (each restored into ``fresh``'s structure)."""
+    state, start = fresh, 0
     if saved is not None:
         where = os.path.join(cfg.workdir, "checkpoints")
-        restored = _newest(where, state, cfg.steps, f"workdir {cfg.workdir!r} holds a run")
+        restored = _newest(where, fresh, cfg.steps, f"workdir {cfg.workdir!r} holds a run")
         if restored is not None:
             state, start = restored
             _say_resume(cfg, saved, start)
     if start == 0 and cfg.init_from is not None:
         state, start = _init_from(cfg, state)
-    return graphdef, state, start
+    return state, start
 
 
 class _Log:
@@ -464,7 +408,7 @@ class _Log:
 class _Saving:
     """When to checkpoint: when a call crosses a multiple of ``checkpoint_every`` (a tenth of the run by
     default), at the run's last step, every ``checkpoint_minutes`` and on a stop signal; the signals and the
-    clock are those of every process (:func:`_decide`)."""
+    clock are those of every process (:func:`train.app.hosts.decide`)."""
 
     def __init__(self, cfg: RunConfig):
         self.cfg, self.every = cfg, _checkpoint_every(cfg)
@@ -473,7 +417,7 @@ class _Saving:
     def decide(self, caught: list[int], call: int, first: int, done: int) -> tuple[int | None, bool]:
         """(the signal that stops the run, or None; whether to save ``done``) after dispatch ``call``."""
         overdue = clock() - self.last > 60 * self.cfg.checkpoint_minutes
-        stop, overdue = _decide(self.agreement, caught, overdue, call)
+        stop, overdue = hosts.decide(self.agreement, caught, overdue, call)
         periodic = done // self.every > first // self.every or done == self.cfg.steps
         return stop, periodic or overdue or stop is not None
 
@@ -503,17 +447,16 @@ def run(setup: Setup, *, stop_at: int | None = None) -> TrainResult:
     """
     cfg, state, ckpt, selection = setup.cfg, setup.state, setup.ckpt, setup.selection
     end = cfg.steps if stop_at is None else min(stop_at, cfg.steps)
-    calls = program_lib.schedule_calls(setup.start, end, cfg.steps_per_call)
     log, saving = _Log(setup, end), _Saving(cfg)
     t_train, first_step_s = time.time(), math.nan
     if selection is not None and selection.missed():
         selection.after(state, setup.start - 1, setup.start, ckpt, saved=True)
     with (
         contextlib.closing(log),
-        _stop_signals() as caught,
-        contextlib.closing(setup.program.feeds(calls)) as feeds,
+        hosts.stop_signals() as caught,
+        contextlib.closing(setup.program.feeds(setup.start, end)) as feeds,
     ):
-        for call, ((first, length), batch) in enumerate(zip(calls, feeds, strict=True)):
+        for call, ((first, length), batch) in enumerate(feeds):
             state, metrics = setup.program(state, length, batch)
             if first == setup.start:  # compilation included
                 jax.block_until_ready(metrics)

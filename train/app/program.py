@@ -11,14 +11,13 @@ uses only its own rows.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import jax
 import numpy as np
-import optax
-from flax import nnx
 
 from train.app import data, step
 
@@ -105,29 +104,17 @@ class Program:
 
     Args:
         cfg: the run's configuration (its length resolved).
-        graphdef: the model's NNX graph definition.
-        tx: the optimiser.
         mesh: the data-parallel mesh.
-        images: the training images as held for the feed (:func:`data.compact`).
-        labels: their labels [N].
+        traced: the run's step, batches, training images and label tables (:func:`train.app.step.build`).
     """
 
-    def __init__(
-        self,
-        cfg: RunConfig,
-        graphdef: nnx.GraphDef,
-        tx: optax.GradientTransformation,
-        mesh: jax.sharding.Mesh,
-        images: np.ndarray,
-        labels: np.ndarray,
-    ):
-        self.cfg, self.mesh, self.images = cfg, mesh, images
-        self.feed = feed_kind(cfg, images)
-        self.per_device = step.make_step(cfg, graphdef, tx, ema=step.ema_decay(cfg, len(labels)))
-        self.batches = step.make_batches(cfg)
-        self.label_tables = data.label_tables(labels)
+    def __init__(self, cfg: RunConfig, mesh: jax.sharding.Mesh, traced: step.Traced):
+        self.cfg, self.mesh, self.images = cfg, mesh, traced.images
+        self.feed = feed_kind(cfg, traced.images)
+        self.per_device, self.batches = traced.per_device, traced.batches
+        self.label_tables = traced.label_tables
         device = self.feed == "device"
-        self.tables = step.replicate({"images": images, **self.label_tables}, mesh) if device else None
+        self.tables = step.replicate({"images": self.images, **self.label_tables}, mesh) if device else None
         self._calls: dict[int, Callable[..., tuple[step.State, dict[str, jax.Array]]]] = {}
 
     def __call__(self, state: step.State, length: int, batch: Any) -> tuple[step.State, dict[str, jax.Array]]:
@@ -141,18 +128,23 @@ class Program:
             self._calls[length] = step.distribute(call, mesh=self.mesh, mode=self.cfg.parallel)
         return self._calls[length](state, self.tables, batch)
 
-    def feeds(self, calls: list[tuple[int, int]]) -> Iterator[dict[str, Any]]:
-        """Each call's batch, for the calls ``calls``.
+    def feeds(self, start: int, end: int) -> Iterator[tuple[tuple[int, int], dict[str, Any]]]:
+        """The dispatches from step ``start`` to ``end`` (:func:`schedule_calls`), each with its batch.
 
         Args:
-            calls: (first step, number of steps) of each dispatch.
+            start: the first step to run.
+            end: the step to stop at, exclusive.
 
         Returns:
-            An iterator (close it when done) of this process's rows of each call's batch, put on its devices
-            a few calls ahead (the host feed), or of empty dicts (the device feed draws its batches inside
-            the step).
+            An iterator (close it when done) of ((first step, number of steps), batch) per call; the batch
+            is this process's rows of the call's batches, put on its devices a few calls ahead (the host
+            feed), or an empty dict (the device feed draws its batches inside the step).
         """
+        calls = schedule_calls(start, end, self.cfg.steps_per_call)
         if self.feed == "device":
-            return ({} for _ in calls)
+            yield from ((call, {}) for call in calls)
+            return
         put = functools.partial(step.put_feed, mesh=self.mesh, mode=self.cfg.parallel)
-        return data.prefetch(map(put, host_feed(self.batches, self.label_tables, self.images, calls)))
+        rows = host_feed(self.batches, self.label_tables, self.images, calls)
+        with contextlib.closing(data.prefetch(map(put, rows))) as batches:
+            yield from zip(calls, batches, strict=True)

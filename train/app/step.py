@@ -12,6 +12,7 @@ optimiser, an :class:`~train.app.objective.Objective`, a :class:`Views` recipe),
 
 :func:`make_call` scans several steps per dispatch and, for the device feed, draws each step's batch from
 images held on the devices; :func:`distribute` runs it over the data mesh with the state donated.
+:func:`build` makes, in one call, everything traced that a run's program needs (:class:`Traced`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -345,6 +346,48 @@ def make_batches(cfg: RunConfig) -> data.Batches:
         options=tuple(sorted(registry.option_kwargs(cfg, "sampler").items())),
         instance=cfg.labels == "instance",
     )
+
+
+class Traced(NamedTuple):
+    """What :func:`build` makes of a run: everything traced that its program needs.
+
+    Attributes:
+        graphdef: the model's NNX graph definition.
+        state: the fresh state (:func:`init_state`, or :func:`init_replicas` for several seeds), replicated
+            on the mesh.
+        per_device: the per-device step of the run's loss and optimiser (:func:`make_step`).
+        batches: the run's batches (:func:`make_batches`).
+        images: the training images as the feed holds them (:func:`data.compact`).
+        label_tables: their labels' tables (:func:`data.label_tables`).
+    """
+
+    graphdef: nnx.GraphDef
+    state: State
+    per_device: Callable[[State, dict[str, jax.Array]], tuple[State, dict[str, jax.Array]]]
+    batches: data.Batches
+    images: np.ndarray
+    label_tables: dict[str, np.ndarray]
+
+
+def build(cfg: RunConfig, ds: data.Dataset, mesh: jax.sharding.Mesh) -> Traced:
+    """The state, step and batches of a run on ``ds`` over ``mesh``: its model, objective and optimiser.
+
+    Args:
+        cfg: the run's configuration, its length resolved (:func:`resolve`).
+        ds: the data set trained on.
+        mesh: the data-parallel mesh.
+
+    Returns:
+        The :class:`Traced` of the run: a fresh state (one replica per seed) on ``mesh``, the per-device
+        step (with the EMA's per-step decay on ``ds``), the batches, and the training images and label
+        tables they are drawn from.
+    """
+    images = data.compact(ds.train_x)
+    init = init_replicas if cfg.seeds > 1 else init_state
+    graphdef, state = init(cfg, ds.image_shape, classes=int(ds.train_y.max()) + 1)
+    state, batches = replicate(state, mesh), make_batches(cfg)
+    per_device = make_step(cfg, graphdef, make_optimizer(cfg), ema=ema_decay(cfg, len(ds.train_y)))
+    return Traced(graphdef, state, per_device, batches, images, data.label_tables(ds.train_y))
 
 
 # XLA:CPU runs a small CNN's step several times slower inside a while loop (lax.scan) than straight-line

@@ -49,6 +49,7 @@ from train.app.data._loaders import TFDS_NAMES as TFDS_NAMES
 from train.app.data._loaders import check_dataset_name as check_dataset_name
 from train.app.data._loaders import dataset_source as dataset_source
 from train.app.data._loaders import load as load
+from train.app.data._loaders import prepare as prepare
 from train.app.data._samplers import SAMPLER_STREAM as SAMPLER_STREAM
 from train.app.data._samplers import Batches as Batches
 from train.app.data._samplers import class_subsampled_rows as class_subsampled_rows

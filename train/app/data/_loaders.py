@@ -1,19 +1,23 @@
-"""The data sources: ``digits``, ``npz:PATH``, ``idx:DIR`` and tfds data, each registered with its keys, and
-:func:`load`, which loads one by name.
+"""The data sources: ``digits``, ``npz:PATH``, ``idx:DIR`` and tfds data, each registered with its keys,
+:func:`load`, which loads one by name, and :func:`prepare`, a run's data.
 """
 
 from __future__ import annotations
 
 import os
 import zipfile
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from train.app import registry
-from train.app.data._dataset import Dataset, as_images, split
+from train.app.data._dataset import Dataset, as_images, disjoint_classes, hold_out, split
 from train.app.data._idx import idx_folder
 from train.app.errors import UsageError
 from train.app.registry import UNIT_INTERVAL, Key
+
+if TYPE_CHECKING:
+    from train.app.config_types import RunConfig
 
 TFDS_NAMES = ("mnist", "fashion_mnist", "cifar10", "cifar100")
 DATASETS = ("digits", *TFDS_NAMES)  # by name; any other: tfds:NAME, or a local file npz:PATH
@@ -136,6 +140,32 @@ def load(name: str, *, test_fraction: float = 0.25, data_dir: str | None = None)
     source = registry.option("dataset", dataset_source(name))
     given = {"test_fraction": test_fraction, "data_dir": data_dir}
     return source.calls(name, **{k.arg: given[k.arg] for k in source.keys})
+
+
+def prepare(cfg: RunConfig) -> tuple[Dataset, Dataset | None]:
+    """A run's data: the data set loaded, its class split, the validation split of ``select_best``, checked.
+
+    Args:
+        cfg: the run's configuration (``dataset``, ``test_fraction``, ``data_dir``, ``classes``,
+            ``select_best``, ``val_fraction``, ``knn_k``).
+
+    Returns:
+        (the data set trained on: with ``select_best``, less its validation images, which are also the
+        report's references; the validation set of ``select_best``, or None).
+
+    Raises:
+        UsageError: a bad data set (as :func:`load`), a class split it cannot make, or ``knn_k`` larger than
+            the training set (what would fail only after training).
+    """
+    ds = load(cfg.dataset, test_fraction=cfg.test_fraction, data_dir=cfg.data_dir)
+    if cfg.classes == "disjoint":
+        ds = disjoint_classes(ds)
+    val = None
+    if cfg.select_best:
+        ds, val = hold_out(ds, cfg.val_fraction)
+    if cfg.knn_k > len(ds.train_y):
+        raise UsageError(f"knn_k must be at most the {len(ds.train_y)} training images, got {cfg.knn_k}")
+    return ds, val
 
 
 TEST_FRACTION = Key(
