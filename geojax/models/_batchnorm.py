@@ -92,7 +92,7 @@ class FusedBatchNorm(nnx.BatchNorm):
         >>> import jax.numpy as jnp
         >>> from flax import nnx
         >>> from geojax.models import FusedBatchNorm
-        >>> bn = FusedBatchNorm(3, use_running_average=False, rngs=nnx.Rngs(0))
+        >>> bn = FusedBatchNorm(3, momentum=0.9, use_running_average=False, rngs=nnx.Rngs(0))
         >>> y = bn(jnp.arange(12.0).reshape(4, 3))
         >>> [round(float(v), 4) for v in y.mean(0)], [round(float(v), 4) for v in bn.mean[...]]
         ([0.0, 0.0, 0.0], [0.45, 0.55, 0.65])
