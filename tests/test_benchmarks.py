@@ -856,3 +856,68 @@ def test_reality_check_writes_its_section_in_place(tmp_path):
     reality_check.write_page("| a |\n|---|\n| 2 |", str(page))  # a second run replaces the first
     heading = reality_check.HEADING
     assert page.read_text() == f"# Losses\n\ntable\n\n{heading}\n\n| a |\n|---|\n| 2 |\n\n## Miners\n\nkept\n"
+
+
+def test_reality_check_page_says_its_length_and_the_settings_tried(tmp_path):
+    """The sweep's hours come from the speed of its runs made on a quiet machine (all its runs, said to be
+    under load, when none was); the page names the losses under the bar and every setting each loss tried."""
+    plan = reality_check.Plan("digits", None, 50, (0, 1), reality_check.LOSSES[:1], str(tmp_path), full=200)
+    runs = reality_check.planned(plan)
+    assert [(stage, steps) for stage, _, steps in runs] == [("tune", 50)] * 3 + [("a", 200)] * 2 + [
+        ("b", 100)
+    ] * 2
+    for i, (_, workdir, _) in enumerate(runs):
+        os.makedirs(workdir)
+        quiet = i in (1, 4)  # started and ended below 2.5
+        (Path(workdir) / "report.json").write_text(
+            json.dumps({"timing": {"steps_per_s": [1, 4, 1, 1, 6, 1, 1][i]}})
+        )
+        loads = {"load_before": [1.0 if quiet else 2.0, 0, 0], "load_after": [2.0 if quiet else 5.0, 0, 0]}
+        (Path(workdir) / "load.json").write_text(json.dumps(loads))
+    time = reality_check.training_time(plan)
+    assert time == {
+        "trainings": 7,
+        "steps": 750,
+        "steps_per_s": 5.0,
+        "quiet": True,
+        "quiet_runs": 2,
+        "hours": 750 / 5 / 3600,
+    }
+    loud = reality_check.training_time(plan, quiet_load=1.5)
+    assert not loud["quiet"] and loud["steps_per_s"] == 1.0 and loud["hours"] == 750 / 3600
+    assert reality_check.left_to_train(plan) == []
+
+    raw = {"a": {"precision_at_1": 0.85, "map_at_r": 0.5}, "b": {"precision_at_1": 0.7, "map_at_r": 0.4}}
+    summary = {"precision_at_1_sd": None, "map_at_r_mean": 0.6, "map_at_r_sd": None}
+    rows = [
+        {
+            "loss": "good",
+            "keys": ["loss=x"],
+            "a": {**summary, "precision_at_1_mean": 0.9},
+            "b": summary | {"precision_at_1_mean": 0.8},
+        },
+        {
+            "loss": "weak",
+            "keys": ["loss=y"],
+            "a": {**summary, "precision_at_1_mean": 0.87},
+            "b": summary | {"precision_at_1_mean": 0.8},
+        },
+    ]
+    chosen = {
+        "good": {
+            "setting": ["t=1"],
+            "scores": [{"setting": ["t=2"], "val_p_at_1": 0.5}, {"setting": ["t=1"], "val_p_at_1": 0.75}],
+        },
+        "weak": {"setting": ["m=0"], "scores": [{"setting": ["m=0"], "val_p_at_1": 0.4}]},
+    }
+    text = reality_check.page(plan, rows, raw, chosen, time)
+    assert (
+        "7 trainings, 750 steps in all: about 0.0 h at 5.00 steps/s, the median speed of the 2 runs made"
+        in text
+    )
+    assert "tuned with one seed at 50 of the 200 steps" in text and "--data digits" in text
+    assert "with the settings below tried: weak." in text
+    assert "| good | `t=2` 50.0 · **`t=1` 75.0** |" in text and "| weak | **`m=0` 40.0** |" in text
+    assert reality_check.table(rows, raw) in text
+    assert "under load" in reality_check.page(plan, rows[:1], raw, chosen, loud)
+    assert "Every loss reaches raw pixels + 3 points" in reality_check.page(plan, rows[:1], raw, chosen, loud)
