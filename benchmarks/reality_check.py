@@ -1,7 +1,7 @@
 """A metric-learning reality check on Fashion-MNIST, after Musgrave, Belongie & Lim 2020: every loss the field
 uses daily, trained by one recipe, tuned on a validation split only, tested on two protocols.
 
-    python -m benchmarks.reality_check --data idx:data/fashion-mnist [--print]
+    python -m benchmarks.reality_check --data idx:data/fashion-mnist [--print | --so-far]
     python -m benchmarks.reality_check --quick     # the bundled digits, a few steps: a smoke run
 
 The recipe is ``preset=supcon_sphere_cpu``'s (the small CNN with batch norm, the sphere at D = 16, one
@@ -27,7 +27,8 @@ whose report.json, config.json, load.json and analysis.json are committed as the
 from any checkout, reading finished runs back. Before it trains, the command prints the runs left and their
 expected time. A full run writes ``benchmarks/results/reality_check.json`` and the section "Reality check
 on Fashion-MNIST" of docs/losses.md (:func:`page`: the method, the sweep's length, the table, the losses
-under the bar and the settings each loss tried).
+under the bar and the settings each loss tried). ``--so-far`` trains nothing and writes both from the runs
+finished so far, saying how many: a protocol shows its figures once all its seeds have finished.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ import json
 import os
 import statistics
 import tempfile
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -64,6 +66,7 @@ ABOVE_RAW = 0.03  # "reaches the bar": mean P@1 (protocol a) ≥ raw pixels + 3 
 ANALYSIS = "analysis.json"  # MAP@R of a run, computed from its embeddings, kept beside its report
 PAGE = os.path.join("docs", "losses.md")
 HEADING = "## Reality check on Fashion-MNIST"
+Reader = Callable[[list[str], str], tuple[dict, dict] | None]  # a run's (report, loads), None: not there
 QUIET_LOAD = 2.5  # a quiet machine: 1-minute load below this as a run starts and ends (its threads make 2)
 
 
@@ -221,18 +224,28 @@ def _timing(folder: str) -> list[dict[str, float]]:
     return found
 
 
-def _finished(plan: Plan, workdir: str) -> bool:
+def _finished_dir(workdir: str) -> bool:
     return os.path.exists(os.path.join(REPOSITORY, workdir, "report.json"))
 
 
-def tune(plan: Plan) -> dict[str, dict[str, Any]]:
-    """Every loss's grid, one seed at the tuning length; per loss its scores and the chosen setting."""
+def finished_only(line: list[str], workdir: str) -> tuple[dict, dict] | None:
+    """:func:`~benchmarks.cpu_recipe.trained`'s report and loads of a finished run, None for any other run
+    (nothing trains)."""
+    return trained(line, workdir) if _finished_dir(workdir) else None
+
+
+def tune(plan: Plan, read: Reader = trained) -> dict[str, dict[str, Any]]:
+    """Every loss's grid, one seed at the tuning length; per loss its scores and the chosen setting (with
+    ``read=finished_only``, only the losses whose whole grid has finished)."""
     chosen = {}
     for loss in plan.losses:
         scores = []
         for setting in loss.grid:
             workdir = run_dir(plan, "tune", loss.name, *setting)
-            rep, loads = trained(tune_line(plan, loss, setting), workdir)
+            got = read(tune_line(plan, loss, setting), workdir)
+            if got is None:
+                break
+            rep, loads = got
             scores.append(
                 {"setting": list(setting), "val_p_at_1": rep["selection"][0]["precision_at_1"], **loads}
             )
@@ -240,22 +253,29 @@ def tune(plan: Plan) -> dict[str, dict[str, Any]]:
                 f"tune {loss.name} {' '.join(setting)}: validation P@1 {scores[-1]['val_p_at_1']:.4f}",
                 flush=True,
             )
+        if len(scores) < len(loss.grid):
+            continue
         best = max(range(len(scores)), key=lambda i: (scores[i]["val_p_at_1"], -i))
         chosen[loss.name] = {"scores": scores, "setting": list(loss.grid[best])}
     return chosen
 
 
-def final(plan: Plan, chosen: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """Every loss's chosen setting on both protocols, each seed; per loss its runs and their summaries."""
+def final(plan: Plan, chosen: dict[str, dict[str, Any]], read: Reader = trained) -> list[dict[str, Any]]:
+    """Every tuned loss's chosen setting on both protocols, each seed; per loss its runs and their summaries
+    (with ``read=finished_only``, the finished runs, and a protocol's summaries only once all its seeds
+    have finished)."""
     rows = []
-    for loss in plan.losses:
+    for loss in (loss for loss in plan.losses if loss.name in chosen):
         setting = tuple(chosen[loss.name]["setting"])
         row: dict[str, Any] = {"loss": loss.name, "keys": [*loss.keys, *setting]}
         for protocol in ("a", "b"):
             runs = []
             for seed in plan.seeds:
                 workdir = run_dir(plan, protocol, loss.name, f"seed{seed}")
-                rep, loads = trained(final_line(plan, loss, setting, protocol, seed), workdir)
+                got = read(final_line(plan, loss, setting, protocol, seed), workdir)
+                if got is None:
+                    continue
+                rep, loads = got
                 runs.append(
                     {
                         "seed": seed,
@@ -267,9 +287,13 @@ def final(plan: Plan, chosen: dict[str, dict[str, Any]]) -> list[dict[str, Any]]
                     }
                 )
                 print(f"({protocol}) {loss.name} seed {seed}: {json.dumps(runs[-1])}", flush=True)
-            row[protocol] = {"runs": runs, **_summary(runs)}
+            row[protocol] = {"runs": runs, **(_summary(runs) if len(runs) == len(plan.seeds) else {})}
         rows.append(row)
     return rows
+
+
+def _unfinished(protocol: dict[str, Any]) -> bool:
+    return "precision_at_1_mean" not in protocol
 
 
 def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -298,7 +322,7 @@ def planned(plan: Plan) -> list[tuple[str, str, int]]:
 
 def left_to_train(plan: Plan) -> list[tuple[str, int]]:
     """(stage, steps) of every run not finished yet."""
-    return [(stage, steps) for stage, workdir, steps in planned(plan) if not _finished(plan, workdir)]
+    return [(stage, steps) for stage, workdir, steps in planned(plan) if not _finished_dir(workdir)]
 
 
 def training_time(plan: Plan, quiet_load: float = QUIET_LOAD) -> dict[str, Any]:
@@ -321,6 +345,7 @@ def training_time(plan: Plan, quiet_load: float = QUIET_LOAD) -> dict[str, Any]:
     rate = statistics.median(quiet_rates or rates) if rates else None
     return {
         "trainings": len(runs),
+        "finished": len(rates),
         "steps": steps,
         "steps_per_s": rate,
         "quiet": bool(quiet_rates),
@@ -333,6 +358,8 @@ def table(rows: list[dict[str, Any]], raw: dict[str, dict[str, float]]) -> str:
     """The Markdown table of docs/losses.md: each loss's setting and its figures on both protocols."""
 
     def pct(summary: dict[str, Any], key: str) -> str:
+        if f"{key}_mean" not in summary:  # not every seed has finished
+            return "–"
         sd = summary[f"{key}_sd"]
         return f"{100 * summary[f'{key}_mean']:.1f}" + ("" if sd is None else f" ± {100 * sd:.1f}")
 
@@ -343,7 +370,7 @@ def table(rows: list[dict[str, Any]], raw: dict[str, dict[str, float]]) -> str:
     ]
     for r in rows:
         bar = raw["a"]["precision_at_1"] + ABOVE_RAW
-        reached = "yes" if r["a"]["precision_at_1_mean"] >= bar else "**no**"
+        reached = "–" if _unfinished(r["a"]) else "yes" if r["a"]["precision_at_1_mean"] >= bar else "**no**"
         keys = " ".join(k for k in r["keys"] if not k.startswith("loss="))
         body.append(
             [r["loss"], f"`{keys}`" if keys else "–"]
@@ -373,11 +400,13 @@ def page(
     """The page's section: how the table was made and how long it trains, the table, the losses under the
     bar and the settings each loss tried."""
     bar = raw["a"]["precision_at_1"] + ABOVE_RAW
-    under = [r["loss"] for r in rows if r["a"]["precision_at_1_mean"] < bar]
+    under = [r["loss"] for r in rows if not _unfinished(r["a"]) and r["a"]["precision_at_1_mean"] < bar]
+    complete = time["finished"] == time["trainings"]
     if time["hours"] is None:
         length = ""
     else:
-        quiet = f"the {time['quiet_runs']} runs made on a quiet machine"
+        n = time["quiet_runs"]
+        quiet = f"the {n} runs made on a quiet machine" if n > 1 else "the one run made on a quiet machine"
         made = quiet if time["quiet"] else "its runs, under load"
         rate = f"{time['steps_per_s']:.2f} steps/s"
         length = f": about {time['hours']:.1f} h at {rate}, the median speed of {made}"
@@ -385,19 +414,28 @@ def page(
         f"`python -m benchmarks.reality_check --data {plan.data}` (Musgrave, Belongie & Lim 2020): every "
         f"loss trains the same network, data, augmentation and length (`{' '.join(RECIPE)}`). "
         f"Each loss's grid is tuned with one seed at {plan.tune_steps} of the {plan.steps or plan.full} "
-        "steps, on a validation split of 10 % of the training images; the test set is never seen. (a): P@1 "
-        "and MAP@R of the test images against the training images; (b): the loss trains on classes 0-4, R@1 "
-        "and MAP@R among the test images of classes 5-9. Mean ± sd over seeds "
+        "steps, on a validation split of a tenth of the training images; the test set is never seen. "
+        "(a): P@1 and MAP@R of the test images against the training images; (b): the loss trains on "
+        "classes 0-4, R@1 and MAP@R among the test images of classes 5-9. Mean ± sd over seeds "
         f"{', '.join(str(s) for s in plan.seeds)}, in %. benchmarks/results/reality_check.json holds every "
         "run's figures and load.",
         f"The sweep is {time['trainings']} trainings, {time['steps']:,} steps in all{length}.",
+        *(
+            []
+            if complete
+            else [
+                f"**So far {time['finished']} of the {time['trainings']} trainings have finished**, and this "
+                f"section shows them (`--so-far`): – marks a protocol whose {len(plan.seeds)} seeds have "
+                "not all finished. The command above trains the rest and rewrites the section."
+            ]
+        ),
         table(rows, raw),
         (
             "Under the bar of raw pixels + 3 points on (a), with the settings below tried: "
             + ", ".join(under)
             + "."
             if under
-            else "Every loss reaches raw pixels + 3 points on (a)."
+            else f"Every loss {'' if complete else 'finished on (a) '}reaches raw pixels + 3 points on (a)."
         ),
         tried(chosen),
     ]
@@ -429,6 +467,11 @@ def main() -> None:
     ap.add_argument(
         "--print", action="store_true", help="print the runs left and their expected time, then stop"
     )
+    ap.add_argument(
+        "--so-far",
+        action="store_true",
+        help="train nothing: write the table and the page's section from the runs finished so far",
+    )
     add_out_argument(ap)
     args = ap.parse_args()
     machine = machine_info()
@@ -439,8 +482,9 @@ def main() -> None:
         print(f"{len(left)} trainings left: expected {hours:.1f} h on this machine", flush=True)
         if args.print:
             return
-        chosen = tune(plan)
-        rows = final(plan, chosen)
+        read = finished_only if args.so_far else trained
+        chosen = tune(plan, read)
+        rows = final(plan, chosen, read)
         raw = raw_pixels(plan)
     print(table(rows, raw))
     out = destination(args.out, quick=args.quick)

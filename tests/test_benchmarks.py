@@ -877,6 +877,7 @@ def test_reality_check_page_says_its_length_and_the_settings_tried(tmp_path):
     time = reality_check.training_time(plan)
     assert time == {
         "trainings": 7,
+        "finished": 7,
         "steps": 750,
         "steps_per_s": 5.0,
         "quiet": True,
@@ -921,3 +922,46 @@ def test_reality_check_page_says_its_length_and_the_settings_tried(tmp_path):
     assert reality_check.table(rows, raw) in text
     assert "under load" in reality_check.page(plan, rows[:1], raw, chosen, loud)
     assert "Every loss reaches raw pixels + 3 points" in reality_check.page(plan, rows[:1], raw, chosen, loud)
+
+
+def test_reality_check_so_far_shows_the_finished_runs_and_trains_nothing(tmp_path):
+    """--so-far: a loss is in the table once its whole grid has finished, a protocol's figures once all its
+    seeds have ('–' before), only losses finished on (a) are judged against the bar, and the page says how
+    many trainings have finished; finished_only trains nothing."""
+    plan = reality_check.Plan("digits", None, 50, (0, 1), reality_check.LOSSES[:2], str(tmp_path), full=200)
+    supcon, triplet = plan.losses
+    scores = {"temperature=0.1": 0.8, "temperature=0.05": 0.9, "temperature=0.2": 0.7}
+    finals = {("a", 0): 0.80, ("a", 1): 0.82, ("b", 0): 0.6}  # (b) seed 1 not finished
+
+    def read(line, workdir):
+        stage, name = Path(workdir).parent.name, Path(workdir).name
+        rep = {"timing": {"train_s": 1.0, "steps_run": 50}}
+        if stage == "tune" and name.startswith("supcon"):
+            (setting,) = [k for k in line if k.startswith("temperature=")]
+            return rep | {"selection": [{"precision_at_1": scores[setting]}]}, {"load_before": None}
+        if stage == "tune" and name.endswith("margin-0.2"):  # one of triplet's three settings
+            return rep | {"selection": [{"precision_at_1": 0.5}]}, {"load_before": None}
+        seed = int(name[-1])
+        if stage in "ab" and (stage, seed) in finals and name.startswith("supcon"):
+            os.makedirs(workdir, exist_ok=True)
+            (Path(workdir) / reality_check.ANALYSIS).write_text(json.dumps({"map_at_r": 0.5}))
+            return rep | {"precision_at_1": finals[stage, seed]}, {"load_before": None}
+        return None
+
+    chosen = reality_check.tune(plan, read)
+    assert list(chosen) == ["supcon"] and chosen["supcon"]["setting"] == ["temperature=0.05"]
+    (row,) = reality_check.final(plan, chosen, read)
+    assert row["a"]["precision_at_1_mean"] == pytest.approx(0.81) and len(row["b"]["runs"]) == 1
+    assert "precision_at_1_mean" not in row["b"]
+    raw = {"a": {"precision_at_1": 0.85, "map_at_r": 0.5}, "b": {"precision_at_1": 0.7, "map_at_r": 0.4}}
+    text = reality_check.table([row], raw)
+    last = "| supcon | `temperature=0.05` | 81.0 ± 1.4 | 50.0 ± 0.0 | – | – | **no** |"
+    assert text.splitlines()[-1] == last
+    time = {"trainings": 14, "finished": 6, "steps": 1050, "hours": None}
+    page = reality_check.page(plan, [row], raw, chosen, time)
+    assert "So far 6 of the 14 trainings have finished" in page and "settings below tried: supcon." in page
+    row["a"] = {"runs": row["a"]["runs"][:1]}  # (a) not finished either: nothing judged
+    page = reality_check.page(plan, [row], raw, chosen, time)
+    assert "| – | – | – | – | – |" in page and "Every loss finished on (a) reaches" in page
+    assert reality_check.finished_only(["steps=1"], str(tmp_path / "nowhere")) is None
+    assert not (tmp_path / "nowhere").exists()
