@@ -27,7 +27,7 @@ whose report.json, config.json, load.json and analysis.json are committed as the
 from any checkout, reading finished runs back. Before it trains, the command prints the runs left and their
 expected time. A full run writes ``benchmarks/results/reality_check.json`` and the section "Reality check
 on Fashion-MNIST" of docs/losses.md (:func:`page`: the method, the sweep's length, the table, the losses
-under the bar and the settings each loss tried). ``--so-far`` trains nothing and writes both from the runs
+under the bar, the losses under the raw pixels on (b), and the settings each loss tried). ``--so-far`` trains nothing and writes both from the runs
 finished so far, saying how many: a protocol shows its figures once all its seeds have finished.
 """
 
@@ -398,7 +398,7 @@ def page(
     plan: Plan, rows: list[dict[str, Any]], raw: dict[str, dict[str, float]], chosen: dict, time: dict
 ) -> str:
     """The page's section: how the table was made and how long it trains, the table, the losses under the
-    bar and the settings each loss tried."""
+    bar, those under the raw pixels on (b), and the settings each loss tried."""
     bar = raw["a"]["precision_at_1"] + ABOVE_RAW
     under = [r["loss"] for r in rows if not _unfinished(r["a"]) and r["a"]["precision_at_1_mean"] < bar]
     complete = time["finished"] == time["trainings"]
@@ -437,9 +437,25 @@ def page(
             if under
             else f"Every loss {'' if complete else 'finished on (a) '}reaches raw pixels + 3 points on (a)."
         ),
+        *unseen_sentence(rows, raw),
         tried(chosen),
     ]
     return "\n\n".join(text)
+
+
+def unseen_sentence(rows: list[dict[str, Any]], raw: dict[str, dict[str, float]]) -> list[str]:
+    """What the finished losses do on (b) beside the raw pixels' R@1 there (no bar: the issue's is on (a));
+    nothing when no loss has finished on (b)."""
+    done = [r for r in rows if not _unfinished(r["b"])]
+    if not done:
+        return []
+    pixels = raw["b"]["precision_at_1"]
+    below = [r["loss"] for r in done if r["b"]["precision_at_1_mean"] < pixels]
+    if len(below) == len(done):
+        return [f"On (b), the raw pixels' R@1 ({100 * pixels:.1f}) is above every loss finished there."]
+    if not below:
+        return [f"On (b), every loss finished there is above the raw pixels' R@1 ({100 * pixels:.1f})."]
+    return [f"On (b), below the raw pixels' R@1 ({100 * pixels:.1f}): {', '.join(below)}."]
 
 
 def write_page(text: str, path: str = os.path.join(REPOSITORY, PAGE)) -> None:

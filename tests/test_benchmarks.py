@@ -922,6 +922,13 @@ def test_reality_check_page_says_its_length_and_the_settings_tried(tmp_path):
     assert reality_check.table(rows, raw) in text
     assert "under load" in reality_check.page(plan, rows[:1], raw, chosen, loud)
     assert "Every loss reaches raw pixels + 3 points" in reality_check.page(plan, rows[:1], raw, chosen, loud)
+    assert "On (b), every loss finished there is above the raw pixels' R@1 (70.0)." in text  # both at 80.0
+    rows[1]["b"] = summary | {"precision_at_1_mean": 0.6}
+    below = "On (b), below the raw pixels' R@1 (70.0): weak."
+    assert below in reality_check.page(plan, rows, raw, chosen, time)
+    rows[0]["b"] = summary | {"precision_at_1_mean": 0.65}
+    every = "On (b), the raw pixels' R@1 (70.0) is above every loss finished there."
+    assert every in reality_check.page(plan, rows, raw, chosen, time)
 
 
 def test_reality_check_so_far_shows_the_finished_runs_and_trains_nothing(tmp_path):
@@ -960,6 +967,7 @@ def test_reality_check_so_far_shows_the_finished_runs_and_trains_nothing(tmp_pat
     time = {"trainings": 14, "finished": 6, "steps": 1050, "hours": None}
     page = reality_check.page(plan, [row], raw, chosen, time)
     assert "So far 6 of the 14 trainings have finished" in page and "settings below tried: supcon." in page
+    assert "On (b)" not in page  # no loss finished there yet
     row["a"] = {"runs": row["a"]["runs"][:1]}  # (a) not finished either: nothing judged
     page = reality_check.page(plan, [row], raw, chosen, time)
     assert "| – | – | – | – | – |" in page and "Every loss finished on (a) reaches" in page
