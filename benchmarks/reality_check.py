@@ -27,8 +27,9 @@ whose report.json, config.json, load.json and analysis.json are committed as the
 from any checkout, reading finished runs back. Before it trains, the command prints the runs left and their
 expected time. A full run writes ``benchmarks/results/reality_check.json`` and the section "Reality check
 on Fashion-MNIST" of docs/losses.md (:func:`page`: the method, the sweep's length, the table, the losses
-under the bar, the losses under the raw pixels on (b), and the settings each loss tried). ``--so-far`` trains nothing and writes both from the runs
-finished so far, saying how many: a protocol shows its figures once all its seeds have finished.
+under the bar, the losses under the raw pixels on (b), and the settings each loss tried). ``--so-far``
+trains nothing and writes both from the runs finished so far, saying how many: a protocol shows its figures
+once all its seeds have finished.
 """
 
 from __future__ import annotations
