@@ -201,14 +201,16 @@ def raw_pixels(plan: Plan) -> dict[str, dict[str, float]]:
 
 
 def expected_s(plan: Plan, left: list[tuple[str, int]]) -> float:
-    """Seconds the runs ``left`` (stage, steps) should take, at the training speed and evaluation time of the
-    finished runs of the same stage (of any stage when none is finished; 5 steps/s and 60 s otherwise)."""
+    """Seconds the runs ``left`` (stage, steps) should take: their steps at :func:`training_time`'s speed
+    (that of the finished runs made on a quiet machine; 5 steps/s before any has finished) and the median
+    evaluation time of the finished runs of the same stage (of any stage when none is finished; 60 s
+    otherwise)."""
+    rate = training_time(plan)["steps_per_s"] or 5.0
     done = [_timing(os.path.join(REPOSITORY, plan.root, stage)) for stage in ("tune", "a", "b")]
     every = [t for times in done for t in times]
     total = 0.0
     for stage, steps in left:
         own = done[("tune", "a", "b").index(stage)] or every
-        rate = statistics.median(t["steps_per_s"] for t in own) if own else 5.0
         evaluation = statistics.median(t["eval_s"] for t in own) if own else 60.0
         total += steps / rate + evaluation
     return total

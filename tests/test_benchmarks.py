@@ -869,9 +869,8 @@ def test_reality_check_page_says_its_length_and_the_settings_tried(tmp_path):
     for i, (_, workdir, _) in enumerate(runs):
         os.makedirs(workdir)
         quiet = i in (1, 4)  # started and ended below 2.5
-        (Path(workdir) / "report.json").write_text(
-            json.dumps({"timing": {"steps_per_s": [1, 4, 1, 1, 6, 1, 1][i]}})
-        )
+        timing = {"steps_per_s": [1, 4, 1, 1, 6, 1, 1][i], "eval_s": [9, 9, 9, 30, 40, 20, 20][i]}
+        (Path(workdir) / "report.json").write_text(json.dumps({"timing": timing}))
         loads = {"load_before": [1.0 if quiet else 2.0, 0, 0], "load_after": [2.0 if quiet else 5.0, 0, 0]}
         (Path(workdir) / "load.json").write_text(json.dumps(loads))
     time = reality_check.training_time(plan)
@@ -887,6 +886,8 @@ def test_reality_check_page_says_its_length_and_the_settings_tried(tmp_path):
     loud = reality_check.training_time(plan, quiet_load=1.5)
     assert not loud["quiet"] and loud["steps_per_s"] == 1.0 and loud["hours"] == 750 / 3600
     assert reality_check.left_to_train(plan) == []
+    # the runs left at the quiet speed, each with its stage's median evaluation time
+    assert reality_check.expected_s(plan, [("a", 200), ("tune", 50)]) == 200 / 5 + 35 + 50 / 5 + 9
 
     raw = {"a": {"precision_at_1": 0.85, "map_at_r": 0.5}, "b": {"precision_at_1": 0.7, "map_at_r": 0.4}}
     summary = {"precision_at_1_sd": None, "map_at_r_mean": 0.6, "map_at_r_sd": None}
