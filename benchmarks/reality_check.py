@@ -447,7 +447,7 @@ def page(
 
 
 def unseen_sentence(rows: list[dict[str, Any]], raw: dict[str, dict[str, float]]) -> list[str]:
-    """What the finished losses do on (b) beside the raw pixels' R@1 there (no bar: the issue's is on (a));
+    """What the finished losses do on (b) beside the raw pixels' R@1 there (no bar: the bar is on (a) only);
     nothing when no loss has finished on (b)."""
     done = [r for r in rows if not _unfinished(r["b"])]
     if not done:
