@@ -870,7 +870,8 @@ def test_reality_check_page_says_its_length_and_the_settings_tried(tmp_path):
         os.makedirs(workdir)
         quiet = i in (1, 4)  # started and ended below 2.5
         timing = {"steps_per_s": [1, 4, 1, 1, 6, 1, 1][i], "eval_s": [9, 9, 9, 30, 40, 20, 20][i]}
-        (Path(workdir) / "report.json").write_text(json.dumps({"timing": timing}))
+        selection = [{"precision_at_1": [0.8, 0.7, 0.75, 0, 0, 0, 0][i]}]  # the grid's first is best
+        (Path(workdir) / "report.json").write_text(json.dumps({"timing": timing, "selection": selection}))
         loads = {"load_before": [1.0 if quiet else 2.0, 0, 0], "load_after": [2.0 if quiet else 5.0, 0, 0]}
         (Path(workdir) / "load.json").write_text(json.dumps(loads))
     time = reality_check.training_time(plan)
@@ -909,8 +910,9 @@ def test_reality_check_page_says_its_length_and_the_settings_tried(tmp_path):
         "good": {
             "setting": ["t=1"],
             "scores": [{"setting": ["t=2"], "val_p_at_1": 0.5}, {"setting": ["t=1"], "val_p_at_1": 0.75}],
+            "at_edge": False,
         },
-        "weak": {"setting": ["m=0"], "scores": [{"setting": ["m=0"], "val_p_at_1": 0.4}]},
+        "weak": {"setting": ["m=0"], "scores": [{"setting": ["m=0"], "val_p_at_1": 0.4}], "at_edge": True},
     }
     text = reality_check.page(plan, rows, raw, chosen, time)
     assert (
@@ -919,6 +921,8 @@ def test_reality_check_page_says_its_length_and_the_settings_tried(tmp_path):
     )
     assert "tuned with one seed at 50 of the 200 steps" in text and "--data digits" in text
     assert "with the settings below tried: weak." in text
+    assert "Chosen at the edge of the values tried, so a better setting may lie beyond it: weak." in text
+    assert "one value beyond that edge is tried too" in text
     assert "| good | `t=2` 50.0 · **`t=1` 75.0** |" in text and "| weak | **`m=0` 40.0** |" in text
     assert reality_check.table(rows, raw) in text
     assert "under load" in reality_check.page(plan, rows[:1], raw, chosen, loud)
@@ -932,13 +936,70 @@ def test_reality_check_page_says_its_length_and_the_settings_tried(tmp_path):
     assert every in reality_check.page(plan, rows, raw, chosen, time)
 
 
+def test_reality_check_tries_one_value_beyond_an_edge_of_the_grid(tmp_path):
+    """A grid whose best value is its lowest or highest trains the value beyond that edge (once the grid has
+    finished: the plan counts it then), and the best of all tried is chosen; a choice still at the edge of
+    what was tried is flagged, one bracketed by its neighbours is not. Nothing lies below contrastive's
+    neg_margin=0.0, so a best there is flagged without a run beyond."""
+    supcon, contrastive = reality_check.LOSSES[0], reality_check.LOSSES[2]
+    plan = reality_check.Plan("digits", None, 50, (0,), (supcon,), str(tmp_path), full=200)
+    assert [s[0] for s in supcon.grid] == ["temperature=0.1", "temperature=0.05", "temperature=0.2"]
+    assert supcon.beyond_best([0.8, 0.9, 0.7]) == ("temperature=0.025",)  # 0.05, the lowest, is best
+    assert supcon.beyond_best([0.8, 0.7, 0.9]) == ("temperature=0.4",)  # 0.2, the highest
+    assert supcon.beyond_best([0.9, 0.8, 0.9]) is None  # 0.1 inside (the earliest of a tie)
+    assert contrastive.beyond_best([0.9, 0.8, 0.7]) is None  # neg_margin=0.0: nothing below
+
+    def reader(scores):
+        def read(line, workdir):
+            (setting,) = [k for k in line if k.startswith("temperature=")]
+            if setting not in scores:
+                return None
+            return {"selection": [{"precision_at_1": scores[setting]}]}, {}
+
+        return read
+
+    grid = {"temperature=0.1": 0.8, "temperature=0.05": 0.9, "temperature=0.2": 0.7}
+    assert reality_check.tuned(plan, supcon, reader(grid)) is None  # the run beyond 0.05 is not there yet
+    lost = reality_check.tuned(plan, supcon, reader(grid | {"temperature=0.025": 0.85}))
+    assert lost["setting"] == ["temperature=0.05"] and not lost["at_edge"]
+    assert [s["setting"] for s in lost["scores"]][-1] == ["temperature=0.025"]
+    won = reality_check.tuned(plan, supcon, reader(grid | {"temperature=0.025": 0.95}))
+    assert won["setting"] == ["temperature=0.025"] and won["at_edge"]
+    inside = reality_check.tuned(plan, supcon, reader({**grid, "temperature=0.1": 0.95}))
+    assert len(inside["scores"]) == 3 and not inside["at_edge"]
+
+    def stages():
+        return [(stage, Path(workdir).name) for stage, workdir, _ in reality_check.planned(plan)]
+
+    names = ["supcon_temperature-0.1", "supcon_temperature-0.05", "supcon_temperature-0.2"]
+    finals = [("a", "supcon_temperature-0.1_seed0"), ("b", "supcon_temperature-0.1_seed0")]
+    assert stages() == [("tune", n) for n in names] + finals  # the grid's first stands for the choice
+    for name, score in zip(names, (0.8, 0.9, 0.7), strict=True):
+        os.makedirs(tmp_path / "tune" / name)
+        report = {"selection": [{"precision_at_1": score}]}
+        (tmp_path / "tune" / name / "report.json").write_text(json.dumps(report))
+    beyond = ("tune", "supcon_temperature-0.025")
+    assert stages() == [("tune", n) for n in names] + [beyond] + finals
+    os.makedirs(tmp_path / "tune" / beyond[1])
+    (tmp_path / "tune" / beyond[1] / "report.json").write_text(
+        json.dumps({"selection": [{"precision_at_1": 1}]})
+    )
+    chosen = [("a", "supcon_temperature-0.025_seed0"), ("b", "supcon_temperature-0.025_seed0")]
+    assert stages() == [("tune", n) for n in names] + [beyond] + chosen  # the finals follow the choice
+
+
 def test_reality_check_so_far_shows_the_finished_runs_and_trains_nothing(tmp_path):
     """--so-far: a loss is in the table once its whole grid has finished, a protocol's figures once all its
     seeds have ('–' before), only losses finished on (a) are judged against the bar, and the page says how
     many trainings have finished; finished_only trains nothing."""
     plan = reality_check.Plan("digits", None, 50, (0, 1), reality_check.LOSSES[:2], str(tmp_path), full=200)
     supcon, triplet = plan.losses
-    scores = {"temperature=0.1": 0.8, "temperature=0.05": 0.9, "temperature=0.2": 0.7}
+    scores = {
+        "temperature=0.1": 0.8,
+        "temperature=0.05": 0.9,
+        "temperature=0.2": 0.7,
+        "temperature=0.025": 0.85,
+    }
     finals = {("a", 0): 0.80, ("a", 1): 0.82, ("b", 0): 0.6}  # (b) seed 1 not finished
 
     def read(line, workdir):
