@@ -1,7 +1,7 @@
 """A metric-learning reality check on Fashion-MNIST, after Musgrave, Belongie & Lim 2020: every loss the field
 uses daily, trained by one recipe, tuned on a validation split only, tested on two protocols.
 
-    python -m benchmarks.reality_check --data idx:data/fashion-mnist [--print]
+    python -m benchmarks.reality_check --data idx:data/fashion-mnist [--print | --so-far]
     python -m benchmarks.reality_check --quick     # the bundled digits, a few steps: a smoke run
 
 The recipe is ``preset=supcon_sphere_cpu``'s (the small CNN with batch norm, the sphere at D = 16, one
@@ -12,8 +12,10 @@ crop-and-flip view per image, AdamW, 12 epochs, batch 256) with KoLeo off, so th
    eighth of the length (:data:`TUNE_SHARE`: 1.5 epochs, so that the whole sweep trains in about 8 hours on
    two cores; the page states its hours at the speed of its runs made on a quiet machine) with
    ``select_best=true``: 10 % of the training images are held out and each run's score is
-   its P@1 on them against the rest, measured once, at its last step. The test set is never seen. The best
-   setting of each loss (the earliest on a tie) goes on to step 2, for both protocols.
+   its P@1 on them against the rest, measured once, at its last step. The test set is never seen. Where the
+   grid's best value is its lowest or highest, the value beyond that edge (:attr:`Loss.beyond`) trains too.
+   The best setting of each loss (the earliest on a tie) goes on to step 2, for both protocols; the page
+   names the losses whose choice is still the lowest or highest value they tried.
 2. **Protocol (a), seen classes**: the official split, the 10,000 test images against the 60,000 training
    images, P@1 and MAP@R. **Protocol (b), unseen classes**: ``classes=disjoint``, the zero-shot protocol of
    metric learning: train on classes 0-4, retrieve the test images of classes 5-9 among themselves, R@1 and
@@ -22,12 +24,15 @@ crop-and-flip view per image, AdamW, 12 epochs, batch 256) with KoLeo off, so th
 
 A loss "reaches the bar" when its mean P@1 on protocol (a) is at least the raw pixels' + 3 points. MAP@R
 (Musgrave et al. 2020) is computed here from each run's embeddings and kept in its run directory
-(analysis.json). Each training lives in ``benchmarks/results/reality_check_runs/STAGE/NAME`` (:data:`RUNS`),
-whose report.json, config.json, load.json and analysis.json are committed as they finish: the sweep goes on
-from any checkout, reading finished runs back. Before it trains, the command prints the runs left and their
-expected time. A full run writes ``benchmarks/results/reality_check.json`` and the section "Reality check
-on Fashion-MNIST" of docs/losses.md (:func:`page`: the method, the sweep's length, the table, the losses
-under the bar and the settings each loss tried).
+(analysis.json). Each training lives in ``benchmarks/results/reality_check_runs/STAGE/NAME`` (:data:`RUNS`;
+NAME holds the loss, the setting and, for a final run, the seed), whose report.json, config.json, load.json
+and analysis.json are committed as they finish: the sweep goes on from any checkout, reading finished runs
+back. Before it trains, the command prints the runs left and their expected time. A full run writes
+``benchmarks/results/reality_check.json`` and the section "Reality check on Fashion-MNIST" of docs/losses.md
+(:func:`page`: the method, the sweep's length, the table, the losses under the bar, the losses under the raw
+pixels on (b), those chosen at the edge of what they tried, and the settings each loss tried). ``--so-far``
+trains nothing and writes both from the runs finished so far, saying how many: a protocol shows its figures
+once all its seeds have finished.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ import json
 import os
 import statistics
 import tempfile
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -64,50 +70,89 @@ ABOVE_RAW = 0.03  # "reaches the bar": mean P@1 (protocol a) ≥ raw pixels + 3 
 ANALYSIS = "analysis.json"  # MAP@R of a run, computed from its embeddings, kept beside its report
 PAGE = os.path.join("docs", "losses.md")
 HEADING = "## Reality check on Fashion-MNIST"
+Reader = Callable[[list[str], str], tuple[dict, dict] | None]  # a run's (report, loads), None: not there
 QUIET_LOAD = 2.5  # a quiet machine: 1-minute load below this as a run starts and ends (its threads make 2)
 
 
 @dataclasses.dataclass(frozen=True)
 class Loss:
-    """One row of the table: the loss's fixed keys and its tuning grid (each setting a few keys)."""
+    """One row of the table: the loss's fixed keys, the key it tunes and that key's grid (its paper's value
+    first), and the values beyond the grid's lowest and highest (None: nothing sensible lies there).
+
+    Where the grid's best value is its lowest or highest, the value beyond that edge is tried too
+    (:meth:`beyond_best`): a best setting at the edge of a grid says the grid did not bracket the optimum.
+    """
 
     name: str
     keys: tuple[str, ...]
-    grid: tuple[tuple[str, ...], ...]
+    key: str
+    values: tuple[str, ...]
+    beyond: tuple[str | None, str | None]
+
+    @property
+    def grid(self) -> tuple[tuple[str, ...], ...]:
+        """The grid's settings, each a tuple of ``key=value`` arguments."""
+        return tuple(self.setting(v) for v in self.values)
+
+    def setting(self, value: str) -> tuple[str, ...]:
+        """The ``key=value`` arguments of one value of the tuned key."""
+        return (f"{self.key}={value}",)
+
+    def beyond_best(self, scores: list[float]) -> tuple[str, ...] | None:
+        """The setting beyond the grid's edge where the grid's best (``scores`` in the grid's order; the
+        earliest on a tie) is its lowest or highest value; None when it is inside, or nothing lies beyond."""
+        best = float(self.values[best_of(scores)])
+        numbers = [float(v) for v in self.values]
+        for edge, value in zip((min(numbers), max(numbers)), self.beyond, strict=True):
+            if best == edge and value is not None:
+                return self.setting(value)
+        return None
+
+
+def best_of(scores: list[float]) -> int:
+    """The index of the highest score, the earliest on a tie."""
+    return max(range(len(scores)), key=lambda i: (scores[i], -i))
 
 
 LOSSES = (
-    Loss("supcon", ("loss=supcon",), (("temperature=0.1",), ("temperature=0.05",), ("temperature=0.2",))),
+    Loss("supcon", ("loss=supcon",), "temperature", ("0.1", "0.05", "0.2"), ("0.025", "0.4")),
     Loss(
         "triplet (semihard)",
         ("loss=triplet", "mining=semihard"),
-        (("margin=0.2",), ("margin=0.1",), ("margin=0.4",)),
+        "margin",
+        ("0.2", "0.1", "0.4"),
+        ("0.05", "0.8"),
     ),
+    # no neg_margin below the grid: under -1/9 (the regular simplex's cosine) no ten classes' means can all be
     Loss(
         "contrastive",
         ("loss=contrastive", "pos_margin=1.0"),
-        (("neg_margin=0.0",), ("neg_margin=0.3",), ("neg_margin=0.6",)),
+        "neg_margin",
+        ("0.0", "0.3", "0.6"),
+        (None, "0.9"),
     ),
-    Loss("multi_similarity", ("loss=multi_similarity",), (("base=0.5",), ("base=0.3",), ("base=0.7",))),
+    Loss("multi_similarity", ("loss=multi_similarity",), "base", ("0.5", "0.3", "0.7"), ("0.1", "0.9")),
     Loss(
         "multi_similarity + its miner",
         ("loss=multi_similarity", "miner=multi_similarity"),
-        (("base=0.5",), ("base=0.3",), ("base=0.7",)),
+        "base",
+        ("0.5", "0.3", "0.7"),
+        ("0.1", "0.9"),
     ),
-    Loss("circle", ("loss=circle",), (("gamma=80",), ("gamma=32",), ("gamma=256",))),
-    Loss("proxy_anchor", ("loss=proxy_anchor",), (("alpha=32",), ("alpha=16",), ("alpha=64",))),
-    Loss("proxy_nca", ("loss=proxy_nca",), (("loss_scale=1",), ("loss_scale=8",), ("loss_scale=32",))),
+    Loss("circle", ("loss=circle",), "gamma", ("80", "32", "256"), ("16", "512")),
+    Loss("proxy_anchor", ("loss=proxy_anchor",), "alpha", ("32", "16", "64"), ("8", "128")),
+    Loss("proxy_nca", ("loss=proxy_nca",), "loss_scale", ("1", "8", "32"), ("0.25", "128")),
     Loss(
         "normalized_softmax",
         ("loss=normalized_softmax",),
-        (("temperature=0.05",), ("temperature=0.02",), ("temperature=0.1",)),
+        "temperature",
+        ("0.05", "0.02", "0.1"),
+        ("0.01", "0.2"),
     ),
-    Loss("arcface", ("loss=arcface",), (("loss_margin=0.5",), ("loss_margin=0.3",), ("loss_margin=0.1",))),
-    Loss("cosface", ("loss=cosface",), (("loss_margin=0.35",), ("loss_margin=0.2",), ("loss_margin=0.1",))),
+    Loss("arcface", ("loss=arcface",), "loss_margin", ("0.5", "0.3", "0.1"), ("0.05", "0.7")),
+    Loss("cosface", ("loss=cosface",), "loss_margin", ("0.35", "0.2", "0.1"), ("0.05", "0.5")),
     Loss(
-        "sigmoid",
-        ("loss=sigmoid", "sigmoid_learn=true"),
-        (("sigmoid_bias=-10",), ("sigmoid_bias=-5",), ("sigmoid_bias=-2",)),
+        "sigmoid", ("loss=sigmoid", "sigmoid_learn=true"), "sigmoid_bias", ("-10", "-5", "-2"), ("-20", "0")
     ),
 )
 QUICK_LOSSES = (LOSSES[0], LOSSES[6])  # SupCon and ProxyAnchor: one batch loss, one proxy loss
@@ -197,14 +242,16 @@ def raw_pixels(plan: Plan) -> dict[str, dict[str, float]]:
 
 
 def expected_s(plan: Plan, left: list[tuple[str, int]]) -> float:
-    """Seconds the runs ``left`` (stage, steps) should take, at the training speed and evaluation time of the
-    finished runs of the same stage (of any stage when none is finished; 5 steps/s and 60 s otherwise)."""
+    """Seconds the runs ``left`` (stage, steps) should take: their steps at :func:`training_time`'s speed
+    (that of the finished runs made on a quiet machine; 5 steps/s before any has finished) and the median
+    evaluation time of the finished runs of the same stage (of any stage when none is finished; 60 s
+    otherwise)."""
+    rate = training_time(plan)["steps_per_s"] or 5.0
     done = [_timing(os.path.join(REPOSITORY, plan.root, stage)) for stage in ("tune", "a", "b")]
     every = [t for times in done for t in times]
     total = 0.0
     for stage, steps in left:
         own = done[("tune", "a", "b").index(stage)] or every
-        rate = statistics.median(t["steps_per_s"] for t in own) if own else 5.0
         evaluation = statistics.median(t["eval_s"] for t in own) if own else 60.0
         total += steps / rate + evaluation
     return total
@@ -221,41 +268,76 @@ def _timing(folder: str) -> list[dict[str, float]]:
     return found
 
 
-def _finished(plan: Plan, workdir: str) -> bool:
+def _finished_dir(workdir: str) -> bool:
     return os.path.exists(os.path.join(REPOSITORY, workdir, "report.json"))
 
 
-def tune(plan: Plan) -> dict[str, dict[str, Any]]:
-    """Every loss's grid, one seed at the tuning length; per loss its scores and the chosen setting."""
+def finished_only(line: list[str], workdir: str) -> tuple[dict, dict] | None:
+    """:func:`~benchmarks.cpu_recipe.trained`'s report and loads of a finished run, None for any other run
+    (nothing trains)."""
+    return trained(line, workdir) if _finished_dir(workdir) else None
+
+
+def tuned(plan: Plan, loss: Loss, read: Reader) -> dict[str, Any] | None:
+    """One loss's tuning: its grid, one seed at the tuning length, and the setting beyond the grid's edge
+    where the grid's best lies there (:meth:`Loss.beyond_best`); its scores and the chosen setting, the
+    best of all tried (the earliest on a tie). None until every run it needs has finished (``read`` says
+    None for a run that is not there)."""
+    scores: list[dict[str, Any]] = []
+    for setting in (*loss.grid, None):
+        if setting is None:  # the grid is done: one more setting where its best is at an edge
+            setting = loss.beyond_best([s["val_p_at_1"] for s in scores])
+            if setting is None:
+                break
+        got = read(tune_line(plan, loss, setting), run_dir(plan, "tune", loss.name, *setting))
+        if got is None:
+            return None
+        rep, loads = got
+        scores.append(
+            {"setting": list(setting), "val_p_at_1": rep["selection"][0]["precision_at_1"], **loads}
+        )
+    best = best_of([s["val_p_at_1"] for s in scores])
+    return {"scores": scores, "setting": scores[best]["setting"], "at_edge": _at_edge(scores, best)}
+
+
+def _at_edge(scores: list[dict[str, Any]], best: int) -> bool:
+    """Whether the chosen value is the lowest or highest tried: the settings tried do not bracket it."""
+    numbers = [float(s["setting"][0].split("=", 1)[1]) for s in scores]
+    return numbers[best] in (min(numbers), max(numbers))
+
+
+def tune(plan: Plan, read: Reader = trained) -> dict[str, dict[str, Any]]:
+    """Every loss's :func:`tuned` settings; per loss its scores and the chosen setting (with
+    ``read=finished_only``, only the losses whose tuning has finished)."""
     chosen = {}
     for loss in plan.losses:
-        scores = []
-        for setting in loss.grid:
-            workdir = run_dir(plan, "tune", loss.name, *setting)
-            rep, loads = trained(tune_line(plan, loss, setting), workdir)
-            scores.append(
-                {"setting": list(setting), "val_p_at_1": rep["selection"][0]["precision_at_1"], **loads}
-            )
+        got = tuned(plan, loss, read)
+        if got is None:
+            continue
+        for s in got["scores"]:
             print(
-                f"tune {loss.name} {' '.join(setting)}: validation P@1 {scores[-1]['val_p_at_1']:.4f}",
-                flush=True,
+                f"tune {loss.name} {' '.join(s['setting'])}: validation P@1 {s['val_p_at_1']:.4f}", flush=True
             )
-        best = max(range(len(scores)), key=lambda i: (scores[i]["val_p_at_1"], -i))
-        chosen[loss.name] = {"scores": scores, "setting": list(loss.grid[best])}
+        chosen[loss.name] = got
     return chosen
 
 
-def final(plan: Plan, chosen: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """Every loss's chosen setting on both protocols, each seed; per loss its runs and their summaries."""
+def final(plan: Plan, chosen: dict[str, dict[str, Any]], read: Reader = trained) -> list[dict[str, Any]]:
+    """Every tuned loss's chosen setting on both protocols, each seed; per loss its runs and their summaries
+    (with ``read=finished_only``, the finished runs, and a protocol's summaries only once all its seeds
+    have finished)."""
     rows = []
-    for loss in plan.losses:
+    for loss in (loss for loss in plan.losses if loss.name in chosen):
         setting = tuple(chosen[loss.name]["setting"])
         row: dict[str, Any] = {"loss": loss.name, "keys": [*loss.keys, *setting]}
         for protocol in ("a", "b"):
             runs = []
             for seed in plan.seeds:
-                workdir = run_dir(plan, protocol, loss.name, f"seed{seed}")
-                rep, loads = trained(final_line(plan, loss, setting, protocol, seed), workdir)
+                workdir = run_dir(plan, protocol, loss.name, *setting, f"seed{seed}")
+                got = read(final_line(plan, loss, setting, protocol, seed), workdir)
+                if got is None:
+                    continue
+                rep, loads = got
                 runs.append(
                     {
                         "seed": seed,
@@ -267,9 +349,13 @@ def final(plan: Plan, chosen: dict[str, dict[str, Any]]) -> list[dict[str, Any]]
                     }
                 )
                 print(f"({protocol}) {loss.name} seed {seed}: {json.dumps(runs[-1])}", flush=True)
-            row[protocol] = {"runs": runs, **_summary(runs)}
+            row[protocol] = {"runs": runs, **(_summary(runs) if len(runs) == len(plan.seeds) else {})}
         rows.append(row)
     return rows
+
+
+def _unfinished(protocol: dict[str, Any]) -> bool:
+    return "precision_at_1_mean" not in protocol
 
 
 def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -282,23 +368,34 @@ def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def planned(plan: Plan) -> list[tuple[str, str, int]]:
-    """(stage, run directory, steps) of every training of the sweep (the final runs of the grid's first
-    setting stand for those of the chosen one, whose choice is not known before tuning: the directories of
-    the final runs do not depend on it)."""
+    """(stage, run directory, steps) of every training of the sweep, as far as its finished runs tell: each
+    loss's grid, the setting beyond the grid's edge once the grid's scores ask for it, and the final runs of
+    the chosen setting (those of the grid's first setting stand for them until the choice is known)."""
     out = []
     for loss in plan.losses:
-        for setting in loss.grid:
-            out.append(("tune", run_dir(plan, "tune", loss.name, *setting), plan.tune_steps))
+        asked = [run_dir(plan, "tune", loss.name, *setting) for setting in loss.grid]
+
+        def reported(line: list[str], workdir: str, asked: list[str] = asked) -> tuple[dict, dict] | None:
+            asked.append(workdir)
+            path = os.path.join(REPOSITORY, workdir, "report.json")
+            if not os.path.exists(path):
+                return None
+            with open(path) as f:
+                return json.load(f), {}
+
+        got = tuned(plan, loss, reported)
+        out += [("tune", workdir, plan.tune_steps) for workdir in dict.fromkeys(asked)]
+        setting = loss.grid[0] if got is None else tuple(got["setting"])
         for protocol, share in (("a", 1.0), ("b", 0.5)):  # (b) trains on half the classes
             for seed in plan.seeds:
                 steps = round(share * (plan.steps or plan.full))
-                out.append((protocol, run_dir(plan, protocol, loss.name, f"seed{seed}"), steps))
+                out.append((protocol, run_dir(plan, protocol, loss.name, *setting, f"seed{seed}"), steps))
     return out
 
 
 def left_to_train(plan: Plan) -> list[tuple[str, int]]:
     """(stage, steps) of every run not finished yet."""
-    return [(stage, steps) for stage, workdir, steps in planned(plan) if not _finished(plan, workdir)]
+    return [(stage, steps) for stage, workdir, steps in planned(plan) if not _finished_dir(workdir)]
 
 
 def training_time(plan: Plan, quiet_load: float = QUIET_LOAD) -> dict[str, Any]:
@@ -321,6 +418,7 @@ def training_time(plan: Plan, quiet_load: float = QUIET_LOAD) -> dict[str, Any]:
     rate = statistics.median(quiet_rates or rates) if rates else None
     return {
         "trainings": len(runs),
+        "finished": len(rates),
         "steps": steps,
         "steps_per_s": rate,
         "quiet": bool(quiet_rates),
@@ -333,6 +431,8 @@ def table(rows: list[dict[str, Any]], raw: dict[str, dict[str, float]]) -> str:
     """The Markdown table of docs/losses.md: each loss's setting and its figures on both protocols."""
 
     def pct(summary: dict[str, Any], key: str) -> str:
+        if f"{key}_mean" not in summary:  # not every seed has finished
+            return "–"
         sd = summary[f"{key}_sd"]
         return f"{100 * summary[f'{key}_mean']:.1f}" + ("" if sd is None else f" ± {100 * sd:.1f}")
 
@@ -343,7 +443,7 @@ def table(rows: list[dict[str, Any]], raw: dict[str, dict[str, float]]) -> str:
     ]
     for r in rows:
         bar = raw["a"]["precision_at_1"] + ABOVE_RAW
-        reached = "yes" if r["a"]["precision_at_1_mean"] >= bar else "**no**"
+        reached = "–" if _unfinished(r["a"]) else "yes" if r["a"]["precision_at_1_mean"] >= bar else "**no**"
         keys = " ".join(k for k in r["keys"] if not k.startswith("loss="))
         body.append(
             [r["loss"], f"`{keys}`" if keys else "–"]
@@ -371,37 +471,80 @@ def page(
     plan: Plan, rows: list[dict[str, Any]], raw: dict[str, dict[str, float]], chosen: dict, time: dict
 ) -> str:
     """The page's section: how the table was made and how long it trains, the table, the losses under the
-    bar and the settings each loss tried."""
+    bar, those under the raw pixels on (b), and the settings each loss tried."""
     bar = raw["a"]["precision_at_1"] + ABOVE_RAW
-    under = [r["loss"] for r in rows if r["a"]["precision_at_1_mean"] < bar]
+    under = [r["loss"] for r in rows if not _unfinished(r["a"]) and r["a"]["precision_at_1_mean"] < bar]
+    complete = time["finished"] == time["trainings"]
     if time["hours"] is None:
         length = ""
     else:
-        quiet = f"the {time['quiet_runs']} runs made on a quiet machine"
+        n = time["quiet_runs"]
+        quiet = f"the {n} runs made on a quiet machine" if n > 1 else "the one run made on a quiet machine"
         made = quiet if time["quiet"] else "its runs, under load"
         rate = f"{time['steps_per_s']:.2f} steps/s"
         length = f": about {time['hours']:.1f} h at {rate}, the median speed of {made}"
     text = [
         f"`python -m benchmarks.reality_check --data {plan.data}` (Musgrave, Belongie & Lim 2020): every "
         f"loss trains the same network, data, augmentation and length (`{' '.join(RECIPE)}`). "
-        f"Each loss's grid is tuned with one seed at {plan.tune_steps} of the {plan.steps or plan.full} "
-        "steps, on a validation split of 10 % of the training images; the test set is never seen. (a): P@1 "
-        "and MAP@R of the test images against the training images; (b): the loss trains on classes 0-4, R@1 "
-        "and MAP@R among the test images of classes 5-9. Mean ± sd over seeds "
+        f"Each loss's grid of three values of one key is tuned with one seed at {plan.tune_steps} of the "
+        f"{plan.steps or plan.full} steps, on a validation split of a tenth of the training images; the "
+        "test set is never seen. Where the grid's best value is its lowest or highest, one value beyond "
+        "that edge is tried too, and the best of all tried goes on. "
+        "(a): P@1 and MAP@R of the test images against the training images; (b): the loss trains on "
+        "classes 0-4, R@1 and MAP@R among the test images of classes 5-9. Mean ± sd over seeds "
         f"{', '.join(str(s) for s in plan.seeds)}, in %. benchmarks/results/reality_check.json holds every "
         "run's figures and load.",
         f"The sweep is {time['trainings']} trainings, {time['steps']:,} steps in all{length}.",
+        *(
+            []
+            if complete
+            else [
+                f"**So far {time['finished']} of the {time['trainings']} trainings have finished**, and this "
+                f"section shows them (`--so-far`): – marks a protocol whose {len(plan.seeds)} seeds have "
+                "not all finished. The command above trains the rest and rewrites the section."
+            ]
+        ),
         table(rows, raw),
         (
             "Under the bar of raw pixels + 3 points on (a), with the settings below tried: "
             + ", ".join(under)
             + "."
             if under
-            else "Every loss reaches raw pixels + 3 points on (a)."
+            else f"Every loss {'' if complete else 'finished on (a) '}reaches raw pixels + 3 points on (a)."
         ),
+        *unseen_sentence(rows, raw),
+        *edge_sentence(chosen),
         tried(chosen),
     ]
     return "\n\n".join(text)
+
+
+def edge_sentence(chosen: dict[str, dict[str, Any]]) -> list[str]:
+    """The losses whose chosen value is the lowest or highest they tried (a better one may lie beyond it);
+    nothing when every choice is bracketed."""
+    edge = [name for name, c in chosen.items() if c["at_edge"]]
+    if not edge:
+        return []
+    return [
+        "Chosen at the edge of the values tried, so a better setting may lie beyond it: "
+        + ", ".join(edge)
+        + "."
+    ]
+
+
+def unseen_sentence(rows: list[dict[str, Any]], raw: dict[str, dict[str, float]]) -> list[str]:
+    """What the finished losses do on (b) beside the raw pixels' R@1 there (no bar: the bar is on (a) only);
+    nothing when no loss has finished on (b)."""
+    done = [r for r in rows if not _unfinished(r["b"])]
+    if not done:
+        return []
+    pixels = raw["b"]["precision_at_1"]
+    below = [r["loss"] for r in done if r["b"]["precision_at_1_mean"] < pixels]
+    if len(below) == len(done):
+        return [f"On (b), the raw pixels' R@1 ({100 * pixels:.1f}) is above every loss finished there."]
+    if not below:
+        return [f"On (b), every loss finished there is above the raw pixels' R@1 ({100 * pixels:.1f})."]
+    return [f"On (b), below the raw pixels' R@1 ({100 * pixels:.1f}): {', '.join(below)}."]
 
 
 def write_page(text: str, path: str = os.path.join(REPOSITORY, PAGE)) -> None:
@@ -429,6 +572,11 @@ def main() -> None:
     ap.add_argument(
         "--print", action="store_true", help="print the runs left and their expected time, then stop"
     )
+    ap.add_argument(
+        "--so-far",
+        action="store_true",
+        help="train nothing: write the table and the page's section from the runs finished so far",
+    )
     add_out_argument(ap)
     args = ap.parse_args()
     machine = machine_info()
@@ -439,8 +587,9 @@ def main() -> None:
         print(f"{len(left)} trainings left: expected {hours:.1f} h on this machine", flush=True)
         if args.print:
             return
-        chosen = tune(plan)
-        rows = final(plan, chosen)
+        read = finished_only if args.so_far else trained
+        chosen = tune(plan, read)
+        rows = final(plan, chosen, read)
         raw = raw_pixels(plan)
     print(table(rows, raw))
     out = destination(args.out, quick=args.quick)

@@ -869,14 +869,15 @@ def test_reality_check_page_says_its_length_and_the_settings_tried(tmp_path):
     for i, (_, workdir, _) in enumerate(runs):
         os.makedirs(workdir)
         quiet = i in (1, 4)  # started and ended below 2.5
-        (Path(workdir) / "report.json").write_text(
-            json.dumps({"timing": {"steps_per_s": [1, 4, 1, 1, 6, 1, 1][i]}})
-        )
+        timing = {"steps_per_s": [1, 4, 1, 1, 6, 1, 1][i], "eval_s": [9, 9, 9, 30, 40, 20, 20][i]}
+        selection = [{"precision_at_1": [0.8, 0.7, 0.75, 0, 0, 0, 0][i]}]  # the grid's first is best
+        (Path(workdir) / "report.json").write_text(json.dumps({"timing": timing, "selection": selection}))
         loads = {"load_before": [1.0 if quiet else 2.0, 0, 0], "load_after": [2.0 if quiet else 5.0, 0, 0]}
         (Path(workdir) / "load.json").write_text(json.dumps(loads))
     time = reality_check.training_time(plan)
     assert time == {
         "trainings": 7,
+        "finished": 7,
         "steps": 750,
         "steps_per_s": 5.0,
         "quiet": True,
@@ -886,6 +887,8 @@ def test_reality_check_page_says_its_length_and_the_settings_tried(tmp_path):
     loud = reality_check.training_time(plan, quiet_load=1.5)
     assert not loud["quiet"] and loud["steps_per_s"] == 1.0 and loud["hours"] == 750 / 3600
     assert reality_check.left_to_train(plan) == []
+    # the runs left at the quiet speed, each with its stage's median evaluation time
+    assert reality_check.expected_s(plan, [("a", 200), ("tune", 50)]) == 200 / 5 + 35 + 50 / 5 + 9
 
     raw = {"a": {"precision_at_1": 0.85, "map_at_r": 0.5}, "b": {"precision_at_1": 0.7, "map_at_r": 0.4}}
     summary = {"precision_at_1_sd": None, "map_at_r_mean": 0.6, "map_at_r_sd": None}
@@ -907,8 +910,9 @@ def test_reality_check_page_says_its_length_and_the_settings_tried(tmp_path):
         "good": {
             "setting": ["t=1"],
             "scores": [{"setting": ["t=2"], "val_p_at_1": 0.5}, {"setting": ["t=1"], "val_p_at_1": 0.75}],
+            "at_edge": False,
         },
-        "weak": {"setting": ["m=0"], "scores": [{"setting": ["m=0"], "val_p_at_1": 0.4}]},
+        "weak": {"setting": ["m=0"], "scores": [{"setting": ["m=0"], "val_p_at_1": 0.4}], "at_edge": True},
     }
     text = reality_check.page(plan, rows, raw, chosen, time)
     assert (
@@ -917,7 +921,117 @@ def test_reality_check_page_says_its_length_and_the_settings_tried(tmp_path):
     )
     assert "tuned with one seed at 50 of the 200 steps" in text and "--data digits" in text
     assert "with the settings below tried: weak." in text
+    assert "Chosen at the edge of the values tried, so a better setting may lie beyond it: weak." in text
+    assert "one value beyond that edge is tried too" in text
     assert "| good | `t=2` 50.0 · **`t=1` 75.0** |" in text and "| weak | **`m=0` 40.0** |" in text
     assert reality_check.table(rows, raw) in text
     assert "under load" in reality_check.page(plan, rows[:1], raw, chosen, loud)
     assert "Every loss reaches raw pixels + 3 points" in reality_check.page(plan, rows[:1], raw, chosen, loud)
+    assert "On (b), every loss finished there is above the raw pixels' R@1 (70.0)." in text  # both at 80.0
+    rows[1]["b"] = summary | {"precision_at_1_mean": 0.6}
+    below = "On (b), below the raw pixels' R@1 (70.0): weak."
+    assert below in reality_check.page(plan, rows, raw, chosen, time)
+    rows[0]["b"] = summary | {"precision_at_1_mean": 0.65}
+    every = "On (b), the raw pixels' R@1 (70.0) is above every loss finished there."
+    assert every in reality_check.page(plan, rows, raw, chosen, time)
+
+
+def test_reality_check_tries_one_value_beyond_an_edge_of_the_grid(tmp_path):
+    """A grid whose best value is its lowest or highest trains the value beyond that edge (once the grid has
+    finished: the plan counts it then), and the best of all tried is chosen; a choice still at the edge of
+    what was tried is flagged, one bracketed by its neighbours is not. Nothing lies below contrastive's
+    neg_margin=0.0, so a best there is flagged without a run beyond."""
+    supcon, contrastive = reality_check.LOSSES[0], reality_check.LOSSES[2]
+    plan = reality_check.Plan("digits", None, 50, (0,), (supcon,), str(tmp_path), full=200)
+    assert [s[0] for s in supcon.grid] == ["temperature=0.1", "temperature=0.05", "temperature=0.2"]
+    assert supcon.beyond_best([0.8, 0.9, 0.7]) == ("temperature=0.025",)  # 0.05, the lowest, is best
+    assert supcon.beyond_best([0.8, 0.7, 0.9]) == ("temperature=0.4",)  # 0.2, the highest
+    assert supcon.beyond_best([0.9, 0.8, 0.9]) is None  # 0.1 inside (the earliest of a tie)
+    assert contrastive.beyond_best([0.9, 0.8, 0.7]) is None  # neg_margin=0.0: nothing below
+
+    def reader(scores):
+        def read(line, workdir):
+            (setting,) = [k for k in line if k.startswith("temperature=")]
+            if setting not in scores:
+                return None
+            return {"selection": [{"precision_at_1": scores[setting]}]}, {}
+
+        return read
+
+    grid = {"temperature=0.1": 0.8, "temperature=0.05": 0.9, "temperature=0.2": 0.7}
+    assert reality_check.tuned(plan, supcon, reader(grid)) is None  # the run beyond 0.05 is not there yet
+    lost = reality_check.tuned(plan, supcon, reader(grid | {"temperature=0.025": 0.85}))
+    assert lost["setting"] == ["temperature=0.05"] and not lost["at_edge"]
+    assert [s["setting"] for s in lost["scores"]][-1] == ["temperature=0.025"]
+    won = reality_check.tuned(plan, supcon, reader(grid | {"temperature=0.025": 0.95}))
+    assert won["setting"] == ["temperature=0.025"] and won["at_edge"]
+    inside = reality_check.tuned(plan, supcon, reader({**grid, "temperature=0.1": 0.95}))
+    assert len(inside["scores"]) == 3 and not inside["at_edge"]
+
+    def stages():
+        return [(stage, Path(workdir).name) for stage, workdir, _ in reality_check.planned(plan)]
+
+    names = ["supcon_temperature-0.1", "supcon_temperature-0.05", "supcon_temperature-0.2"]
+    finals = [("a", "supcon_temperature-0.1_seed0"), ("b", "supcon_temperature-0.1_seed0")]
+    assert stages() == [("tune", n) for n in names] + finals  # the grid's first stands for the choice
+    for name, score in zip(names, (0.8, 0.9, 0.7), strict=True):
+        os.makedirs(tmp_path / "tune" / name)
+        report = {"selection": [{"precision_at_1": score}]}
+        (tmp_path / "tune" / name / "report.json").write_text(json.dumps(report))
+    beyond = ("tune", "supcon_temperature-0.025")
+    assert stages() == [("tune", n) for n in names] + [beyond] + finals
+    os.makedirs(tmp_path / "tune" / beyond[1])
+    (tmp_path / "tune" / beyond[1] / "report.json").write_text(
+        json.dumps({"selection": [{"precision_at_1": 1}]})
+    )
+    chosen = [("a", "supcon_temperature-0.025_seed0"), ("b", "supcon_temperature-0.025_seed0")]
+    assert stages() == [("tune", n) for n in names] + [beyond] + chosen  # the finals follow the choice
+
+
+def test_reality_check_so_far_shows_the_finished_runs_and_trains_nothing(tmp_path):
+    """--so-far: a loss is in the table once its whole grid has finished, a protocol's figures once all its
+    seeds have ('–' before), only losses finished on (a) are judged against the bar, and the page says how
+    many trainings have finished; finished_only trains nothing."""
+    plan = reality_check.Plan("digits", None, 50, (0, 1), reality_check.LOSSES[:2], str(tmp_path), full=200)
+    supcon, triplet = plan.losses
+    scores = {
+        "temperature=0.1": 0.8,
+        "temperature=0.05": 0.9,
+        "temperature=0.2": 0.7,
+        "temperature=0.025": 0.85,
+    }
+    finals = {("a", 0): 0.80, ("a", 1): 0.82, ("b", 0): 0.6}  # (b) seed 1 not finished
+
+    def read(line, workdir):
+        stage, name = Path(workdir).parent.name, Path(workdir).name
+        rep = {"timing": {"train_s": 1.0, "steps_run": 50}}
+        if stage == "tune" and name.startswith("supcon"):
+            (setting,) = [k for k in line if k.startswith("temperature=")]
+            return rep | {"selection": [{"precision_at_1": scores[setting]}]}, {"load_before": None}
+        if stage == "tune" and name.endswith("margin-0.2"):  # one of triplet's three settings
+            return rep | {"selection": [{"precision_at_1": 0.5}]}, {"load_before": None}
+        seed = int(name[-1])
+        if stage in "ab" and (stage, seed) in finals and name.startswith("supcon"):
+            os.makedirs(workdir, exist_ok=True)
+            (Path(workdir) / reality_check.ANALYSIS).write_text(json.dumps({"map_at_r": 0.5}))
+            return rep | {"precision_at_1": finals[stage, seed]}, {"load_before": None}
+        return None
+
+    chosen = reality_check.tune(plan, read)
+    assert list(chosen) == ["supcon"] and chosen["supcon"]["setting"] == ["temperature=0.05"]
+    (row,) = reality_check.final(plan, chosen, read)
+    assert row["a"]["precision_at_1_mean"] == pytest.approx(0.81) and len(row["b"]["runs"]) == 1
+    assert "precision_at_1_mean" not in row["b"]
+    raw = {"a": {"precision_at_1": 0.85, "map_at_r": 0.5}, "b": {"precision_at_1": 0.7, "map_at_r": 0.4}}
+    text = reality_check.table([row], raw)
+    last = "| supcon | `temperature=0.05` | 81.0 ± 1.4 | 50.0 ± 0.0 | – | – | **no** |"
+    assert text.splitlines()[-1] == last
+    time = {"trainings": 14, "finished": 6, "steps": 1050, "hours": None}
+    page = reality_check.page(plan, [row], raw, chosen, time)
+    assert "So far 6 of the 14 trainings have finished" in page and "settings below tried: supcon." in page
+    assert "On (b)" not in page  # no loss finished there yet
+    row["a"] = {"runs": row["a"]["runs"][:1]}  # (a) not finished either: nothing judged
+    page = reality_check.page(plan, [row], raw, chosen, time)
+    assert "| – | – | – | – | – |" in page and "Every loss finished on (a) reaches" in page
+    assert reality_check.finished_only(["steps=1"], str(tmp_path / "nowhere")) is None
+    assert not (tmp_path / "nowhere").exists()

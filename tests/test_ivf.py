@@ -2,6 +2,8 @@
 a numpy scan of the probed lists, sharded over 4 fake devices = one device, the circular k-means on the
 torus, adds in steps and growth without retraining, write/read, and every bad input refused unchanged."""
 
+import logging
+
 import jax
 import numpy as np
 import pytest
@@ -21,6 +23,7 @@ from geojax.search import (
     read_index,
     write_index,
 )
+from geojax.search import flat as flat_module
 
 pytestmark = pytest.mark.multidevice
 
@@ -382,6 +385,8 @@ def test_indexes_rank_as_their_devices_not_the_default_backend(monkeypatch):
     largest = merge._largest
     monkeypatch.setattr(merge, "_largest", lambda v, k: calls.append(k) or largest(v, k))
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    ivf._search_program.cache_clear()  # programs are shared by indexes of one shape: trace anew
+    flat_module._functions.cache_clear()
     for idx in (built(codec, x, 5), IndexFlat(codec, mesh=mesh())):  # new indexes: traced under the patch
         if idx.ntotal == 0:
             idx.add(x)
@@ -389,6 +394,26 @@ def test_indexes_rank_as_their_devices_not_the_default_backend(monkeypatch):
         for got, ref in zip(idx.search(q, 40), want, strict=True):
             np.testing.assert_array_equal(np.asarray(got), ref)
         assert calls, type(idx).__name__
+
+
+def test_indexes_of_one_shape_share_their_compiled_searches(caplog):
+    # An index rebuilt from another's state (as read_index does) on an equal mesh searches with the programs
+    # the first one compiled: nothing is compiled for its search.
+    codec, x = codecs_and_data(np.random.default_rng(4))["binary"]
+    q = x[[1, 50, 400]]
+    for index in (built(codec, x, 6, nprobe=2), IndexFlat(codec, mesh=mesh((4,)))):
+        if index.ntotal == 0:
+            index.add(x)
+        want = [np.asarray(a) for a in index.search(q, 7)]
+        meta, arrays = index.state()
+        copy = type(index).from_state(codec, meta, arrays, mesh=mesh((4,)))
+        caplog.clear()
+        with jax.log_compiles(), caplog.at_level(logging.WARNING):
+            got = copy.search(q, 7)
+        compiled = [r.getMessage() for r in caplog.records if "ompil" in r.getMessage()]
+        assert not compiled, (type(index).__name__, compiled)
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_array_equal(np.asarray(a), b)
 
 
 def decoded_numpy(case: str, codec, x: np.ndarray) -> np.ndarray:

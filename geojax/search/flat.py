@@ -98,7 +98,7 @@ class IndexFlat(Index):
         self._row_bytes = operand.shape[1] * operand.dtype.itemsize
         self._shard_of, self._owners = placement.shard_owners(self.mesh, db_axis)
         self.shards = len(self._owners)
-        self._fns = _Functions(self.mesh, db_axis, query_axis, self._spec)
+        self._fns = _functions(self.mesh, db_axis, query_axis, self._spec)
         self.reset()
 
     @property
@@ -320,7 +320,7 @@ class IndexFlat(Index):
 
 
 class _Functions:
-    """The index's compiled steps over its mesh (one set per index: the mesh and scan are fixed)."""
+    """The compiled steps over one mesh for one scan, shared by every index with both (:func:`_functions`)."""
 
     def __init__(self, mesh, db_axis: str, query_axis: str | None, spec: scan.Scan) -> None:
         self.mesh, self.db_axis, self.query_axis, self.spec = mesh, db_axis, query_axis, spec
@@ -519,3 +519,10 @@ def filtered_topk(
     d, i = lax.map(one_block, (padded.reshape(blocks, qb, *queries.shape[1:]), firsts))
     d, i = d.reshape(blocks * qb, k)[:nq], i.reshape(blocks * qb, k)[:nq]
     return merge_over_axis(d, i, k, axis, empty=big, platform=platform)
+
+
+@functools.lru_cache(maxsize=64)
+def _functions(mesh: jax.sharding.Mesh, db_axis: str, query_axis: str | None, spec: scan.Scan) -> _Functions:
+    """The one :class:`_Functions` of a mesh, its axes and a scan: a rebuilt or read-back index compiles
+    nothing new."""
+    return _Functions(mesh, db_axis, query_axis, spec)

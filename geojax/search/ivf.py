@@ -18,10 +18,10 @@ and each list's segments on a device are consecutive there. A search first finds
 nearest centroids, then groups its (query, list) pairs by list on the host: each probed list's queries in
 tiles of up to 32 (the power of two at or below the mean queries per probed list), and each tile meets each
 of its list's segments on a device once, as dense blocks of up to ``span`` consecutive segments (the power of
-two at or below the mean segments of a probed list on a device, at most 1,024 rows; segments past the list's
-are masked): the codec's flat-scan kernel over [tile, width] queries against the block's [width, rows]
-columns, the rows read once for all the tile's queries. PQ's lookup tables are read where they lie, each
-query's contiguous, not gathered per block.
+two at or below the mean segments of a probed list on a device, at most 256 rows or one segment; segments
+past the list's are masked): the codec's flat-scan kernel over [tile, width] queries against the block's
+[width, rows] columns, the rows read once for all the tile's queries. PQ's lookup tables are read where they
+lie, each query's contiguous, not gathered per block.
 One jitted program per device scans its units, a chunk at a time (at most 4 MiB of codes and 512 KiB of
 distances), only the chunks that hold units (tile and unit counts are static shapes rounded up within 25 %,
 so few shapes compile). The selection is in groups (the flat scan's argument, carried to rows of many
@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import functools
 import zlib
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -80,6 +81,7 @@ from geojax.search.ivf_scan import (
 )
 from geojax.search.merge import merge_topk
 from geojax.search.placement import NO_ID
+from geojax.search.scan import Scan
 
 _ADD_ROWS = 1 << 16  # rows encoded and filed per step of an add
 
@@ -158,7 +160,6 @@ class IndexIVF(Index):
         self.shards = self.mesh.shape[db_axis]
         self.nprobe = nprobe
         self.centroids: jax.Array | None = None
-        self._search_fns: dict = {}
         self.reset()
 
     @property
@@ -351,7 +352,8 @@ class IndexIVF(Index):
         row_bytes = operand.shape[1] * operand.dtype.itemsize
         plan, per_query, span, chunk = schedule(probe, layout.starts, layout.segment, row_bytes)
         group = group_rows(layout.segment, per_query, k)
-        fn = self._search_fn(k, layout.segment, span, chunk, group, filtered)
+        shape = (k, layout.segment, span, chunk, group, filtered)
+        fn = _search_program(self.mesh, self.db_axis, self.codec.scan, *shape)
         put = functools.partial(placement.put_shards, self.mesh, self.db_axis, self._shard_of)
         sharded = [
             put(lambda s, a=a: a[s], (a.shape[0] * a.shape[1], *a.shape[2:]))
@@ -366,32 +368,6 @@ class IndexIVF(Index):
         ]
         d, i = fn(queries, layout.codes, layout.ids, plan.tiles, *sharded, self.codec.aux, bits)
         return _merge_processes(d, i, k) if jax.process_count() > 1 else (d, i)
-
-    def _search_fn(self, k: int, segment: int, span: int, chunk: int, group: int, filtered: bool):
-        key = (k, segment, span, chunk, group, filtered)
-        if key not in self._search_fns:
-            spec, db = self.codec.scan, P(self.db_axis)
-            local = functools.partial(
-                shard_search,
-                spec=spec,
-                axis=self.db_axis,
-                k=k,
-                segment=segment,
-                span=span,
-                chunk=chunk,
-                group=group,
-                filtered=filtered,
-                platform=placement.platform(self.mesh),
-            )
-            mapped = jax.shard_map(
-                local,
-                mesh=self.mesh,
-                in_specs=(P(), db, db, P(), db, db, db, db, db, db, P(), P()),
-                out_specs=(P(), P()),
-                check_vma=False,
-            )
-            self._search_fns[key] = jax.jit(mapped)
-        return self._search_fns[key]
 
     # ----------------------------------------------------------------------------------------------- files
     def state(self) -> tuple[dict, dict]:
@@ -485,3 +461,43 @@ def _merge_processes(d: jax.Array, i: jax.Array, k: int) -> tuple[jax.Array, jax
     cand_i = np.concatenate(list(gathered_i), axis=1)
     md, mi = merge_topk(jnp.asarray(cand_d), jnp.asarray(np.where(cand_i < 0, NO_ID, cand_i)), k)
     return md, jnp.where(mi < NO_ID, mi, -1)
+
+
+@functools.lru_cache(maxsize=256)
+def _search_program(
+    mesh: jax.sharding.Mesh,
+    db_axis: str,
+    spec: Scan,
+    k: int,
+    segment: int,
+    span: int,
+    chunk: int,
+    group: int,
+    filtered: bool,
+) -> Callable:
+    """The jitted list-major search over ``mesh`` for one scan and schedule shape.
+
+    Shared by every index with that mesh, scan and shape, so an index read back or rebuilt reuses what an
+    earlier one compiled.
+    """
+    local = functools.partial(
+        shard_search,
+        spec=spec,
+        axis=db_axis,
+        k=k,
+        segment=segment,
+        span=span,
+        chunk=chunk,
+        group=group,
+        filtered=filtered,
+        platform=placement.platform(mesh),
+    )
+    db = P(db_axis)
+    mapped = jax.shard_map(
+        local,
+        mesh=mesh,
+        in_specs=(P(), db, db, P(), db, db, db, db, db, db, P(), P()),
+        out_specs=(P(), P()),
+        check_vma=False,
+    )
+    return jax.jit(mapped)

@@ -25,7 +25,7 @@ _MAX_SEGMENT = 1024  # the most rows per segment chosen from the lists' sizes
 _SLACK = 0.08  # the padding a chosen segment size may add, as a share of the rows
 _MAX_GROUP = 32  # rows per group of a search's selection
 _MAX_TILE = 32  # queries per tile
-_MAX_SPAN = 1024  # the most rows a unit scans (its consecutive segments of one list)
+_MAX_SPAN = 256  # the most rows a unit scans, its masked tail included (consecutive segments of one list)
 _CHUNK_CODES = 4 << 20  # segment bytes read per chunk of units of a search
 _CHUNK_DISTANCES = 512 << 10  # distance bytes per chunk (with PQ's lookup tables, within the L2 cache)
 _EMPTY = np.int32(np.iinfo(np.int32).max)  # the order key of no row (above every distance's)
@@ -251,7 +251,8 @@ def schedule(
     Each probed list's queries are cut into tiles (queries per tile: the power of two at or below the mean
     queries per probed list, at most 32), and each tile meets each of the list's segments on a device once,
     ``span`` consecutive segments at a time (span: the power of two at or below the mean segments of a probed
-    list on a device, at most 1,024 rows; the segments past the list's are masked, not scanned into results).
+    list on a device, at most 256 rows or one segment; the segments past the list's are masked, not scanned
+    into results).
 
     Args:
         probe: [Q, nprobe] int32 probed lists (distinct within a row).
