@@ -26,7 +26,8 @@ crop-and-flip view per image, AdamW, 12 epochs, batch 256) with KoLeo off, so th
 A loss "reaches the bar" when its mean P@1 on protocol (a) is at least the raw pixels' + 3 points. MAP@R
 (Musgrave et al. 2020) is computed here from each run's embeddings and kept in its run directory
 (analysis.json). Each training lives in ``benchmarks/results/reality_check_runs/STAGE/NAME`` (:data:`RUNS`;
-NAME holds the loss, the setting and, for a final run, the seed), whose report.json, config.json, load.json
+NAME holds the loss, the setting and, for a final run, the seed: the final runs of a setting that a later
+tuning run displaced stay there, unread), whose report.json, config.json, load.json
 and analysis.json are committed as they finish: the sweep goes on from any checkout, reading finished runs
 back. Before it trains, the command prints the runs left and their expected time. A full run writes
 ``benchmarks/results/reality_check.json`` and the section "Reality check on Fashion-MNIST" of docs/losses.md
