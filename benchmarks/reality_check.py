@@ -125,7 +125,8 @@ LOSSES = (
         ("0.2", "0.1", "0.4"),
         ("0.05", "0.8"),
     ),
-    # no neg_margin below the grid: under -1/9 (the regular simplex's cosine) no ten classes' means can all be
+    # no neg_margin below the grid's 0.0: ten unit vectors cannot all pairwise sit under a cosine of -1/9 (the
+    # regular simplex's), so a margin one step below (-0.3) would ask every negative pair for the impossible
     Loss(
         "contrastive",
         ("loss=contrastive", "pos_margin=1.0"),
