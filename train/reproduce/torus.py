@@ -439,7 +439,10 @@ def stability_claims(n: dict[str, Any]) -> list[Claim]:
     # Clipped runs that learned nothing cannot diverge either: "fewer diverge" needs clipped runs that learn.
     clipped_learn = 2 * clip["learned"] >= clip["runs"] > 0
     ours = _stability_text(totals) + _left_out_text(n["left_out"]) + " (per D in the table below)"
-    need = f"needs at least half of the clipped runs to learn (P@1 ≥ {LEARNED:g}× chance), else inconclusive"
+    need = (
+        f"needs at least half of the clipped runs to learn (P@1 ≥ {LEARNED:g}× chance), else inconclusive, "
+        "and none learning: not testable at this scale"
+    )
     fisher = "Fisher's exact test, one-sided p < 0.05 (significantly more: does not hold; else inconclusive)"
     koleo = f"KoLeo {RECIPE['koleo']}"
     return [
