@@ -900,3 +900,21 @@ def test_render_lists_recipe_trials_for_results_of_the_current_recipe_alone(outp
     again = {r["seed"]: r for r in main(["render", "--out", str(folder)])}["004"]
     assert "recipe_trials" not in again["details"]
     assert not [n for n in again["notes"] if n.startswith(rules.TRIALS_NOTE)]
+
+
+def test_simo_tuned_note_states_the_chosen_weight_beside_the_bar():
+    """The tuning's line names the weight of the best validation P@1 (not the best test P@1) and how far its
+    test P@1 falls from raw-pixel 1-NN + ABOVE_BASELINE; nothing before a tuning run or a report exists."""
+    run = records.Run(name="simo-D16-seed0", overrides={}, seed=0, steps=1, epochs=1.0)
+    run.report = {"precision_at_1": 0.7, "baseline_raw_1nn": {"precision_at_1": 0.85}}
+    tuning = [
+        {"weight": 0.1, "val_p_at_1": 0.66, "p_at_1": 0.65, "epoch": 12},
+        {"weight": 1.0, "val_p_at_1": 0.63, "p_at_1": 0.70, "epoch": 12},
+    ]
+    note = simo.tuned_note(tuning, [run])
+    assert note.startswith(simo.TUNED_NOTE + ", 0.1, reached a test P@1 of 65.0")
+    assert "23.0 points short of raw-pixel 1-NN + 3 points" in note
+    tuning[0]["p_at_1"] = 0.90
+    assert "2.0 points above raw-pixel 1-NN + 3 points" in simo.tuned_note(tuning, [run])
+    assert simo.tuned_note([], [run]) is None
+    assert simo.tuned_note(tuning, [records.Run(name="x", overrides={}, seed=0, steps=1, epochs=1.0)]) is None
