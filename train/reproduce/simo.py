@@ -607,6 +607,11 @@ WEIGHT_NOTE = (
 )
 
 
+def chosen(tuning: list[dict[str, Any]]) -> dict[str, Any]:
+    """The tuning run of the best validation P@1 (never the test split's)."""
+    return max(tuning, key=lambda t: t["val_p_at_1"])
+
+
 def detail_tables(details: dict[str, Any], runs: list[Run]) -> list[tuple[str, str]]:
     """The orthogonality weight's tuning (where a tuning run finished) and the runs."""
     tuning = details.get("tuning") or []
@@ -623,7 +628,7 @@ def detail_tables(details: dict[str, Any], runs: list[Run]) -> list[tuple[str, s
             for t in tuning
         ]
     )
-    best = max(tuning, key=lambda t: t["val_p_at_1"])
+    best = chosen(tuning)
     title = (
         f"SimO's orthogonality weight on a validation split (D = {DIM}, the first training seed): the best "
         f"of {len(tuning)} tried, {best['weight']:g}"
@@ -640,7 +645,7 @@ def tuned_note(tuning: list[dict[str, Any]], runs: list[Run]) -> str | None:
     raw = next((r.report["baseline_raw_1nn"]["precision_at_1"] for r in runs if r.report), math.nan)
     if not tuning or not math.isfinite(raw):
         return None
-    best = max(tuning, key=lambda t: t["val_p_at_1"])
+    best = chosen(tuning)
     gap = 100 * (raw + ABOVE_BASELINE - best["p_at_1"])
     where = f"{gap:.1f} points short of" if gap > 0 else f"{-gap:.1f} points above"
     return (
