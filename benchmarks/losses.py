@@ -23,8 +23,10 @@ plain jnp form of its formula on the same cosine matrix (no checks, no masks bey
 stop-gradient maxima, no NaN guard, no device axis): geojax/floor says what geojax's generality costs. The
 values are checked against each other before timing. Times are medians of --repeats rounds that time
 geojax, its floor and PML in turn (after a warm-up call each), so that load from other processes falls on
-all alike; geojax is jitted (jax picks the device), torch runs on CPU with as many threads as there are
-cores (on its CUDA device with ``--gpu``).
+all alike; each sample follows SETTLE_S seconds of untimed calls of the same contender, so that none is
+timed in the wake of another (torch's OpenMP workers spin on after each call, and on a 2-core machine that
+takes a core from the next JAX call). geojax is jitted (jax picks the device), torch runs on CPU with as
+many threads as there are cores (on its CUDA device with ``--gpu``).
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ CLASSES = {"proxy_anchor C=100": 100, "proxy_anchor C=1000": 1000, "arcface C=10
 ARC_MARGIN_DEGREES = 28.6  # pytorch-metric-learning's default ArcFace margin
 ARC_MARGIN = math.radians(ARC_MARGIN_DEGREES)
 NO_PML = ("sigmoid",)  # PML has no such loss: its row compares with the floor alone
+SETTLE_S = 0.05  # untimed calls of a contender before each of its samples (timing.interleaved)
 # (N of the timed rows, N of the memory table) by (--gpu, --quick)
 SIZES = {
     (False, False): ((1024, 4096), 16384),
@@ -243,7 +246,8 @@ def _agreement(value: float, other: float) -> float:
 
 def time_losses(sizes, args) -> list[dict]:
     """One row per (N, loss): geojax's, its floor's and PML's fwd+bwd :class:`Timing` (None when the floor or
-    PML did not run), timed in alternating rounds after one warm-up call each, and a note (the values'
+    PML did not run), timed in alternating rounds after one warm-up call each, each sample settled
+    (:data:`SETTLE_S`), and a note (the values'
     agreement, or why PML did not run; ``pml_need_gb`` its estimated memory then)."""
     rows = []
     for n in sizes:
@@ -282,7 +286,7 @@ def time_losses(sizes, args) -> list[dict]:
                     peer = None
             if peer is not None:
                 calls["pml"] = Call(peer)
-            times = interleaved(calls, rounds=args.repeats, warmup=0)
+            times = interleaved(calls, rounds=args.repeats, warmup=0, settle_s=SETTLE_S)
             row.update(geojax=times["geojax"], floor=times.get("floor"))
             if peer is not None:
                 row.update(pml=times["pml"], note=f"geojax {value:.6f} vs PML {pml_value:.6f} "

@@ -27,7 +27,7 @@ from train.helpers.results import (
     other_machine,
     write_result,
 )
-from train.helpers.timing import Timing, measure
+from train.helpers.timing import Call, Timing, interleaved, measure
 
 
 def _sleeper(seconds: float, calls: list):
@@ -113,6 +113,35 @@ def test_blocks_on_jax_results():
     jax.block_until_ready(unblocked.result)
     assert blocked.result.is_ready()
     assert blocked.median > 10 * unblocked.median
+
+
+def test_interleaved_takes_one_sample_of_each_contender_per_round_in_turn():
+    calls: list = []
+    times = interleaved(
+        {"a": Call(_sleeper(0.002, calls), ("a",)), "b": Call(_sleeper(0.004, calls), ("b",))},
+        rounds=3,
+        warmup=2,
+    )
+    assert calls == ["a", "a", "b", "b"] + ["a", "b"] * 3  # the warm-ups, then the rounds in turn
+    assert len(times["a"].seconds) == len(times["b"].seconds) == 3
+    assert times["a"].median < times["b"].median and times["b"].result == "b"
+
+
+def test_interleaved_settles_each_contender_before_its_sample():
+    """With settle_s, untimed calls of the same contender fill at least settle_s before each sample."""
+    starts: list = []
+
+    def contender(tag):
+        starts.append((tag, time.perf_counter()))
+        time.sleep(0.01)
+
+    times = interleaved({t: Call(contender, (t,)) for t in "ab"}, rounds=2, warmup=0, settle_s=0.025)
+    runs = [[t for _, t in group] for _, group in itertools.groupby(starts, key=lambda s: s[0])]
+    assert [tag for tag, _ in itertools.groupby(tag for tag, _ in starts)] == ["a", "b", "a", "b"]
+    assert all(len(run) >= 2 and run[-1] - run[0] >= 0.025 for run in runs)  # settling, then the sample
+    assert all(s < 0.025 for s in times["a"].seconds + times["b"].seconds)  # the sample alone is timed
+    with pytest.raises(ValueError, match="settle_s"):
+        interleaved({"a": Call(lambda: None, ())}, rounds=1, settle_s=-1.0)
 
 
 def test_timing_statistics():

@@ -131,26 +131,39 @@ class Call(NamedTuple):
     block: Callable[[Any], Any] = jax.block_until_ready
 
 
-def interleaved(calls: Mapping[str, Call], *, rounds: int, warmup: int = 1) -> dict[str, Timing]:
+def interleaved(
+    calls: Mapping[str, Call], *, rounds: int, warmup: int = 1, settle_s: float = 0.0
+) -> dict[str, Timing]:
     """Time several contenders in alternating rounds, so that their ratios hold on a shared machine.
 
     ``warmup`` untimed calls of each, then ``rounds`` rounds that take one :func:`measure` sample of each in
-    turn, so that load from other processes falls on all of them alike.
+    turn, so that load from other processes falls on all of them alike. With ``settle_s``, each sample
+    follows untimed calls of the same contender for at least that long, so that it times the contender in
+    its own steady state rather than in the wake of the one before: an OpenMP runtime (torch's, faiss's)
+    keeps its worker threads spinning for milliseconds after a parallel region, which on a machine with few
+    cores takes a core from the next contender's first call.
 
     Args:
         calls: name → :class:`Call`, timed in this order within each round.
         rounds: the number of rounds (samples per contender), ≥ 1.
         warmup: untimed calls of each first, ≥ 0.
+        settle_s: seconds of untimed calls of a contender before each of its samples, ≥ 0 (0: none).
 
     Returns:
         Name → :class:`Timing` of its ``rounds`` samples (seconds per call) and its last output.
+
+    Raises:
+        ValueError: ``settle_s`` is negative.
     """
+    if not settle_s >= 0:
+        raise ValueError(f"settle_s must be ≥ 0 seconds, got {settle_s!r}")
     for call in calls.values():
         for _ in range(warmup):
             call.block(call.fn(*call.args))
     samples: dict[str, list[Timing]] = {name: [] for name in calls}
     for _ in range(rounds):
         for name, call in calls.items():
+            _settle(call, settle_s)
             timing = measure(call.fn, *call.args, repeats=1, warmup=0, number=call.number, block=call.block)
             samples[name].append(timing)
     return {
@@ -161,3 +174,10 @@ def interleaved(calls: Mapping[str, Call], *, rounds: int, warmup: int = 1) -> d
         )
         for name, got in samples.items()
     }
+
+
+def _settle(call: Call, seconds: float) -> None:
+    """Untimed calls of ``call`` (each waited for) until ``seconds`` have passed; none when 0."""
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        call.block(call.fn(*call.args))
