@@ -71,7 +71,7 @@ def lse_finish(state: LSE) -> jax.Array:
     Returns:
         [n] fp32; −1e30 for an empty row (finite, zero gradient).
     """
-    ok = state.m > -BIG  # an entry was seen (then s ≥ 1: the maximum's own term is exp(0))
+    ok = state.s > 0
     return jnp.where(ok, state.m + jnp.log(jnp.where(ok, state.s, 1.0)), -BIG)
 
 
@@ -79,10 +79,12 @@ def _masked_lse(x: jax.Array, mask: jax.Array | bool, axis: int, axis_name: str 
     """log Σ exp over the masked entries along ``axis`` of one matrix, over every device of ``axis_name``.
 
     The masked-out entries are set to −1e30 first, so that one pass gives both the stop-gradient maximum and
-    the exponentials (of x − max where the mask holds, exactly 0 elsewhere). With ``axis_name`` (``axis`` the
-    rows, split over the devices) the maximum is taken over the devices (``lax.pmax``) and the sums of the
-    exponentials are summed over them before the log. Each value and gradient equals, bit for bit, that of
-    one block folded into :func:`lse_update` (tested).
+    the exponentials (of x − max where the mask holds, exactly 0 elsewhere; an empty line's maximum is taken
+    as 0, so its sum is 0). With ``axis_name`` (``axis`` the rows, split over the devices) the maximum is
+    taken over the devices (``lax.pmax``) and the sums of the exponentials are summed over them before the
+    log. On its own, each value and gradient equals that of one block folded into :func:`lse_update` bit for
+    bit (tested); inside a larger jitted function XLA may fuse the two differently, and the last bit of a
+    gradient can differ.
 
     Args:
         x: [n, K] fp32 values.
@@ -96,12 +98,13 @@ def _masked_lse(x: jax.Array, mask: jax.Array | bool, axis: int, axis_name: str 
     a = jnp.where(mask, x, -BIG)
     top = jnp.max(lax.stop_gradient(a), axis=axis)
     top = top if axis_name is None else lax.pmax(top, axis_name)
+    top = jnp.where(top > -BIG, top, 0.0)
     total = jnp.sum(jnp.exp(a - jnp.expand_dims(top, axis)), axis=axis)
     return lse_finish(LSE(top, parallel.global_sum(total, axis_name)))
 
 
 def row_lse(x: jax.Array, mask: jax.Array | bool) -> jax.Array:
-    """log Σ exp over the masked entries of each row of one matrix.
+    """log Σ exp over the masked entries of each row of one matrix, in one pass (:func:`_masked_lse`).
 
     Args:
         x: [n, K] fp32 values.
