@@ -13,20 +13,22 @@ A full run writes its figures (the two tables, sizes and repeats, the machine) t
 blocked memory at N = 65536), PML on torch's CUDA device; where torch sees no GPU it runs the same on the CPU,
 as a dry run that says so.
 
-Both sides compute the same loss on the same inputs: cosine similarity, SupCon (τ = 0.1, 8 samples per
-class), InfoNCE / NT-Xent (τ = 0.1, two views per image: SimCLR labels), the triplet margin loss (m = 0.2,
-all triplets, mean over non-zero terms), MultiSimilarity (α = 2, β = 50, λ = 0.5) and Circle (m = 0.4,
-γ = 80), 8 samples per class; ProxyAnchor (δ = 0.1, α = 32) against C = 100 and 1,000 proxies and ArcFace
-(PML's default margin 28.6° and scale 64) against 1,000 class weights, gradients w.r.t. the embeddings and
-the proxies; the SigLIP sigmoid loss (t = 10, b = −10), which PML does not have. The floor of a loss is a
-plain jnp form of its formula on the same cosine matrix (no checks, no masks beyond the labels', no
-stop-gradient maxima, no NaN guard, no device axis): geojax/floor says what geojax's generality costs. The
-values are checked against each other before timing. Times are medians of --repeats rounds that time
-geojax, its floor and PML in turn (after a warm-up call each), so that load from other processes falls on
-all alike; each sample follows SETTLE_S seconds of untimed calls of the same contender, so that none is
-timed in the wake of another (torch's OpenMP workers spin on after each call, and on a 2-core machine that
-takes a core from the next JAX call). geojax is jitted (jax picks the device), torch runs on CPU with as
-many threads as there are cores (on its CUDA device with ``--gpu``).
+Both sides compute the same loss on the same inputs: cosine similarity, SupCon (τ = 0.1, 8 samples per class),
+InfoNCE / NT-Xent (τ = 0.1, two views per image: SimCLR labels), the triplet margin loss (m = 0.2, all
+triplets, mean over non-zero terms), MultiSimilarity (α = 2, β = 50, λ = 0.5) and Circle (m = 0.4, γ = 80), 8
+samples per class; ProxyAnchor (δ = 0.1, α = 32) against C = 100 and 1,000 proxies and ArcFace (PML's default
+margin 28.6° and scale 64) against 1,000 class weights, gradients w.r.t. the embeddings and the proxies; the
+SigLIP sigmoid loss (t = 10, b = −10), which PML does not have. The floor of a loss is a plain jnp form of its
+formula on the same cosine matrix (no checks, no masks beyond the labels', no stop-gradient maxima, no NaN
+guard, no device axis): geojax/floor says what geojax's generality costs. The similarity column times the
+cosine matrix's forward and backward alone (a fixed random cotangent, no loss): no loss on that similarity can
+run faster in JAX here, so PML/similarity is the largest PML/geojax ratio within reach of any implementation.
+The values are checked against each other before timing. Times are medians of --repeats rounds that time
+geojax, its floor, the similarity alone and PML in turn (after a warm-up call each), so that load from other
+processes falls on all alike; each sample follows SETTLE_S seconds of untimed calls of the same contender, so
+that none is timed in the wake of another (torch's OpenMP workers spin on after each call, and on a 2-core
+machine that takes a core from the next JAX call). geojax is jitted (jax picks the device), torch runs on CPU
+with as many threads as there are cores (on its CUDA device with ``--gpu``).
 """
 
 from __future__ import annotations
@@ -161,6 +163,16 @@ def jax_step(loss, labels: np.ndarray, proxies: bool):
     return jax.jit(jax.value_and_grad(lambda x: loss(cosine(x, x), y)))
 
 
+def similarity_step(n: int, keys: int, proxies: bool):
+    """Jitted value and gradients of Σ cosine(x, keys) ⊙ W, for a fixed random W [n, keys] (its third
+    argument): the similarity's forward and backward alone, the time below which no loss on that similarity
+    can go; and W."""
+    w = jnp.asarray(np.random.default_rng(0).normal(size=(n, keys)), jnp.float32)
+    if proxies:
+        return jax.jit(jax.value_and_grad(lambda x, p, w: jnp.sum(cosine(x, p) * w), argnums=(0, 1))), w
+    return jax.jit(jax.value_and_grad(lambda x, w: jnp.sum(cosine(x, x) * w))), w
+
+
 # ----------------------------------------------------------------------------------------------------------
 # pytorch-metric-learning side
 
@@ -245,10 +257,10 @@ def _agreement(value: float, other: float) -> float:
 
 
 def time_losses(sizes, args) -> list[dict]:
-    """One row per (N, loss): geojax's, its floor's and PML's fwd+bwd :class:`Timing` (None when the floor or
-    PML did not run), timed in alternating rounds after one warm-up call each, each sample settled
-    (:data:`SETTLE_S`), and a note (the values'
-    agreement, or why PML did not run; ``pml_need_gb`` its estimated memory then)."""
+    """One row per (N, loss): geojax's, its floor's, PML's and the similarity's alone
+    (:func:`similarity_step`) fwd+bwd :class:`Timing` (None when the floor or PML did not run), timed in
+    alternating rounds after one warm-up call each, each sample settled (:data:`SETTLE_S`), and a note (the
+    values' agreement, or why PML did not run; ``pml_need_gb`` its estimated memory then)."""
     rows = []
     for n in sizes:
         rng = np.random.default_rng(n)
@@ -260,6 +272,9 @@ def time_losses(sizes, args) -> list[dict]:
             step = jax_step(GEOJAX[name], labels, proxies is not None)
             value = float(step(*args_j)[0])  # also the warm-up
             calls = {"geojax": Call(step, args_j)}
+            bound, w = similarity_step(n, n if proxies is None else len(proxies), proxies is not None)
+            jax.block_until_ready(bound(*args_j, w))  # the warm-up
+            calls["similarity"] = Call(bound, (*args_j, w))
             row = {"loss": name, "N": n, "pml": None, "floor": None, "pml_need_gb": None}
             rows.append(row)
             floor_value = None
@@ -287,7 +302,7 @@ def time_losses(sizes, args) -> list[dict]:
             if peer is not None:
                 calls["pml"] = Call(peer)
             times = interleaved(calls, rounds=args.repeats, warmup=0, settle_s=SETTLE_S)
-            row.update(geojax=times["geojax"], floor=times.get("floor"))
+            row.update(geojax=times["geojax"], floor=times.get("floor"), similarity=times["similarity"])
             if peer is not None:
                 row.update(pml=times["pml"], note=f"geojax {value:.6f} vs PML {pml_value:.6f} "
                            f"(rel {_agreement(value, pml_value):.1e})")  # fmt: skip
@@ -331,6 +346,8 @@ def timing_figures(rows: list[dict]) -> list[dict]:
                 "pml_over_geojax_cpu": None if pml is None else pml.cpu_median / geo.cpu_median,
                 "floor_ms": None if floor is None else 1e3 * floor.median,
                 "geojax_over_floor": None if floor is None else geo.median / floor.median,
+                "similarity_ms": 1e3 * r["similarity"].median,
+                "pml_over_similarity": None if pml is None else pml.median / r["similarity"].median,
                 "pml_need_gb": r["pml_need_gb"],
                 "note": r["note"],
             }
@@ -388,13 +405,15 @@ def main(argv: list[str] | None = None) -> None:
         + [
             r["floor_ms"] and f"{r['floor_ms']:.2f}",
             r["geojax_over_floor"] and f"{r['geojax_over_floor']:.2f}×",
+            f"{r['similarity_ms']:.2f}",
+            r["pml_over_similarity"] and f"{r['pml_over_similarity']:.1f}×",
         ]
         + [r["note"]]
         for r in timing
     ]
     header = ["loss", "N", "geojax ms", "geojax CPU ms", "PML ms", "PML CPU ms", "PML/geojax", "CPU ratio"]
-    header += ["floor ms", "geojax/floor"]
-    print(markdown_table([*header, "note"], cells, align="lrrrrrrrrrl"))
+    header += ["floor ms", "geojax/floor", "similarity ms", "PML/similarity"]
+    print(markdown_table([*header, "note"], cells, align="lrrrrrrrrrrrl"))
 
     block = 512
     print(f"\npeak temporary memory of jitted fwd+bwd, N={mem_n}, D={D} (compiled memory_analysis)")

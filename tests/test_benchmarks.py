@@ -242,9 +242,13 @@ def test_losses_quick(tmp_path):
         (r["loss"], r["N"], r["geojax ms"], r["note"]) for r in timing
     ]
     for stored, printed in zip(figures["timing"], timing, strict=True):
+        assert f"{stored['similarity_ms']:.2f}" == printed["similarity ms"] and stored["similarity_ms"] > 0
         if stored["pml_ms"] is not None:
             assert f"{stored['pml_ms']:.1f}" == printed["PML ms"]
             assert f"{stored['pml_ms'] / stored['geojax_ms']:.1f}×" == printed["PML/geojax"]
+            assert f"{stored['pml_ms'] / stored['similarity_ms']:.1f}×" == printed["PML/similarity"]
+        else:
+            assert stored["pml_over_similarity"] is None and printed["PML/similarity"] == "–"
     assert [f"{m['temporary_mib']:,.1f}" for m in figures["memory"]["forms"]] == [
         r["temporary MiB"] for r in memory
     ]
