@@ -250,8 +250,9 @@ def test_the_checker_catches_a_figure_its_file_does_not_hold():
         f"{unit.page} line {unit.line}: 123.456 is in none of {', '.join(unit.files)}"
     ]
     # A figure with its last digit changed is caught (unless the file happens to hold the changed value
-    # elsewhere: then the next change is tried; most of the nine must be caught).
-    written, _ = tokens(_plain(unit.text))[0][-1]
+    # elsewhere: then the next change is tried; most of the nine must be caught). The figure with the most
+    # digits is changed: a two-digit ratio's neighbours are often other rows' ratios.
+    written, _ = max(tokens(_plain(unit.text))[0], key=lambda t: sum(c.isdigit() for c in t[0]))
     head, _, tail = unit.text.rpartition(written)
     bumped = [head + written[:-1] + str((int(written[-1]) + d) % 10) + tail for d in range(1, 10)]
     caught = [bool(problems(dataclasses.replace(unit, text=b), records)) for b in bumped]
