@@ -75,6 +75,23 @@ def lse_finish(state: LSE) -> jax.Array:
     return jnp.where(ok, state.m + jnp.log(jnp.where(ok, state.s, 1.0)), -BIG)
 
 
+def running_row_lse(x: jax.Array, mask: jax.Array | bool) -> jax.Array:
+    """log Σ exp over the masked entries of each row of one matrix, as one block folded into the running form.
+
+    The same values as :func:`row_lse`, in :func:`lse_update`'s order of operations: the order the committed
+    runs of the softmax losses and of MultiSimilarity were trained with (inside their jitted steps XLA fuses
+    the one-pass form differently, and the last bits of a gradient move).
+
+    Args:
+        x: [n, K] fp32 values.
+        mask: [n, K] bool (or broadcastable: True counts every entry), the entries that count.
+
+    Returns:
+        [n] fp32; −1e30 for an empty row (finite, zero gradient).
+    """
+    return lse_finish(lse_update(lse_init(jnp.zeros_like(x[:, 0])), x, mask))
+
+
 def _global_top(top: jax.Array, axis_name: str | None) -> jax.Array:
     """The maximum over the devices of ``axis_name``, 0 for a line with no entry (≤ −1e30: its exponentials,
     of −1e30 or −inf, are then exactly 0)."""
@@ -136,24 +153,3 @@ def column_lse(x: jax.Array, mask: jax.Array, axis_name: str | None) -> jax.Arra
         [K] fp32, the same on every device; −1e30 for an empty column (finite, zero gradient).
     """
     return _masked_lse(x, mask, 0, axis_name)
-
-
-def segment_lse(x: jax.Array, segments: jax.Array, count: int, axis_name: str | None) -> jax.Array:
-    """log Σ exp of the values of each segment, over the values of every device of ``axis_name``.
-
-    The segment maximum is taken over the devices (``lax.pmax``, no gradient) and the sums of the
-    exponentials are summed over them before the log: the column log-sum-exp of a matrix with one entry per
-    row (:func:`column_lse` with a one-hot mask) in O(n) rather than O(n·count).
-
-    Args:
-        x: [n] fp32 values, n those of this device.
-        segments: [n] integer segment of each value, in [0, count).
-        count: the number of segments.
-        axis_name: the named mapped axis the values are split over; None on one device.
-
-    Returns:
-        [count] fp32, the same on every device; −1e30 for an empty segment (finite, zero gradient).
-    """
-    top = _global_top(jax.ops.segment_max(lax.stop_gradient(x), segments, count), axis_name)
-    total = jax.ops.segment_sum(jnp.exp(x - top[segments]), segments, count)
-    return lse_finish(LSE(top, parallel.global_sum(total, axis_name)))

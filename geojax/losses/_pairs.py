@@ -19,7 +19,7 @@ from geojax.losses._common import (
     mean_nonzero,
     prepare,
 )
-from geojax.losses._lse import row_lse
+from geojax.losses._lse import row_lse, running_row_lse
 
 
 def multi_similarity(
@@ -74,8 +74,8 @@ def multi_similarity(
     check_positive(alpha, "alpha")
     check_positive(beta, "beta")
     s, pos, neg, bad = prepare(sim, labels, key_labels, self_index, key_valid, pos_mask, neg_mask)
-    pos_term = jax.nn.softplus(row_lse(-alpha * (s - base), pos)) / alpha
-    neg_term = jax.nn.softplus(row_lse(beta * (s - base), neg)) / beta
+    pos_term = jax.nn.softplus(running_row_lse(-alpha * (s - base), pos)) / alpha
+    neg_term = jax.nn.softplus(running_row_lse(beta * (s - base), neg)) / beta
     return global_mean(jnp.sum(pos_term + neg_term) + bad, jnp.asarray(s.shape[0], jnp.float32), axis_name)
 
 

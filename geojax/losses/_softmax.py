@@ -27,7 +27,7 @@ from geojax.losses._common import (
     pair_weights,
     resolve_keys,
 )
-from geojax.losses._lse import lse_finish, lse_init, lse_update
+from geojax.losses._lse import lse_finish, lse_init, lse_update, running_row_lse
 
 # ----------------------------------------------------------------------------------------------------------
 # softmax family: supcon, sincere, info_nce
@@ -99,9 +99,7 @@ def _softmax_loss(
     key_labels, self_cols = resolve_keys(labels, key_labels, self_index)
     x = as_f32(sim) / temperature
     pos, neg = pair_masks(labels, key_labels, self_cols, jnp.arange(x.shape[1]), key_valid)
-    # One block of the blocked form's running log-sum-exp: the plain and blocked forms share its order of
-    # operations, the one the committed runs were trained with (train.reproduce.same_code checks their bits).
-    lse = lse_finish(lse_update(lse_init(jnp.zeros_like(x[:, 0])), x, spec.denominator(pos, neg)))
+    lse = running_row_lse(x, spec.denominator(pos, neg))
     row_sum, count = _softmax_rows(spec, x, pos, lse, pair_weights(multilabel, labels, key_labels))
     return _softmax_reduce(spec, row_sum, count, nan_where_nonfinite(x), scale, axis_name)
 
