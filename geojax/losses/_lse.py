@@ -1,5 +1,6 @@
 """The log-sum-exps every loss of :mod:`geojax.losses` uses: a running (online) row log-sum-exp over blocks of
-columns, the masked row log-sum-exp of one matrix, and a column log-sum-exp over the anchors of every device.
+columns, the masked row log-sum-exp of one matrix (one block of the running form, or one pass with the mask
+applied first), and a column log-sum-exp over the anchors of every device.
 
 Each runs in fp32 with the stop-gradient maximum subtracted, masks with a large finite value (``BIG``) rather
 than −inf, and gives −1e30 for an empty row or column: finite, with a zero gradient, so that
