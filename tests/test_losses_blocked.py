@@ -94,9 +94,10 @@ def test_blocked_gradient_never_materialises_the_full_matrix():
 
 
 def test_one_matrix_lse_equals_one_block_of_the_running_form_bit_for_bit():
-    # The single-matrix log-sum-exps (mask first, one pass) must give the exact bits of one block folded into
-    # the running state, values and gradients, with an empty row and column and large values: the committed
-    # runs trained with the running form's order keep their results.
+    # On their own, the one-pass log-sum-exps (mask first) give the exact bits of one block folded into the
+    # running state, values and gradients, with an empty row and column and large values. (Inside a jitted
+    # train step XLA may fuse them differently: the losses whose committed runs were trained with the running
+    # form keep it, and train.reproduce.same_code checks those runs.)
     from geojax.losses._lse import column_lse, row_lse, running_row_lse
 
     rng = np.random.default_rng(3)

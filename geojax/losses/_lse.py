@@ -93,13 +93,6 @@ def running_row_lse(x: jax.Array, mask: jax.Array | bool) -> jax.Array:
     return lse_finish(lse_update(lse_init(jnp.zeros_like(x[:, 0])), x, mask))
 
 
-def _global_top(top: jax.Array, axis_name: str | None) -> jax.Array:
-    """The maximum over the devices of ``axis_name``, 0 for a line with no entry (≤ −1e30: its exponentials,
-    of −1e30 or −inf, are then exactly 0)."""
-    top = top if axis_name is None else lax.pmax(top, axis_name)
-    return jnp.where(top > -BIG, top, 0.0)
-
-
 def _masked_lse(x: jax.Array, mask: jax.Array | bool, axis: int, axis_name: str | None = None) -> jax.Array:
     """log Σ exp over the masked entries along ``axis`` of one matrix, over every device of ``axis_name``.
 
@@ -121,7 +114,9 @@ def _masked_lse(x: jax.Array, mask: jax.Array | bool, axis: int, axis_name: str 
         [n] (axis 1) or [K] (axis 0) fp32; −1e30 for an empty row or column (finite, zero gradient).
     """
     a = jnp.where(mask, x, -BIG)
-    top = _global_top(jnp.max(lax.stop_gradient(a), axis=axis), axis_name)
+    top = jnp.max(lax.stop_gradient(a), axis=axis)
+    top = top if axis_name is None else lax.pmax(top, axis_name)
+    top = jnp.where(top > -BIG, top, 0.0)  # an empty line: exp(−1e30 − 0) = 0, so its sum is 0
     total = jnp.sum(jnp.exp(a - jnp.expand_dims(top, axis)), axis=axis)
     return lse_finish(LSE(top, parallel.global_sum(total, axis_name)))
 
