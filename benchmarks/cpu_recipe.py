@@ -58,7 +58,7 @@ def load_average() -> list[float]:
 
 def check_trained_as(here: str, line: list[str]) -> None:
     """Refuse a finished training read back from ``here`` that is not ``line``'s: another recipe (the app's
-    own check, ``train.app.loop.check_workdir``, names the keys) or another length.
+    own check, ``train.app.rundir.check_workdir``, names the keys) or another length.
 
     Args:
         here: the run directory holding the training.
@@ -67,12 +67,12 @@ def check_trained_as(here: str, line: list[str]) -> None:
     Raises:
         SystemExit: a one-line message naming what differs.
     """
-    from train.app import config, loop
+    from train.app import config, rundir
     from train.app.errors import UsageError
 
     cfg = config.from_args([*line, f"workdir={here}"])
     try:
-        saved = loop.check_workdir(cfg)
+        saved = rundir.check_workdir(cfg)
     except UsageError as err:
         raise SystemExit(f"{err} (the run: {' '.join(line)})") from None
     length = "steps" if cfg.epochs is None else "epochs"  # an epochs run saves both, steps resolved

@@ -74,7 +74,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from geojax import losses, parallel
-from train.app import config, data, optim, step
+from train.app import config, data, optim, program, step
 from train.helpers.results import add_out_argument, destination, invocation, machine_info, write_result
 from train.helpers.tables import markdown_table
 from train.helpers.timing import Call, interleaved, measure
@@ -179,12 +179,12 @@ def geojax_call(
     graphdef, state = init(cfg, case.images.shape[1:])
     mesh = parallel.make_mesh(devices)
     per_device = step.make_step(cfg, graphdef, optim.make_optimizer(cfg))
-    batches = step.make_batches(cfg)
+    batches = data.Batches.of(cfg)
     several = replicas > 1
 
     def make_run(length: int, on: jax.sharding.Mesh) -> Callable:
-        call = step.make_call(per_device, length=length, batches=batches, replicas=several)
-        return step.distribute(call, mesh=on)
+        call = program.make_call(per_device, length=length, batches=batches, replicas=several)
+        return program.distribute(call, mesh=on)
 
     run = make_run(k, mesh)
     tables = step.replicate({"images": case.images, **data.label_tables(case.labels)}, mesh)

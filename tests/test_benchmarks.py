@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import importlib.util
 import itertools
 import json
@@ -1068,3 +1069,23 @@ def test_reality_check_so_far_shows_the_finished_runs_and_trains_nothing(tmp_pat
     assert "| – | – | – | – | – |" in page and "Every loss finished on (a) reaches" in page
     assert reality_check.finished_only(["steps=1"], str(tmp_path / "nowhere")) is None
     assert not (tmp_path / "nowhere").exists()
+
+
+def test_call_path_of_a_run_visits_no_file_more_than_four_times(tmp_path):
+    """Following ``python -m train`` from ``cli.main`` through its first calls (the house's rule for a loop a
+    reader can follow): no file of ``train/`` is entered more than 4 times, and the path reaches the loop,
+    the step, the program and the report."""
+    out = _run_script(
+        "call_path",
+        "steps=2",
+        "batch_size=32",
+        "log_every=1",
+        "progress=false",
+        f"workdir={tmp_path / 'run'}",
+    )
+    path = [line.split()[0] for line in out.splitlines() if line.startswith("train/")]
+    per_file = collections.Counter(path)
+    assert max(per_file.values()) <= 4, per_file.most_common(5)
+    assert {"train/app/cli.py", "train/app/loop.py", "train/app/step.py", "train/app/program.py"} <= set(path)
+    assert {"train/app/report.py"} <= set(path) and path[0] == "train/app/cli.py"
+    assert f"{len(path)} visits of {len(per_file)} files" in out

@@ -10,7 +10,7 @@ import pytest
 
 from geojax import manifolds, quantize, search
 from train import export
-from train.app import config, loop, step
+from train.app import config, loop, report
 from train.csearch import clib, reader
 
 
@@ -36,7 +36,7 @@ def test_export_round_trip(run_dir, tmp_path):
     assert int(run.state["step"]) == 20 and "ema" in run.state
     ds = run.dataset
     # The reference file: the training split's 4-bit codes and labels, as the library computes them.
-    ref = step.embed(run.graphdef, run.state, ds.train_x, batch=256).embedding  # EMA weights
+    ref = report.embed(run.graphdef, run.state, ds.train_x, batch=256).embedding  # EMA weights
     want = np.asarray(quantize.torus_codes(manifolds.clifford_to_angles(ref), 4))
     codes = reader.read_codes(os.path.join(out, "codes.gjt"))
     assert (codes.bits, codes.dim, codes.header["geometry"]) == (4, 8, "torus_n")
@@ -47,7 +47,7 @@ def test_export_round_trip(run_dir, tmp_path):
     encode = export.load_encoder(out)
     for n in (1, 7):
         z, c = encode(np.asarray(ds.test_x[:n], np.float32))
-        z_ref = step.embed(run.graphdef, run.state, ds.test_x[:n], batch=8).embedding
+        z_ref = report.embed(run.graphdef, run.state, ds.test_x[:n], batch=8).embedding
         np.testing.assert_allclose(np.asarray(z), z_ref, atol=1e-5)
         np.testing.assert_array_equal(
             np.asarray(c), quantize.torus_codes(manifolds.clifford_to_angles(z_ref), 4)

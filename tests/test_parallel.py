@@ -96,7 +96,7 @@ def test_one_step_on_4_devices_equals_1_device(case):
     tx = optim.make_optimizer(cfg)
     calls = [(0, 1)]
     feed = program.host_feed(
-        step.make_batches(cfg), data.label_tables(ds.train_y), ds.train_x, calls, processes=1
+        data.Batches.of(cfg), data.label_tables(ds.train_y), ds.train_x, calls, processes=1
     )
     batch = jax.tree.map(lambda x: x[0], next(feed))
     # Reference: the same step with no parallel machinery at all (plain square-form losses, whole batch).
@@ -135,7 +135,7 @@ def test_device_feed_draws_the_host_feeds_batches(sampler, labels):
     tables = data.label_tables(rng.integers(0, 6, 90))
     per_class = {"m_per_class": 4} if sampler == "m_per_class" else {}
     cfg = config.make(sampler=sampler, labels=labels, batch_size=16, seed=3, **per_class)
-    batches = step.make_batches(cfg)
+    batches = data.Batches.of(cfg)
 
     def record(state, batch):  # a step that returns the global batch it was given
         return {"step": state["step"] + 1}, {
@@ -143,7 +143,7 @@ def test_device_feed_draws_the_host_feeds_batches(sampler, labels):
         }
 
     mesh = parallel.make_mesh(4)
-    run = step.distribute(step.make_call(record, length=1, batches=batches), mesh=mesh)
+    run = program.distribute(program.make_call(record, length=1, batches=batches), mesh=mesh)
     state = step.replicate({"step": jnp.int32(5)}, mesh)
     on_devices = step.replicate({"images": images, **tables}, mesh)
     host = program.host_feed(batches, tables, images, [(5, 1), (6, 1), (7, 1)], processes=1)
@@ -162,10 +162,10 @@ def test_k_steps_per_call_equal_k_single_steps_on_4_devices():
     graphdef, state = step.init_state(cfg, ds.image_shape)
     one = step.make_step(cfg, graphdef, optim.make_optimizer(cfg))
     mesh = parallel.make_mesh(4)
-    batches = step.make_batches(cfg)
+    batches = data.Batches.of(cfg)
     on_devices = step.replicate({"images": ds.train_x, **data.label_tables(ds.train_y)}, mesh)
-    single = step.distribute(step.make_call(one, length=1, batches=batches), mesh=mesh)
-    triple = step.distribute(step.make_call(one, length=3, batches=batches), mesh=mesh)
+    single = program.distribute(program.make_call(one, length=1, batches=batches), mesh=mesh)
+    triple = program.distribute(program.make_call(one, length=3, batches=batches), mesh=mesh)
     # each its own copy: run donates (deletes) the state it is given
     a, b = (step.replicate(jax.tree.map(jnp.copy, state), mesh) for _ in range(2))
     losses = []

@@ -12,7 +12,7 @@ from flax import nnx
 
 from geojax import losses, similarity
 from geojax.models import Outputs
-from train.app import cli, config, loop, optim, step
+from train.app import cli, config, loop, optim, report, step
 
 TINY = dict(width=8, dim=4, batch_size=16, progress=False, eval_batch=512)
 
@@ -71,9 +71,9 @@ def test_report_evaluates_the_ema_weights(tmp_path):
     rep = cli.run(cfg)
     result = loop.train(cfg)  # finished: restores the final state without training
     assert "ema" in result.state
-    ema_out = step.embed(result.graphdef, result.state, result.dataset.test_x, batch=512)
+    ema_out = report.embed(result.graphdef, result.state, result.dataset.test_x, batch=512)
     raw_state = {k: v for k, v in result.state.items() if k != "ema"}
-    raw_out = step.embed(result.graphdef, raw_state, result.dataset.test_x, batch=512)
+    raw_out = report.embed(result.graphdef, raw_state, result.dataset.test_x, batch=512)
     with np.load(tmp_path / "embeddings.npz") as z:
         np.testing.assert_allclose(z["query"], ema_out.embedding, rtol=1e-6, atol=1e-6)
         assert np.abs(z["query"] - raw_out.embedding).max() > 1e-4

@@ -67,8 +67,8 @@ def _evaluate(cfg: config.Config, state: step.State) -> dict:
     validation split, as an independent evaluation of a checkpoint."""
     fit, _ = data.hold_out(data.load(cfg.dataset), cfg.val_fraction)
     graphdef, _ = step.init_state(cfg, fit.image_shape, axis_name=None)
-    query = step.embed(graphdef, state, fit.test_x, batch=cfg.eval_batch)
-    reference = step.embed(graphdef, state, fit.train_x, batch=cfg.eval_batch)
+    query = report.embed(graphdef, state, fit.test_x, batch=cfg.eval_batch)
+    reference = report.embed(graphdef, state, fit.train_x, batch=cfg.eval_batch)
     return report.retrieval_report(cfg, query, reference, fit)
 
 
@@ -134,9 +134,9 @@ def test_every_evaluation_reuses_one_compiled_forward(caplog):
     cfg = config.make(**RUN)
     fit, val = data.hold_out(data.load(cfg.dataset), cfg.val_fraction)
     graphdef, state = step.init_state(cfg, fit.image_shape, axis_name=None)
-    step.embed(graphdef, state, val.test_x, batch=cfg.eval_batch)
+    report.embed(graphdef, state, val.test_x, batch=cfg.eval_batch)
     with jax.log_compiles(), caplog.at_level(logging.WARNING, logger="jax"):
-        out = step.embed(graphdef, state, fit.train_x, batch=cfg.eval_batch)
+        out = report.embed(graphdef, state, fit.train_x, batch=cfg.eval_batch)
     assert out.embedding.shape == (len(fit.train_x), cfg.dim)
     compiled = [r.getMessage() for r in caplog.records if "Compiling" in r.getMessage()]
     assert not compiled, compiled

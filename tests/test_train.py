@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from train.app import checkpoint, cli, config, data, loop, optim, program, step
+from train.app import checkpoint, cli, config, data, loop, optim, program, rundir
 from train.app.errors import UsageError
 
 TINY = dict(width=8, dim=4, batch_size=16, progress=False, eval_batch=512)
@@ -168,16 +168,16 @@ def test_a_key_added_after_a_run_reads_its_directory_back_at_the_default(tmp_pat
     cfg = config.make(workdir=str(tmp_path), loss="simo", steps=1)
     saved = {k: v for k, v in dataclasses.asdict(cfg).items() if k != "simo_orthogonality_weight"}
     (tmp_path / "config.json").write_text(json.dumps(saved), encoding="utf-8")
-    assert loop.check_workdir(cfg) == saved
+    assert rundir.check_workdir(cfg) == saved
     with pytest.raises(ValueError, match="simo_orthogonality_weight"):
-        loop.check_workdir(dataclasses.replace(cfg, simo_orthogonality_weight=2.0))
+        rundir.check_workdir(dataclasses.replace(cfg, simo_orthogonality_weight=2.0))
 
 
 def test_each_process_feeds_its_own_rows_of_the_same_global_batch():
     cfg = config.make(batch_size=8, labels="instance", sampler="m_per_class", m_per_class=2)
     labels = np.repeat(np.arange(10), 5).astype(np.int32)
     images = np.arange(50, dtype=np.float32).reshape(50, 1, 1, 1) * np.ones((1, 8, 8, 1), np.float32)
-    batches, tables = step.make_batches(cfg), data.label_tables(labels)
+    batches, tables = data.Batches.of(cfg), data.label_tables(labels)
     calls = [(3, 2), (5, 1)]  # a call of steps 3 and 4, then one of step 5
 
     def feed(p, count):

@@ -37,7 +37,7 @@ def _prefilled(state):
 def _batch(cfg):
     ds = data.load("digits")
     feed = program.host_feed(
-        step.make_batches(cfg), data.label_tables(ds.train_y), ds.train_x, [(0, 1)], processes=1
+        data.Batches.of(cfg), data.label_tables(ds.train_y), ds.train_x, [(0, 1)], processes=1
     )
     return jax.tree.map(lambda x: x[0], next(feed)), ds.image_shape
 

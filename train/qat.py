@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from geojax import manifolds, metrics, quantize
-from train.app import config, loop, step
+from train.app import config, loop, report
 from train.evaluate import TORUS_L1_SIMILARITY
 from train.helpers import files, plots, tables
 
@@ -56,8 +56,8 @@ DIMS = (16, 64)  # torusN values per vector: 8 and 32 angles
 def _score(run: loop.TrainResult) -> dict[str, float]:
     """P@1 of a trained model's float embeddings (cosine) and of its b-bit codes (wraparound L1)."""
     ds = run.dataset
-    query = step.embed(run.graphdef, run.state, ds.test_x, batch=1024).embedding
-    reference = step.embed(run.graphdef, run.state, ds.train_x, batch=1024).embedding
+    query = report.embed(run.graphdef, run.state, ds.test_x, batch=1024).embedding
+    reference = report.embed(run.graphdef, run.state, ds.train_x, batch=1024).embedding
     labels = (ds.test_y, ds.train_y)
     out = {"float": metrics.precision_at_1(query, labels[0], reference, labels[1], similarity="cosine")}
     qa, ra = manifolds.clifford_to_angles(query), manifolds.clifford_to_angles(reference)

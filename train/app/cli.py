@@ -10,7 +10,6 @@ reports in seed order; its embeddings.npz holds the first seed's embeddings.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import sys
@@ -20,7 +19,7 @@ from typing import TYPE_CHECKING
 import jax
 import numpy as np
 
-from train.app import config, hosts, loop, report, step
+from train.app import config, hosts, loop, report
 from train.app.errors import UsageError
 from train.helpers import plots
 
@@ -52,16 +51,7 @@ def run(cfg: RunConfig, *, stop_at: int | None = None) -> dict | None:
     if int(np.max(state["step"])) < cfg.steps:
         return None
     t_eval = time.time()
-    # a several-seeds run: each replica evaluated as its single run would be
-    queries = step.embed_replicas(cfg, graphdef, state, ds.test_x)
-    references = step.embed_replicas(cfg, graphdef, state, ds.train_x)
-    per_seed = [
-        report.retrieval_report(
-            dataclasses.replace(cfg, seed=cfg.seed + index, seeds=1), query, reference, ds
-        )
-        for index, (query, reference) in enumerate(zip(queries, references, strict=True))
-    ]
-    first = queries[0], references[0]
+    per_seed, first = report.evaluate(cfg, graphdef, state, ds)
     results = per_seed[0] if cfg.seeds == 1 else {**report.over_seeds(per_seed), "per_seed": per_seed}
     timing["eval_s"] = round(time.time() - t_eval, 2)
     timing["total_s"] = round(time.time() - t0, 2)

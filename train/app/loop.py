@@ -1,8 +1,9 @@
-"""The host part of training: run directory, resume, checkpoints, feeding, logging and progress.
+"""The training loop: :func:`prepare` a run (processes, mesh, data, state, run directory, program), then
+:func:`run` it (dispatches, logging, checkpoints, signals).
 
-The traced part (model, objective, optimiser, per-device step) is :mod:`train.app.step`. A run directory holds
-``config.json``, ``metrics.jsonl`` (one line per ``log_every`` steps, each value the mean over that window)
-and orbax ``checkpoints/``; rerunning with the same ``workdir`` resumes from its latest checkpoint.
+The traced part (model, objective, optimiser, per-device step) is :mod:`train.app.step`, its dispatch
+:mod:`train.app.program` and the run directory (resume, ``init_from``) :mod:`train.app.rundir`.
+``metrics.jsonl`` holds one line per ``log_every`` steps, each value the mean over that window.
 
 Feeding (``feed``): ``device`` keeps the training images (uint8 when they are 8-bit) on every device and
 draws each step's batch inside the jitted step; ``host`` gathers each step's rows in NumPy in a background
@@ -16,12 +17,10 @@ same global batches and feeds or uses only its own rows.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import math
 import os
 import signal
-import sys
 import time
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -33,11 +32,10 @@ from jax.experimental import multihost_utils
 from tqdm.auto import tqdm
 
 from geojax import parallel
-from train.app import checkpoint, config, data, hosts, optim, step
+from train.app import checkpoint, data, hosts, optim, rundir, step
 from train.app import program as program_lib
 from train.app.errors import UsageError
 from train.app.selection import Selection
-from train.helpers import files
 
 if TYPE_CHECKING:
     from train.app.config_types import RunConfig
@@ -62,16 +60,6 @@ class Interrupted(Exception):
         )
 
 
-def say(text: str) -> None:
-    """One line for the user on stderr (from the lead process only).
-
-    Args:
-        text: the line, without its newline.
-    """
-    if jax.process_index() == 0:
-        print(text, file=sys.stderr, flush=True)
-
-
 class TrainResult(NamedTuple):
     """What :func:`train` returns.
 
@@ -92,114 +80,6 @@ class TrainResult(NamedTuple):
     state: step.State
     dataset: data.Dataset
     timing: dict[str, Any]
-
-
-def _fresh_workdir() -> str:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    for i in range(1000):
-        path = os.path.join("runs", stamp if i == 0 else f"{stamp}-{i}")
-        if not os.path.exists(path):
-            return path
-    raise RuntimeError("could not find a fresh run directory under runs/")
-
-
-def _recipe(values: dict[str, Any]) -> dict[str, Any]:
-    """What a run computes: the keys it uses, less how it executes (``run`` keys) and its length (a rerun may
-    extend a run). A key a saved config lacks was added after that run, at the default that keeps what the
-    code computed before it (``simo_orthogonality_weight=1.0``: eq. 1 as it was)."""
-    used = config.used({**config.DEFAULTS, **values})
-    return {k: v for k, v in used.items() if k not in config.RUN_KEYS + config.LENGTH_KEYS}
-
-
-def check_workdir(cfg: RunConfig) -> dict[str, Any] | None:
-    """Check, before any work, that ``cfg.workdir`` can hold this run.
-
-    A run directory may hold the same recipe (the keys its run uses, less the ``run`` keys and the length):
-    rerunning it resumes or extends that run.
-
-    Args:
-        cfg: the run's configuration (``workdir`` None: a fresh directory, nothing to check).
-
-    Returns:
-        The config.json saved in ``cfg.workdir`` (a dict of every key), or None when there is none.
-
-    Raises:
-        UsageError: ``workdir`` is a file, its config.json cannot be read, or it holds a run of another
-            recipe (the message names the keys that differ).
-    """
-    if cfg.workdir is None:
-        return None
-    if os.path.exists(cfg.workdir) and not os.path.isdir(cfg.workdir):
-        raise UsageError(f"workdir {cfg.workdir!r} is a file, not a directory")
-    path = os.path.join(cfg.workdir, "config.json")
-    if not os.path.exists(path):
-        return None
-    try:
-        with open(path) as f:
-            saved = json.load(f)
-    except (OSError, json.JSONDecodeError) as err:
-        raise UsageError(
-            f"workdir {cfg.workdir!r}: cannot read its config.json ({err}); use a fresh workdir"
-        ) from None
-    saved_recipe, recipe = _recipe(saved), _recipe(dataclasses.asdict(cfg))
-    diff = sorted(k for k in set(saved_recipe) | set(recipe) if saved_recipe.get(k) != recipe.get(k))
-    if diff:
-        raise UsageError(
-            f"workdir {cfg.workdir!r} holds a run with a different config (keys {diff}); "
-            f"use a fresh workdir to start a new run"
-        )
-    return saved
-
-
-def _newest(directory: str, like: step.State, steps: int, what: str) -> tuple[step.State, int] | None:
-    """The newest checkpoint under ``directory`` restored into ``like``'s structure, and its step; None when
-    there is none. ``what`` names its run in the error for a step past ``steps``."""
-    ckpt = checkpoint.Checkpointer(directory)
-    try:
-        restored = ckpt.restore(like)
-    finally:
-        ckpt.close()
-    if restored is None:
-        return None
-    start = int(np.max(restored["step"]))
-    if start > steps:
-        raise UsageError(f"{what} at step {start}; steps must be ≥ {start}")
-    return restored, start
-
-
-def _init_from(cfg: RunConfig, like: step.State) -> tuple[step.State, int]:
-    """The newest checkpoint of run directory ``cfg.init_from`` restored into ``like``'s structure, and its
-    step: a new run's starting point (before its own workdir is touched)."""
-    source = os.path.join(cfg.init_from, "checkpoints")
-    if not os.path.isdir(source):
-        raise UsageError(f"init_from {cfg.init_from!r} is not a run directory with checkpoints")
-    try:
-        restored = _newest(source, like, cfg.steps, f"init_from {cfg.init_from!r} is")
-    except checkpoint.CheckpointError as err:
-        raise UsageError(f"init_from {cfg.init_from!r}: {err}") from None
-    if restored is None:
-        raise UsageError(f"init_from {cfg.init_from!r} holds no checkpoint")
-    say(f"starting from step {restored[1]} of {cfg.init_from}")
-    return restored
-
-
-def _prepare_workdir(cfg: RunConfig, start: int) -> str:
-    """Create (or reuse) the run directory, keep its metrics up to step ``start`` and write config.json."""
-    workdir = cfg.workdir or _fresh_workdir()
-    os.makedirs(workdir, exist_ok=True)
-    if jax.process_index() == 0:
-        _trim_log(os.path.join(workdir, "metrics.jsonl"), start)
-        files.write_json(os.path.join(workdir, "config.json"), dataclasses.asdict(cfg) | {"workdir": workdir})
-    return workdir
-
-
-def _trim_log(path: str, upto: int) -> None:
-    """Keep only the metrics lines of steps ≤ ``upto`` (a resumed run rewrites what follows)."""
-    if not os.path.exists(path):
-        return
-    with open(path) as f:
-        lines = [ln for ln in f if ln.strip() and json.loads(ln)["step"] <= upto]
-    files.write_text(path, "".join(lines))
 
 
 def join_processes(cfg: RunConfig) -> None:
@@ -318,16 +198,18 @@ def prepare(cfg: RunConfig) -> Setup:
     join_processes(cfg)
     t_start = time.time()
     mesh = _mesh(cfg)
-    saved = check_workdir(cfg)
+    saved = rundir.check_workdir(cfg)
     ds, val = data.prepare(cfg)
+    images, shape = data.compact(ds.train_x), ds.image_shape  # the training images as the devices hold them
+    tables, batches = data.label_tables(ds.train_y), data.Batches.of(cfg)
     cfg = step.resolve(cfg, len(ds.train_y))  # the length, on the data: the schedule follows it
-    traced = step.build(cfg, ds, mesh)
-    state, start = _resume(cfg, traced.state, saved)
+    traced = step.build(cfg, shape, ds.train_y, mesh)
+    state, start = rundir.resume(cfg, traced.state, saved)
     if jax.process_count() > 1:  # every process has read the workdir before the lead writes to it
         multihost_utils.sync_global_devices("train: workdir checked")
-    workdir = _prepare_workdir(cfg, start)
+    workdir = rundir.prepare(cfg, start)
     selection = None if val is None else Selection(cfg, workdir, traced.graphdef, val, start, state)
-    program = program_lib.Program(cfg, mesh, traced)
+    program = program_lib.Program(cfg, mesh, traced.per_device, batches=batches, images=images, tables=tables)
     ckpt = checkpoint.Checkpointer(os.path.join(workdir, "checkpoints"))
     return Setup(cfg, ds, traced.graphdef, state, start, program, workdir, ckpt, selection, t_start)
 
@@ -342,21 +224,6 @@ def _mesh(cfg: RunConfig) -> jax.sharding.Mesh:
             f"batch_size must be divisible by the {mesh.devices.size} devices, got {cfg.batch_size}"
         )
     return mesh
-
-
-def _resume(cfg: RunConfig, fresh: step.State, saved: dict[str, Any] | None) -> tuple[step.State, int]:
-    """The state the run starts from and its step: the newest checkpoint of the run directory (``saved``: its
-    config), else that of ``init_from``, else ``fresh`` (each restored into ``fresh``'s structure)."""
-    state, start = fresh, 0
-    if saved is not None:
-        where = os.path.join(cfg.workdir, "checkpoints")
-        restored = _newest(where, fresh, cfg.steps, f"workdir {cfg.workdir!r} holds a run")
-        if restored is not None:
-            state, start = restored
-            _say_resume(cfg, saved, start)
-    if start == 0 and cfg.init_from is not None:
-        state, start = _init_from(cfg, state)
-    return state, start
 
 
 class _Log:
@@ -472,10 +339,7 @@ def run(setup: Setup, *, stop_at: int | None = None) -> TrainResult:
             if stop is not None:
                 _close(setup)
                 raise Interrupted(stop, first + length, setup.workdir)
-    _close(setup)
-    if selection is not None and end == cfg.steps:  # the kept weights (at the run's last step)
-        state = selection.kept(state)
-    return _result(setup, jax.block_until_ready(state), end, t_train, first_step_s)
+    return _result(setup, state, end, t_train, first_step_s)
 
 
 def _close(setup: Setup) -> None:
@@ -485,8 +349,13 @@ def _close(setup: Setup) -> None:
 
 
 def _result(setup: Setup, state: step.State, end: int, t_train: float, first_step_s: float) -> TrainResult:
-    """The trained run: its state (this process's copy) and its timing."""
+    """The trained run, once its checkpoints are written: its state (the kept weights of ``select_best`` when
+    it ran to its last step; this process's copy) and its timing."""
     cfg, program = setup.cfg, setup.program
+    _close(setup)
+    if setup.selection is not None and end == cfg.steps:  # the kept weights (at the run's last step)
+        state = setup.selection.kept(state)
+    state = jax.block_until_ready(state)
     train_s = time.time() - t_train
     timing = {
         "train_s": round(train_s, 2),
@@ -526,16 +395,3 @@ def train(cfg: RunConfig, *, stop_at: int | None = None) -> TrainResult:
         Interrupted: as :func:`run`.
     """
     return run(prepare(cfg), stop_at=stop_at)
-
-
-def _say_resume(cfg: RunConfig, saved: dict[str, Any], start: int) -> None:
-    """Tell the user that a run resumes, and what raising ``steps`` does to a finished run's schedule."""
-    before = saved.get("steps")
-    if before is not None and cfg.steps > before and start >= before:
-        lr = float(optim.schedule(cfg)(start))
-        say(
-            f"extending the finished run in {cfg.workdir} from {before} to {cfg.steps} steps: the learning "
-            f"rate follows the schedule of a {cfg.steps}-step run, from its step-{start} value {lr:.3g}"
-        )
-    elif start < cfg.steps:
-        say(f"resuming from step {start} of {cfg.steps} ({cfg.workdir})")

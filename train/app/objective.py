@@ -498,7 +498,7 @@ class Objective:
         on = [
             (reg.name, getattr(cfg, reg.weight.name), _pairs(registry.kwargs(cfg, reg.keys)))
             for reg in registry.REGULARIZERS.values()
-            if (reg.when is None or reg.when.holds(cfg)) and getattr(cfg, reg.weight.name) > 0
+            if getattr(cfg, reg.weight.name) > 0 and (reg.when is None or reg.when.holds(cfg))
         ]
         return cls(
             loss=cfg.loss,

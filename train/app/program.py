@@ -12,13 +12,19 @@ uses only its own rows.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+from jax import lax
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
+from geojax import parallel
 from train.app import data, step
 
 if TYPE_CHECKING:
@@ -94,6 +100,141 @@ def host_feed(
         yield {"x": images[got["idx"]], "y": got["y"], "pos": got["pos"]}
 
 
+# XLA:CPU runs a small CNN's step several times slower inside a while loop (lax.scan) than straight-line: on
+# CPU, and for one step anywhere, the steps of a call are unrolled.
+def _unrolled(length: int) -> bool:
+    return length == 1 or jax.default_backend() == "cpu"
+
+
+def make_call(
+    one_step: Callable[[step.State, dict[str, jax.Array]], tuple[step.State, dict[str, jax.Array]]],
+    *,
+    length: int,
+    batches: data.Batches | None = None,
+    axis_name: str | None = parallel.AXIS,
+    replicas: bool = False,
+) -> Callable[[step.State, Any, Any], tuple[step.State, dict[str, jax.Array]]]:
+    """Per-device ``call(state, tables, feed) -> (state, metrics)``: ``length`` steps of ``one_step``.
+
+    The steps run in one ``lax.scan`` (straight-line on CPU), the metrics averaged over them (a log window's
+    mean stays a mean).
+
+    Device feed (``batches`` given): ``tables`` holds the training ``images`` [N, H, W, C] (replicated) and
+    the :func:`data.label_tables`; each step draws its global batch from its own step counter and takes this
+    device's rows of it (no host work, no transfer); ``feed`` is unused. Host feed: ``feed`` leaves
+    [length, n, ...] hold this device's rows of each step's batch; ``tables`` is unused.
+
+    Args:
+        one_step: the per-device step of :func:`make_step`.
+        length: the steps per call, ≥ 1.
+        batches: the run's batches, for the device feed; None: the host feed.
+        axis_name: the data-parallel mesh axis (None: one device, which takes the whole batch).
+        replicas: the state is :func:`init_replicas`'s, several seeds stacked on a leading axis; the step is
+            ``jax.vmap``-ped over it, each replica drawing its own batches and augmentations (device feed
+            only), and the metrics come per replica ([S]).
+
+    Returns:
+        The per-device call ``(state, tables, feed) -> (state, metrics)``, metrics averaged over the steps.
+
+    Raises:
+        ValueError: ``replicas`` without ``batches`` (several seeds need the device feed).
+    """
+
+    if replicas and batches is None:
+        raise ValueError(
+            "replicas (several seeds in one program) draw their batches on the devices: pass batches"
+        )
+
+    def drawn_step(state, tables):
+        """One step on this device's rows of the step's global batch, drawn with the state's own seed (each
+        replica's batches) or the run's."""
+        own = dataclasses.replace(batches, seed=state["seed"]) if "seed" in state else batches
+        count = own.batch // (1 if axis_name is None else lax.axis_size(axis_name))
+        start = 0 if axis_name is None else lax.axis_index(axis_name) * count
+        rows = own.rows(tables, state["step"], start, count)
+        return one_step(state, {"x": tables["images"][rows["idx"]], "y": rows["y"], "pos": rows["pos"]})
+
+    if replicas:  # the state's leaves are stacked on a leading replica axis; the tables are shared
+        drawn_step = jax.vmap(drawn_step, in_axes=(0, None))
+
+    def call(state, tables, feed):
+        def body(state, batch):
+            return drawn_step(state, tables) if batches is not None else one_step(state, batch)
+
+        if not _unrolled(length):
+            state, metrics = lax.scan(body, state, None if batches is not None else feed, length=length)
+            return state, jax.tree.map(lambda m: jnp.mean(m, axis=0), metrics)
+        steps = []
+        for i in range(length):
+            state, metrics = body(
+                state, None if batches is not None else jax.tree.map(lambda x, i=i: x[i], feed)
+            )
+            steps.append(metrics)
+        return state, jax.tree.map(lambda *m: jnp.mean(jnp.stack(m), axis=0), *steps)
+
+    return call
+
+
+def distribute(
+    call: Callable[[step.State, Any, Any], tuple[step.State, dict[str, jax.Array]]],
+    *,
+    mesh: jax.sharding.Mesh,
+    mode: str = "shard_map",
+) -> Callable[[step.State, Any, Any], tuple[step.State, dict[str, jax.Array]]]:
+    """``run(state, tables, feed)`` of a per-device :func:`make_call` over the 1-D data ``mesh``.
+
+    It is ``geojax.parallel.data_parallel`` with the device feed's tables as a shared, replicated argument.
+
+    ``state`` replicated (:func:`replicate`) and, under shard_map, donated (its buffers are reused for the
+    new state); ``tables`` replicated and kept; ``feed`` leaves [length, B, ...] with B split over the
+    devices (:func:`put_feed`). ``mode='pmap'`` runs under ``jax.pmap`` (host feed only).
+
+    Args:
+        call: the per-device call of :func:`make_call`.
+        mesh: the 1-D data mesh.
+        mode: ``shard_map`` or ``pmap``.
+
+    Returns:
+        ``run(state, tables, feed) -> (state, metrics)``; under pmap it raises ValueError when given
+        ``tables`` (the device feed needs shard_map).
+    """
+    axis = mesh.axis_names[0]
+    if mode == "shard_map":
+        return parallel.data_parallel(
+            call, mesh=mesh, axis_name=axis, donate_state=True, batch_axis=1, shared=True
+        )
+    mapped = parallel.data_parallel(
+        lambda state, feed: call(state, None, feed), mode=mode, mesh=mesh, axis_name=axis, batch_axis=1
+    )
+
+    def run(state, tables, feed):
+        if tables is not None:
+            raise ValueError("the device feed needs parallel='shard_map'")
+        return mapped(state, feed)
+
+    return run
+
+
+def put_feed(feed: Any, mesh: jax.sharding.Mesh, mode: str = "shard_map") -> Any:
+    """This process's host-feed rows as the global arrays that :func:`distribute`'s ``run`` takes.
+
+    Args:
+        feed: this process's rows of a call's batches, leaves [length, B/processes, ...] in NumPy.
+        mesh: the 1-D data mesh.
+        mode: ``shard_map`` (the rows are split over the devices on axis 1) or ``pmap`` (``feed`` is returned
+            as it is: pmap splits it itself).
+
+    Returns:
+        The feed as global arrays of leaves [length, B, ...] sharded over the mesh, or ``feed`` under pmap.
+    """
+    if mode != "shard_map":
+        return feed
+    sharding = NamedSharding(mesh, P(None, mesh.axis_names[0]))
+    if jax.process_count() == 1:
+        return jax.device_put(feed, sharding)
+    return jax.tree.map(lambda x: jax.make_array_from_process_local_data(sharding, x), feed)
+
+
 class Program:
     """A run's steps compiled over its mesh, and the feed of their batches.
 
@@ -105,27 +246,38 @@ class Program:
     Args:
         cfg: the run's configuration (its length resolved).
         mesh: the data-parallel mesh.
-        traced: the run's step, batches, training images and label tables (:func:`train.app.step.build`).
+        per_device: the per-device step of the run (:func:`train.app.step.make_step`).
+        batches: the run's batches (:meth:`train.app.data.Batches.of`).
+        images: the training images as the feed holds them (:func:`train.app.data.compact`).
+        tables: their labels' tables (:func:`train.app.data.label_tables`).
     """
 
-    def __init__(self, cfg: RunConfig, mesh: jax.sharding.Mesh, traced: step.Traced):
-        self.cfg, self.mesh, self.images = cfg, mesh, traced.images
-        self.feed = feed_kind(cfg, traced.images)
-        self.per_device, self.batches = traced.per_device, traced.batches
-        self.label_tables = traced.label_tables
+    def __init__(
+        self,
+        cfg: RunConfig,
+        mesh: jax.sharding.Mesh,
+        per_device: Callable[[step.State, dict[str, jax.Array]], tuple[step.State, dict[str, jax.Array]]],
+        *,
+        batches: data.Batches,
+        images: np.ndarray,
+        tables: dict[str, np.ndarray],
+    ):
+        self.cfg, self.mesh, self.images = cfg, mesh, images
+        self.feed = feed_kind(cfg, images)
+        self.per_device, self.batches, self.label_tables = per_device, batches, tables
         device = self.feed == "device"
-        self.tables = step.replicate({"images": self.images, **self.label_tables}, mesh) if device else None
+        self.tables = step.replicate({"images": images, **tables}, mesh) if device else None
         self._calls: dict[int, Callable[..., tuple[step.State, dict[str, jax.Array]]]] = {}
 
     def __call__(self, state: step.State, length: int, batch: Any) -> tuple[step.State, dict[str, jax.Array]]:
         if length not in self._calls:
-            call = step.make_call(
+            call = make_call(
                 self.per_device,
                 length=length,
                 batches=self.batches if self.feed == "device" else None,
                 replicas=self.cfg.seeds > 1,
             )
-            self._calls[length] = step.distribute(call, mesh=self.mesh, mode=self.cfg.parallel)
+            self._calls[length] = distribute(call, mesh=self.mesh, mode=self.cfg.parallel)
         return self._calls[length](state, self.tables, batch)
 
     def feeds(self, start: int, end: int) -> Iterator[tuple[tuple[int, int], dict[str, Any]]]:
@@ -144,7 +296,7 @@ class Program:
         if self.feed == "device":
             yield from ((call, {}) for call in calls)
             return
-        put = functools.partial(step.put_feed, mesh=self.mesh, mode=self.cfg.parallel)
+        put = functools.partial(put_feed, mesh=self.mesh, mode=self.cfg.parallel)
         rows = host_feed(self.batches, self.label_tables, self.images, calls)
         with contextlib.closing(data.prefetch(map(put, rows))) as batches:
             yield from zip(calls, batches, strict=True)

@@ -6,23 +6,107 @@ embedding, the report holds the raw-input 1-NN baseline (Euclidean on pixels) of
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import hashlib
 import os
 from typing import TYPE_CHECKING, Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 
-from geojax import geometries, manifolds, metrics
+from geojax import geometries, manifolds, metrics, models
 from geojax import similarity as similarity_lib
 from geojax.models import Outputs
-from train.app import probe
+from train.app import probe, step
 from train.app.data import Dataset
 from train.helpers import files
 from train.helpers.version import code_version
 
 if TYPE_CHECKING:
     from train.app.config_types import RunConfig
+
+
+def embed_replicas(
+    cfg: RunConfig, graphdef: nnx.GraphDef, state: step.State, images: np.ndarray
+) -> list[models.Outputs]:
+    """:func:`embed` of ``images`` by each replica of a run's state (one output for a single-seed run).
+
+    Args:
+        cfg: the run's configuration (``seeds``, ``eval_batch``, ``precision``).
+        graphdef: the model's NNX graph definition.
+        state: the run's state (stacked replicas for ``seeds`` > 1), on this process.
+        images: the images [N, H, W, C].
+
+    Returns:
+        One :class:`geojax.models.Outputs` per seed, in seed order.
+    """
+    own = [state] if cfg.seeds == 1 else [step.replica(state, i) for i in range(cfg.seeds)]
+    return [embed(graphdef, s, images, batch=cfg.eval_batch, precision=cfg.precision) for s in own]
+
+
+@functools.partial(jax.jit, static_argnames="bf16")
+def _forward(model: nnx.Module, x: jax.Array, *, bf16: bool) -> models.Outputs:
+    """The model's outputs for ``x`` as float32, computed in bf16 when ``bf16``: one jitted function, so every
+    evaluation of a model of the same structure and batch shape reuses one compiled program."""
+    out = model(x.astype(jnp.bfloat16 if bf16 else jnp.float32))
+    return jax.tree.map(lambda v: v.astype(jnp.float32), out)
+
+
+def embed(
+    graphdef: nnx.GraphDef, state: step.State, images: np.ndarray, *, batch: int, precision: str = "fp32"
+) -> models.Outputs:
+    """Evaluation-mode outputs (no augmentation) for ``images`` [N, H, W, C], in chunks of ``batch``.
+
+    The EMA of the weights is used when the run keeps one; the last chunk is zero-padded to ``batch`` so that
+    one compiled program serves every chunk.
+
+    Args:
+        graphdef: the model's NNX graph definition.
+        state: a single run's state (not a stacked several-seeds one: see :func:`replica`).
+        images: the images [N, H, W, C], float32 in [0, 1] (or uint8 codes).
+        batch: the images per forward pass, ≥ 1.
+        precision: ``fp32``, or ``bf16`` to compute in bfloat16 (outputs are float32 either way).
+
+    Returns:
+        The model's outputs (:class:`geojax.models.Outputs`) for the N images, as float32 NumPy arrays.
+    """
+    model = nnx.merge(graphdef, state.get("ema", state["params"]), state["rest"])
+    model.eval()
+    chunks = []
+    for start in range(0, len(images), batch):  # one compiled shape: the last chunk is zero-padded
+        x = images[start : start + batch]
+        rows, pad = len(x), batch - len(x)
+        x = np.concatenate([x, np.zeros((pad, *x.shape[1:]), x.dtype)]) if pad else x
+        out = _forward(model, x, bf16=precision == "bf16")
+        chunks.append(jax.tree.map(lambda v, rows=rows: np.asarray(v)[:rows], out))
+    return jax.tree.map(lambda *parts: np.concatenate(parts), *chunks)
+
+
+def evaluate(
+    cfg: RunConfig, graphdef: nnx.GraphDef, state: step.State, ds: Dataset
+) -> tuple[list[dict[str, Any]], tuple[Outputs, Outputs]]:
+    """The retrieval report of each replica of a trained run, each evaluated as its single run would be.
+
+    Args:
+        cfg: the run's configuration (``seed``, ``seeds`` = S, the evaluation keys).
+        graphdef: the model's NNX graph definition.
+        state: the run's trained state (stacked replicas for S > 1), on this process.
+        ds: the data set: the test images are the queries, the training images the references.
+
+    Returns:
+        (S reports of :func:`retrieval_report`, in seed order; the first seed's (query, reference) outputs,
+        what embeddings.npz holds).
+    """
+    queries = embed_replicas(cfg, graphdef, state, ds.test_x)
+    references = embed_replicas(cfg, graphdef, state, ds.train_x)
+    reports = []
+    for index, (query, reference) in enumerate(zip(queries, references, strict=True)):
+        own = dataclasses.replace(cfg, seed=cfg.seed + index, seeds=1)
+        reports.append(retrieval_report(own, query, reference, ds))
+    return reports, (queries[0], references[0])
 
 
 def write_embeddings(path: str, cfg: RunConfig, query: Outputs, reference: Outputs, ds: Dataset) -> None:

@@ -141,8 +141,8 @@ class Selection:
             Whether a replica improved.
         """
         own = step.local_copy(state) if hosts.several() else state
-        queries = step.embed_replicas(self.cfg, self.graphdef, own, self.val.test_x)
-        references = step.embed_replicas(self.cfg, self.graphdef, own, self.val.train_x)
+        queries = report.embed_replicas(self.cfg, self.graphdef, own, self.val.test_x)
+        references = report.embed_replicas(self.cfg, self.graphdef, own, self.val.train_x)
         p1 = []
         for query, reference in zip(queries, references, strict=True):
             q, sim = report.retrieval_inputs(self.cfg, query)

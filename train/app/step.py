@@ -12,13 +12,13 @@ optimiser, an :class:`~train.app.objective.Objective`, a :class:`Views` recipe),
 
 :func:`make_call` scans several steps per dispatch and, for the device feed, draws each step's batch from
 images held on the devices; :func:`distribute` runs it over the data mesh with the state donated.
-:func:`build` makes, in one call, everything traced that a run's program needs (:class:`Traced`).
+:func:`build` makes, in one call, everything traced that a run's program needs (:class:`Traced`); the program
+that dispatches it is :mod:`train.app.program`, the evaluation of a trained state :mod:`train.app.report`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -27,13 +27,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
-from jax import lax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from geojax import memory as memory_lib
-from geojax import models, parallel
-from train.app import data, registry
+from geojax import parallel
+from train.app import data
 from train.app.model import build_model, compute_dtype
 from train.app.objective import Objective, attach_loss_params
 from train.app.optim import make_optimizer
@@ -330,24 +329,6 @@ def make_step(
     return step
 
 
-def make_batches(cfg: RunConfig) -> data.Batches:
-    """The run's batches (sampler, global batch size, seed, labels) as :class:`data.Batches`.
-
-    Args:
-        cfg: the run's configuration (sampler and its keys, batch_size, seed, labels).
-
-    Returns:
-        The :class:`data.Batches` of the run.
-    """
-    return data.Batches(
-        kind=cfg.sampler,
-        batch=cfg.batch_size,
-        seed=cfg.seed,
-        options=tuple(sorted(registry.option_kwargs(cfg, "sampler").items())),
-        instance=cfg.labels == "instance",
-    )
-
-
 class Traced(NamedTuple):
     """What :func:`build` makes of a run: everything traced that its program needs.
 
@@ -356,113 +337,33 @@ class Traced(NamedTuple):
         state: the fresh state (:func:`init_state`, or :func:`init_replicas` for several seeds), replicated
             on the mesh.
         per_device: the per-device step of the run's loss and optimiser (:func:`make_step`).
-        batches: the run's batches (:func:`make_batches`).
-        images: the training images as the feed holds them (:func:`data.compact`).
-        label_tables: their labels' tables (:func:`data.label_tables`).
     """
 
     graphdef: nnx.GraphDef
     state: State
     per_device: Callable[[State, dict[str, jax.Array]], tuple[State, dict[str, jax.Array]]]
-    batches: data.Batches
-    images: np.ndarray
-    label_tables: dict[str, np.ndarray]
 
 
-def build(cfg: RunConfig, ds: data.Dataset, mesh: jax.sharding.Mesh) -> Traced:
-    """The state, step and batches of a run on ``ds`` over ``mesh``: its model, objective and optimiser.
+def build(
+    cfg: RunConfig, image_shape: tuple[int, int, int], labels: np.ndarray, mesh: jax.sharding.Mesh
+) -> Traced:
+    """The state and step of a run over ``mesh``: its model, objective and optimiser.
 
     Args:
         cfg: the run's configuration, its length resolved (:func:`resolve`).
-        ds: the data set trained on.
+        image_shape: the training images' shape (H, W, C).
+        labels: the training labels [N], int (their classes size a proxy loss; N, the EMA's per-step decay).
         mesh: the data-parallel mesh.
 
     Returns:
-        The :class:`Traced` of the run: a fresh state (one replica per seed) on ``mesh``, the per-device
-        step (with the EMA's per-step decay on ``ds``), the batches, and the training images and label
-        tables they are drawn from.
+        The :class:`Traced` of the run: a fresh state (one replica per seed) on ``mesh`` and the per-device
+        step (with the EMA's per-step decay on N images).
     """
-    images = data.compact(ds.train_x)
     init = init_replicas if cfg.seeds > 1 else init_state
-    graphdef, state = init(cfg, ds.image_shape, classes=int(ds.train_y.max()) + 1)
-    state, batches = replicate(state, mesh), make_batches(cfg)
-    per_device = make_step(cfg, graphdef, make_optimizer(cfg), ema=ema_decay(cfg, len(ds.train_y)))
-    return Traced(graphdef, state, per_device, batches, images, data.label_tables(ds.train_y))
-
-
-# XLA:CPU runs a small CNN's step several times slower inside a while loop (lax.scan) than straight-line
-# (3.6×, measured with jax 0.10.2): on CPU, and for one step anywhere, the steps of a call are unrolled.
-def _unrolled(length: int) -> bool:
-    return length == 1 or jax.default_backend() == "cpu"
-
-
-def make_call(
-    one_step: Callable[[State, dict[str, jax.Array]], tuple[State, dict[str, jax.Array]]],
-    *,
-    length: int,
-    batches: data.Batches | None = None,
-    axis_name: str | None = parallel.AXIS,
-    replicas: bool = False,
-) -> Callable[[State, Any, Any], tuple[State, dict[str, jax.Array]]]:
-    """Per-device ``call(state, tables, feed) -> (state, metrics)``: ``length`` steps of ``one_step``.
-
-    The steps run in one ``lax.scan`` (straight-line on CPU), the metrics averaged over them (a log window's
-    mean stays a mean).
-
-    Device feed (``batches`` given): ``tables`` holds the training ``images`` [N, H, W, C] (replicated) and
-    the :func:`data.label_tables`; each step draws its global batch from its own step counter and takes this
-    device's rows of it (no host work, no transfer); ``feed`` is unused. Host feed: ``feed`` leaves
-    [length, n, ...] hold this device's rows of each step's batch; ``tables`` is unused.
-
-    Args:
-        one_step: the per-device step of :func:`make_step`.
-        length: the steps per call, ≥ 1.
-        batches: the run's batches, for the device feed; None: the host feed.
-        axis_name: the data-parallel mesh axis (None: one device, which takes the whole batch).
-        replicas: the state is :func:`init_replicas`'s, several seeds stacked on a leading axis; the step is
-            ``jax.vmap``-ped over it, each replica drawing its own batches and augmentations (device feed
-            only), and the metrics come per replica ([S]).
-
-    Returns:
-        The per-device call ``(state, tables, feed) -> (state, metrics)``, metrics averaged over the steps.
-
-    Raises:
-        ValueError: ``replicas`` without ``batches`` (several seeds need the device feed).
-    """
-
-    if replicas and batches is None:
-        raise ValueError(
-            "replicas (several seeds in one program) draw their batches on the devices: pass batches"
-        )
-
-    def drawn_step(state, tables):
-        """One step on this device's rows of the step's global batch, drawn with the state's own seed (each
-        replica's batches) or the run's."""
-        own = dataclasses.replace(batches, seed=state["seed"]) if "seed" in state else batches
-        count = own.batch // (1 if axis_name is None else lax.axis_size(axis_name))
-        start = 0 if axis_name is None else lax.axis_index(axis_name) * count
-        rows = own.rows(tables, state["step"], start, count)
-        return one_step(state, {"x": tables["images"][rows["idx"]], "y": rows["y"], "pos": rows["pos"]})
-
-    if replicas:  # the state's leaves are stacked on a leading replica axis; the tables are shared
-        drawn_step = jax.vmap(drawn_step, in_axes=(0, None))
-
-    def call(state, tables, feed):
-        def body(state, batch):
-            return drawn_step(state, tables) if batches is not None else one_step(state, batch)
-
-        if not _unrolled(length):
-            state, metrics = lax.scan(body, state, None if batches is not None else feed, length=length)
-            return state, jax.tree.map(lambda m: jnp.mean(m, axis=0), metrics)
-        steps = []
-        for i in range(length):
-            state, metrics = body(
-                state, None if batches is not None else jax.tree.map(lambda x, i=i: x[i], feed)
-            )
-            steps.append(metrics)
-        return state, jax.tree.map(lambda *m: jnp.mean(jnp.stack(m), axis=0), *steps)
-
-    return call
+    graphdef, state = init(cfg, image_shape, classes=int(labels.max()) + 1)
+    state = replicate(state, mesh)
+    per_device = make_step(cfg, graphdef, make_optimizer(cfg), ema=ema_decay(cfg, len(labels)))
+    return Traced(graphdef, state, per_device)
 
 
 def replicate(tree: Any, mesh: jax.sharding.Mesh) -> Any:
@@ -491,119 +392,3 @@ def local_copy(tree: Any) -> Any:
         The pytree with each array replaced by its copy on this process's first addressable device.
     """
     return jax.tree.map(lambda x: x.addressable_data(0) if isinstance(x, jax.Array) else x, tree)
-
-
-def distribute(
-    call: Callable[[State, Any, Any], tuple[State, dict[str, jax.Array]]],
-    *,
-    mesh: jax.sharding.Mesh,
-    mode: str = "shard_map",
-) -> Callable[[State, Any, Any], tuple[State, dict[str, jax.Array]]]:
-    """``run(state, tables, feed)`` of a per-device :func:`make_call` over the 1-D data ``mesh``.
-
-    It is ``geojax.parallel.data_parallel`` with the device feed's tables as a shared, replicated argument.
-
-    ``state`` replicated (:func:`replicate`) and, under shard_map, donated (its buffers are reused for the
-    new state); ``tables`` replicated and kept; ``feed`` leaves [length, B, ...] with B split over the
-    devices (:func:`put_feed`). ``mode='pmap'`` runs under ``jax.pmap`` (host feed only).
-
-    Args:
-        call: the per-device call of :func:`make_call`.
-        mesh: the 1-D data mesh.
-        mode: ``shard_map`` or ``pmap``.
-
-    Returns:
-        ``run(state, tables, feed) -> (state, metrics)``; under pmap it raises ValueError when given
-        ``tables`` (the device feed needs shard_map).
-    """
-    axis = mesh.axis_names[0]
-    if mode == "shard_map":
-        return parallel.data_parallel(
-            call, mesh=mesh, axis_name=axis, donate_state=True, batch_axis=1, shared=True
-        )
-    mapped = parallel.data_parallel(
-        lambda state, feed: call(state, None, feed), mode=mode, mesh=mesh, axis_name=axis, batch_axis=1
-    )
-
-    def run(state, tables, feed):
-        if tables is not None:
-            raise ValueError("the device feed needs parallel='shard_map'")
-        return mapped(state, feed)
-
-    return run
-
-
-def put_feed(feed: Any, mesh: jax.sharding.Mesh, mode: str = "shard_map") -> Any:
-    """This process's host-feed rows as the global arrays that :func:`distribute`'s ``run`` takes.
-
-    Args:
-        feed: this process's rows of a call's batches, leaves [length, B/processes, ...] in NumPy.
-        mesh: the 1-D data mesh.
-        mode: ``shard_map`` (the rows are split over the devices on axis 1) or ``pmap`` (``feed`` is returned
-            as it is: pmap splits it itself).
-
-    Returns:
-        The feed as global arrays of leaves [length, B, ...] sharded over the mesh, or ``feed`` under pmap.
-    """
-    if mode != "shard_map":
-        return feed
-    sharding = NamedSharding(mesh, P(None, mesh.axis_names[0]))
-    if jax.process_count() == 1:
-        return jax.device_put(feed, sharding)
-    return jax.tree.map(lambda x: jax.make_array_from_process_local_data(sharding, x), feed)
-
-
-def embed_replicas(
-    cfg: RunConfig, graphdef: nnx.GraphDef, state: State, images: np.ndarray
-) -> list[models.Outputs]:
-    """:func:`embed` of ``images`` by each replica of a run's state (one output for a single-seed run).
-
-    Args:
-        cfg: the run's configuration (``seeds``, ``eval_batch``, ``precision``).
-        graphdef: the model's NNX graph definition.
-        state: the run's state (stacked replicas for ``seeds`` > 1), on this process.
-        images: the images [N, H, W, C].
-
-    Returns:
-        One :class:`geojax.models.Outputs` per seed, in seed order.
-    """
-    own = [state] if cfg.seeds == 1 else [replica(state, i) for i in range(cfg.seeds)]
-    return [embed(graphdef, s, images, batch=cfg.eval_batch, precision=cfg.precision) for s in own]
-
-
-@functools.partial(jax.jit, static_argnames="bf16")
-def _forward(model: nnx.Module, x: jax.Array, *, bf16: bool) -> models.Outputs:
-    """The model's outputs for ``x`` as float32, computed in bf16 when ``bf16``: one jitted function, so every
-    evaluation of a model of the same structure and batch shape reuses one compiled program."""
-    out = model(x.astype(jnp.bfloat16 if bf16 else jnp.float32))
-    return jax.tree.map(lambda v: v.astype(jnp.float32), out)
-
-
-def embed(
-    graphdef: nnx.GraphDef, state: State, images: np.ndarray, *, batch: int, precision: str = "fp32"
-) -> models.Outputs:
-    """Evaluation-mode outputs (no augmentation) for ``images`` [N, H, W, C], in chunks of ``batch``.
-
-    The EMA of the weights is used when the run keeps one; the last chunk is zero-padded to ``batch`` so that
-    one compiled program serves every chunk.
-
-    Args:
-        graphdef: the model's NNX graph definition.
-        state: a single run's state (not a stacked several-seeds one: see :func:`replica`).
-        images: the images [N, H, W, C], float32 in [0, 1] (or uint8 codes).
-        batch: the images per forward pass, ≥ 1.
-        precision: ``fp32``, or ``bf16`` to compute in bfloat16 (outputs are float32 either way).
-
-    Returns:
-        The model's outputs (:class:`geojax.models.Outputs`) for the N images, as float32 NumPy arrays.
-    """
-    model = nnx.merge(graphdef, state.get("ema", state["params"]), state["rest"])
-    model.eval()
-    chunks = []
-    for start in range(0, len(images), batch):  # one compiled shape: the last chunk is zero-padded
-        x = images[start : start + batch]
-        rows, pad = len(x), batch - len(x)
-        x = np.concatenate([x, np.zeros((pad, *x.shape[1:]), x.dtype)]) if pad else x
-        out = _forward(model, x, bf16=precision == "bf16")
-        chunks.append(jax.tree.map(lambda v, rows=rows: np.asarray(v)[:rows], out))
-    return jax.tree.map(lambda *parts: np.concatenate(parts), *chunks)

@@ -94,20 +94,6 @@ def write_npz(path: str, **arrays: np.ndarray) -> None:
     atomic_write(path, lambda tmp: np.savez(tmp, **arrays))
 
 
-def figure(*, figsize: tuple[float, float]):
-    """A matplotlib Figure outside pyplot: no backend switch, no global figure list (safe in notebooks).
-
-    Args:
-        figsize: (width, height) in inches.
-
-    Returns:
-        A new ``matplotlib.figure.Figure``.
-    """
-    from matplotlib.figure import Figure
-
-    return Figure(figsize=figsize)
-
-
 def write_figure(fig, path: str, *, dpi: int = 100) -> None:
     """Save a matplotlib figure as PNG atomically.
 

@@ -1,6 +1,6 @@
 """Every figure the training app, the evaluation tools, the reproduction and the notebooks draw.
 
-Figures are built outside pyplot (``train.helpers.files.figure``: no backend switch, notebooks keep their
+Figures are built outside pyplot (:func:`figure`: no backend switch, notebooks keep their
 inline plots) and, when a path is given, written as PNG atomically (``train.helpers.files.write_figure``).
 """
 
@@ -21,6 +21,20 @@ from train.helpers import files
 TARGET_NOISE_SIMILARITIES = ("cosine", "neg_arc_length")  # the two similarities Feeney & Hughes 2024 compare
 
 
+def figure(*, figsize: tuple[float, float]):
+    """A matplotlib Figure outside pyplot: no backend switch, no global figure list (safe in notebooks).
+
+    Args:
+        figsize: (width, height) in inches.
+
+    Returns:
+        A new ``matplotlib.figure.Figure``.
+    """
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=figsize)
+
+
 def plot_curve(metrics_path: str, png_path: str) -> None:
     """Training curve (total loss and each unweighted term against step) from metrics.jsonl.
 
@@ -35,7 +49,7 @@ def plot_curve(metrics_path: str, png_path: str) -> None:
     if not rows:
         return
     keys = [k for k in rows[0] if k not in ("step", "lr", "time", "grad_norm")]
-    fig = files.figure(figsize=(3.2 * len(keys), 2.8))
+    fig = figure(figsize=(3.2 * len(keys), 2.8))
     axes = fig.subplots(1, len(keys), squeeze=False)
     steps = [r["step"] for r in rows]
     for ax, key in zip(axes[0], keys, strict=True):
@@ -83,7 +97,7 @@ def plot_quantised(reports: Sequence[Mapping[str, Any]], path: str | None = None
     Returns:
         The matplotlib Figure.
     """
-    fig = files.figure(figsize=(7, 4.5))
+    fig = figure(figsize=(7, 4.5))
     ax = fig.subplots()
     for rep in reports:
         pts = sorted(
@@ -130,7 +144,7 @@ def plot_charts(emb: Mapping[str, Any], path: str | None = None, *, title: str):
     n = emb["query_q"].shape[1]
     cols = math.ceil(math.sqrt(n))
     rows = math.ceil(n / cols)
-    fig = files.figure(figsize=(2.2 * cols, 2.2 * rows))
+    fig = figure(figsize=(2.2 * cols, 2.2 * rows))
     axes = fig.subplots(rows, cols, squeeze=False)
     for i, ax in enumerate(axes.flat):
         ax.set_xticks([])
@@ -182,7 +196,7 @@ def plot_target_noise(models: Mapping[str, Mapping[str, Any]], path: str | None 
     Returns:
         The matplotlib Figure.
     """
-    fig = files.figure(figsize=(8, 2.6 * len(models)))
+    fig = figure(figsize=(8, 2.6 * len(models)))
     axes = fig.subplots(len(models), 2, squeeze=False)
     for row, (label, emb) in zip(axes, models.items(), strict=True):
         for ax, name in zip(row, TARGET_NOISE_SIMILARITIES, strict=True):

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from train import evaluate
-from train.app import cli, config, loop, report
+from train.app import cli, config, report, rundir
 from train.app.errors import UsageError
 from train.helpers import files
 from train.reproduce.common import Context, command_line, run_args, training_images
@@ -166,7 +166,7 @@ REPORT_KEYS = ("precision_at_1", "timing")  # what every finished run's report.j
 
 def is_finished(cfg: RunConfig) -> bool:
     """Whether ``cfg.workdir`` holds this run finished: its report.json beside the config.json of this
-    config (``train.app.loop.check_workdir``) at its steps.
+    config (``train.app.rundir.check_workdir``) at its steps.
 
     A report that cannot be read back as this run's is refused in one line and its run directory set aside
     (renamed ``<run>.refused``, replacing an earlier one), so that the run trains again: a damaged report
@@ -177,7 +177,7 @@ def is_finished(cfg: RunConfig) -> bool:
         return False
     saved, problem = None, None
     try:
-        saved = loop.check_workdir(cfg)
+        saved = rundir.check_workdir(cfg)
         with open(path, encoding="utf-8") as f:
             rep = json.load(f)
     except UsageError as err:

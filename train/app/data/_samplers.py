@@ -5,7 +5,7 @@ inside the jitted step (device feed) or on the host CPU (host feed): both give t
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
@@ -14,6 +14,9 @@ from jax import lax
 
 from train.app import registry
 from train.app.registry import POSITIVE_INT, Key, Range
+
+if TYPE_CHECKING:
+    from train.app.config_types import RunConfig
 
 SAMPLER_STREAM = 0x7FFFFFFF  # fold_in tag of the sampler's keys (no step index reaches it)
 
@@ -221,6 +224,24 @@ class Batches:
     seed: int
     options: tuple[tuple[str, Any], ...] = ()  # the sampler's keys, (arg, value) pairs
     instance: bool = False
+
+    @classmethod
+    def of(cls, cfg: RunConfig) -> Batches:
+        """The batches of the run ``cfg``.
+
+        Args:
+            cfg: the run's configuration (sampler and its keys, batch_size, seed, labels).
+
+        Returns:
+            Its :class:`Batches`.
+        """
+        return cls(
+            kind=cfg.sampler,
+            batch=cfg.batch_size,
+            seed=cfg.seed,
+            options=tuple(sorted(registry.option_kwargs(cfg, "sampler").items())),
+            instance=cfg.labels == "instance",
+        )
 
     def key(self, step: jax.Array | int) -> jax.Array:
         """The sampler's PRNG key of one step.
