@@ -125,13 +125,13 @@ def make_call(
     [length, n, ...] hold this device's rows of each step's batch; ``tables`` is unused.
 
     Args:
-        one_step: the per-device step of :func:`make_step`.
+        one_step: the per-device step of :func:`train.app.step.make_step`.
         length: the steps per call, ≥ 1.
         batches: the run's batches, for the device feed; None: the host feed.
         axis_name: the data-parallel mesh axis (None: one device, which takes the whole batch).
-        replicas: the state is :func:`init_replicas`'s, several seeds stacked on a leading axis; the step is
-            ``jax.vmap``-ped over it, each replica drawing its own batches and augmentations (device feed
-            only), and the metrics come per replica ([S]).
+        replicas: the state is :func:`train.app.step.init_replicas`'s, several seeds stacked on a leading
+            axis; the step is ``jax.vmap``-ped over it, each replica drawing its own batches and augmentations
+            (device feed only), and the metrics come per replica ([S]).
 
     Returns:
         The per-device call ``(state, tables, feed) -> (state, metrics)``, metrics averaged over the steps.
@@ -185,9 +185,9 @@ def distribute(
 
     It is ``geojax.parallel.data_parallel`` with the device feed's tables as a shared, replicated argument.
 
-    ``state`` replicated (:func:`replicate`) and, under shard_map, donated (its buffers are reused for the
-    new state); ``tables`` replicated and kept; ``feed`` leaves [length, B, ...] with B split over the
-    devices (:func:`put_feed`). ``mode='pmap'`` runs under ``jax.pmap`` (host feed only).
+    ``state`` replicated (:func:`train.app.step.replicate`) and, under shard_map, donated (its buffers are
+    reused for the new state); ``tables`` replicated and kept; ``feed`` leaves [length, B, ...] with B split
+    over the devices (:func:`put_feed`). ``mode='pmap'`` runs under ``jax.pmap`` (host feed only).
 
     Args:
         call: the per-device call of :func:`make_call`.

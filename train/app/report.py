@@ -65,7 +65,7 @@ def embed(
 
     Args:
         graphdef: the model's NNX graph definition.
-        state: a single run's state (not a stacked several-seeds one: see :func:`replica`).
+        state: a single run's state (not a stacked several-seeds one: see :func:`train.app.step.replica`).
         images: the images [N, H, W, C], float32 in [0, 1] (or uint8 codes).
         batch: the images per forward pass, ≥ 1.
         precision: ``fp32``, or ``bf16`` to compute in bfloat16 (outputs are float32 either way).

@@ -5,13 +5,12 @@ per-device step.
 The train state is a plain pytree ``{'params', 'rest', 'opt_state', 'step'}`` (``rest``: NNX variables other
 than parameters, e.g. batch statistics). The step is a pure function of (state, batch) written once for one
 device's slice of the batch, pmap-style, and run under ``jax.shard_map`` or ``jax.pmap`` by
-``geojax.parallel.data_parallel`` (:func:`distribute`). The loss always sees the global batch: embeddings
-are all-gathered as keys, each local anchor's own column is masked through ``self_index``, and normalisation
-is global (``axis_name``). The step closes over objects derived from the config (the model's graph, the
-optimiser, an :class:`~train.app.objective.Objective`, a :class:`Views` recipe), never over the config itself.
+``geojax.parallel.data_parallel`` (:func:`train.app.program.distribute`). The loss always sees the global
+batch: embeddings are all-gathered as keys, each local anchor's own column is masked through ``self_index``,
+and normalisation is global (``axis_name``). The step closes over objects derived from the config (the
+model's graph, the optimiser, an :class:`~train.app.objective.Objective`, a :class:`Views` recipe), never
+over the config itself.
 
-:func:`make_call` scans several steps per dispatch and, for the device feed, draws each step's batch from
-images held on the devices; :func:`distribute` runs it over the data mesh with the state donated.
 :func:`build` makes, in one call, everything traced that a run's program needs (:class:`Traced`); the program
 that dispatches it is :mod:`train.app.program`, the evaluation of a trained state :mod:`train.app.report`.
 """
