@@ -140,3 +140,23 @@ def test_no_import_circle():
     for start in sorted(graph):
         if start not in state and (circle := visit(start, [])):
             pytest.fail("import circle: " + " → ".join(circle[circle.index(circle[-1]) :]))
+
+
+def _code_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """The lines of a function's body, its docstring aside."""
+    body = node.body
+    documented = isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant)
+    first = body[1] if documented and len(body) > 1 else body[0]
+    return node.end_lineno - first.lineno + 1
+
+
+def test_no_function_of_the_application_is_over_60_lines():
+    """The training application reads in functions of a page or less: the loop (``prepare``, ``run``) and all
+    it calls, each at most 60 lines of code besides its docstring."""
+    long = []
+    for path in sorted((ROOT / "train" / "app").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _code_lines(node) > 60:
+                long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({_code_lines(node)} lines)")
+    assert not long, "\n".join(long)
+    assert _code_lines(ast.parse("def f():\n    '''doc'''\n    a = 1\n    return a\n").body[0]) == 2
