@@ -1071,6 +1071,7 @@ def test_reality_check_so_far_shows_the_finished_runs_and_trains_nothing(tmp_pat
     assert not (tmp_path / "nowhere").exists()
 
 
+@pytest.mark.slow
 def test_call_path_of_a_run_visits_no_file_more_than_four_times(tmp_path):
     """Following ``python -m train`` from ``cli.main`` through its first calls (the house's rule for a loop a
     reader can follow): no file of ``train/`` is entered more than 4 times, and the path reaches the loop,
