@@ -1,4 +1,7 @@
-"""After training: embeddings.npz (what the evaluation tools read), the retrieval report and report.json.
+"""After training: the evaluation of a trained state, embeddings.npz, the retrieval report and report.json.
+
+A trained state's outputs come from :func:`embed` (per seed, :func:`embed_replicas`) and each seed's retrieval
+report from :func:`evaluate`; embeddings.npz is what the evaluation tools read.
 
 Retrieval protocol: queries = test split, reference = train split. Besides the metrics of the learnt
 embedding, the report holds the raw-input 1-NN baseline (Euclidean on pixels) of the same split.
