@@ -4,7 +4,7 @@ Every function of ``train/`` is taken in the order of its first call (a function
 read); a visit is a maximal run of consecutive first calls in one file. Lambdas and comprehensions count
 with the ``--anonymous`` flag only: they are read with the function that holds them.
 
-    python -m benchmarks.call_path steps=4 batch_size=32 log_every=2 workdir=/tmp/call_path
+    python -m benchmarks.call_path steps=4 batch_size=32 log_every=2 workdir=runs/call_path
 """
 
 from __future__ import annotations
