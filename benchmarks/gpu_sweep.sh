@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # One paper's reproduction at the gpu scale in one command on the GPU machine (docs/paper_scale.md):
 #
-#   benchmarks/gpu_sweep.sh PAPER              # e.g. 001 (Korman 2021); on the GPU machine
-#   benchmarks/gpu_sweep.sh PAPER --dry-run    # the same steps at the tiny scale on the CPU (tested)
+#   benchmarks/gpu_sweep.sh PAPER                  # e.g. 001 (Korman 2021); on the GPU machine
+#   benchmarks/gpu_sweep.sh PAPER --retrain-stale  # also train again the runs that older code trained
+#   benchmarks/gpu_sweep.sh PAPER --runs 'PATTERN' # train only the runs so named, judge nothing (a sweep
+#                                                  # split over two commands: the second, without --runs)
+#   benchmarks/gpu_sweep.sh PAPER --dry-run        # the same steps at the tiny scale on the CPU (tested)
 #
 # It checks the device, finds Fashion-MNIST where it was carried (data/fashion-mnist, or GPU_SWEEP_DATA),
 # writes the plan (--print: every run, its steps and expected time), runs the paper's sweep under
@@ -15,19 +18,25 @@
 # finished by the next sweep on any machine.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-usage="usage: benchmarks/gpu_sweep.sh PAPER [--dry-run]"
+usage="usage: benchmarks/gpu_sweep.sh PAPER [--retrain-stale] [--runs PATTERN] [--dry-run]"
 paper=${1:?$usage}
-mode=${2:-}
+shift
 data=${GPU_SWEEP_DATA:-data/fashion-mnist}
 results=${GPU_SWEEP_RESULTS:-docs}  # the sweep's --out: where committed runs are read back from
 out=${OUT:-gpu-sweep}               # what the GPU machine sends back
 limit=${GPU_SWEEP_SECONDS:-540}
 jobs=${GPU_SWEEP_JOBS:-4}
-case "$mode" in
-  "") scale=gpu ;;
-  --dry-run) scale=tiny ;;
-  *) echo "$usage" >&2; exit 2 ;;
-esac
+scale=gpu
+extra=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --dry-run) scale=tiny ;;
+    --retrain-stale) extra+=(--retrain-stale) ;;  # stale runs set aside as <run>.stale, trained again
+    --runs) [ $# -ge 2 ] || { echo "$usage" >&2; exit 2; }; extra+=(--runs "$2"); shift ;;
+    *) echo "$usage" >&2; exit 2 ;;
+  esac
+  shift
+done
 python=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1
 
@@ -55,7 +64,7 @@ for name in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-uby
 done
 
 mkdir -p "$results"
-args=("$paper" --scale "$scale" --data "idx:$data" --out "$results" --jobs "$jobs")
+args=("$paper" --scale "$scale" --data "idx:$data" --out "$results" --jobs "$jobs" "${extra[@]}")
 "$python" -m train.reproduce "${args[@]}" --print > "$out/plan.txt" || exit 2
 grep '^#' "$out/plan.txt"
 start=$(date +%s)
@@ -74,6 +83,7 @@ files=()
 for report in "$runs"/*/report.json; do
   [ -e "$report" ] || continue
   dir=$(dirname "$report")
+  case "$dir" in *.refused | *.stale) continue ;; esac  # set aside: git keeps what they held
   for name in report.json analysis.json config.json metrics.jsonl train.log; do
     [ -e "$dir/$name" ] && files+=("$dir/$name")
   done

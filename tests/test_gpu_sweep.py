@@ -15,6 +15,7 @@ from tests import test_idx
 from tests.subprocess_env import child_env
 from train.app import cli, config
 from train.app import data as data_lib
+from train.app import report as app_report
 from train.reproduce import atlas, common, papers, plan, rundirs, simo
 from train.reproduce.__main__ import list_runs, main
 
@@ -101,25 +102,69 @@ def test_plan_counts_steps_compiles_and_jobs():
         plan.plan_runs(lines, (28, 28, 1), plan.CPU)
     small = plan.plan_runs(["python -m train preset=mtriplet encoder=resnet18 steps=10"], (28, 28, 1))
     assert small[0].step_ms == plan.STEP_FLOOR_MS  # 32 images: the launch-bound floor
+    assert small[0].at_floor and not any(r.at_floor for r in runs)
+    # launch-bound runs share the GPU worse: their own measured speed-up
+    assert plan.expected_s(small + runs, 4) == pytest.approx(
+        small[0].alone_s / gpu.floor_speedup[4] + alone / gpu.speedup[4] + gpu.assembly_s
+    )
     with pytest.raises(ValueError, match="speed-up was measured"):
         plan.expected_s(runs, 3)
 
 
 def test_print_states_the_plan_within_one_command(capsys):
     """`--print --scale gpu` lists every run with its expected time and the paper's total: Korman 2021's
-    sweep on Fashion-MNIST's 60,000 training images of 28 × 28 × 1 within one 540 s command with 4 jobs."""
+    MSimCLR and SimCLR runs on Fashion-MNIST's 60,000 training images of 28 × 28 × 1 (what `--retrain-stale`
+    trains again after its MTriplet runs of the current code) within one 540 s command with 4 jobs; all 24
+    runs at once would not fit."""
     main(["001", "--scale", "gpu", "--print", "--jobs", "4"])
     text = capsys.readouterr().out
     assert text.count("expected") == 25 and "# 001: 1/75 of each recipe's epochs" in text
+    assert "(24 runs to train: " in text
     lines = list_runs("001", scale=common.SCALES["gpu"], data_spec="digits", out="o")
     runs = plan.plan_runs(lines, (28, 28, 1))
     # 1/75 of 100 epochs of 468 batches of 128; of 300 epochs of 937 batches of 32 (the first five classes'
     # 30,000 images: MTriplet's and its baseline's disjoint-class protocol)
     steps = [624] * 15 + [3748] * 9
     fashion = [dataclasses.replace(r, steps=n) for r, n in zip(runs, steps, strict=True)]
-    assert plan.expected_s(fashion, 4) <= plan.GPU.budget_s
+    assert plan.expected_s(fashion[:15], 4) <= plan.GPU.budget_s < plan.expected_s(fashion, 4)
     main(["001", "--scale", "gpu", "--print", "--jobs", "3"])
     assert "no estimate for --jobs 3" in capsys.readouterr().out
+
+
+def test_a_sweep_over_one_command_splits_by_run_names(capsys):
+    """Stowell 2026's gpu sweep does not fit one command (its runs' fixed parts and the judging pass), but
+    `--runs` splits it: its 18 stability runs alone, judged by nothing, then the 6 others and the judging
+    pass, each within 540 s on Fashion-MNIST's sizes. A pattern that names no run is refused, naming
+    them."""
+    main(["000", "--scale", "gpu", "--print", "--jobs", "4", "--runs", "*-sgd-seed*"])
+    text = capsys.readouterr().out
+    assert text.count("python -m train ") == 18 and "(18 runs to train: " in text
+    assert "not judged (--runs)" in text and "to judge" not in text
+    lines = list_runs("000", scale=common.SCALES["gpu"], data_spec="digits", out="o")
+    runs = plan.plan_runs(lines, (28, 28, 1))
+    fashion = [  # 1/25 of 100 epochs of 270 batches of 200 (54,000 images: 10 % held out); 1,000 steps each
+        dataclasses.replace(r, steps=1000 if "-sgd-" in r.line else 1080) for r in runs
+    ]
+    stability = [r for r in fashion if "-sgd-" in r.line]
+    others = plan.plan_runs([r.line for r in fashion if "-sgd-" not in r.line], (28, 28, 1))
+    others = [dataclasses.replace(r, steps=1080) for r in others]
+    assert plan.expected_s(stability, 4, judge=False) <= plan.GPU.budget_s
+    assert plan.expected_s(others, 4) <= plan.GPU.budget_s < plan.expected_s(fashion, 4)
+    with pytest.raises(SystemExit):
+        main(["000", "--scale", "gpu", "--print", "--runs", "nothing-*"])
+    assert "--runs 'nothing-*' matches none of paper 000's runs: sphere-D16-seed0" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_runs_pattern_trains_those_runs_alone_and_judges_nothing(tmp_path, capsys):
+    """`--runs` trains the matching runs as `python -m train` processes and writes no result: the command
+    without it reads them back."""
+    out = tmp_path / "out"
+    assert main(["001", "--scale", "tiny", "--out", str(out), "--runs", "triplet-*"]) == []
+    said = capsys.readouterr().out
+    assert said.count(": done in ") == 1 and "the command without --runs judges them" in said
+    reports = sorted(p.parent.name for p in out.glob("runs/*/*/*/*/report.json"))
+    assert reports == ["triplet-d3-seed0"] and not list(out.glob("reproduce_*.json"))
 
 
 def test_committed_reports_are_read_back_as_finished_runs(tmp_path, monkeypatch):
@@ -189,6 +234,35 @@ def test_damaged_or_foreign_committed_reports_are_refused_and_the_run_trains_aga
     assert rundirs.is_finished(cfg)  # the same run, whole: read back
 
 
+def test_runs_of_older_code_are_read_back_or_with_retrain_stale_set_aside_and_planned(tmp_path, capsys):
+    """A finished run of older code is read back (not planned) unless `--retrain-stale` is given: then
+    `--print` plans it, changing nothing, and the sweep sets its directory aside as <run>.stale to train it
+    again. A run of the current code stays finished either way."""
+    out = str(tmp_path / "out")
+    lines = list_runs("001", scale=common.SCALES["gpu"], data_spec="digits", out=out)
+    current = app_report.code_version()
+    older = {**current, "code_hash": "0" * 64}
+    for cfg, version in zip(plan.configs(lines[:2]), (older, current), strict=True):
+        os.makedirs(cfg.workdir)
+        with open(os.path.join(cfg.workdir, "config.json"), "w") as f:
+            json.dump(dataclasses.asdict(cfg), f)
+        with open(os.path.join(cfg.workdir, "report.json"), "w") as f:
+            json.dump({"precision_at_1": 0.5, "timing": {"total_s": 1.0}, "code_version": version}, f)
+    main(["001", "--scale", "gpu", "--print", "--jobs", "4", "--out", out])
+    text = capsys.readouterr().out
+    assert text.count("# finished: read back") == 2 and "(22 runs to train: " in text
+    main(["001", "--scale", "gpu", "--print", "--jobs", "4", "--out", out, "--retrain-stale"])
+    text = capsys.readouterr().out
+    assert text.count("# finished: read back") == 1 and "(23 runs to train: " in text
+    stale_run, fresh_run = plan.configs(lines[:2])
+    assert rundirs.is_finished(stale_run)  # --print moved nothing
+    assert not rundirs.retrain_if_stale(fresh_run, current) and rundirs.is_finished(fresh_run)
+    assert rundirs.retrain_if_stale(stale_run, current)
+    said = capsys.readouterr().out
+    assert "(code 000000000000), not the current code; set aside as" in said and "stale: trained by" in said
+    assert os.path.exists(stale_run.workdir + ".stale/report.json") and not rundirs.is_finished(stale_run)
+
+
 def test_compare_sets_each_planned_run_beside_its_measured_time(capsys, tmp_path):
     plan_text = """# 001: Korman 2021 [scale gpu, data idx:x]: 2 training runs
 # expected 80 s alone: 1,000 steps × 20.0 ms + 60 s (compiles)
@@ -228,7 +302,11 @@ def test_dry_run_of_the_prepared_script(tmp_path, monkeypatch):
     env = child_env(
         GPU_SWEEP_DATA=str(data), GPU_SWEEP_RESULTS=str(results), OUT=str(out), GPU_SWEEP_JOBS="2"
     )
-    done = subprocess.run(["bash", SCRIPT, "001", "--dry-run"], env=env, capture_output=True, text=True)
+    aside = results / "runs" / "fashion_mnist" / "tiny" / "001" / "old.refused"  # set aside: never packed
+    aside.mkdir(parents=True)
+    (aside / "report.json").write_text("{}")
+    command = ["bash", SCRIPT, "001", "--retrain-stale", "--dry-run"]
+    done = subprocess.run(command, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "6 of 6 runs to train, 2 at a time" in done.stdout
     assert json.loads((out / "machine.json").read_text())["platform"] == "cpu"  # the machine, beside
@@ -241,7 +319,7 @@ def test_dry_run_of_the_prepared_script(tmp_path, monkeypatch):
     with tarfile.open(out / "results.tar.gz") as tar:
         names = tar.getnames()
     runs = [n for n in names if n.endswith("/report.json")]
-    assert len(runs) == 6 and all("/runs/fashion_mnist/tiny/001/" in n for n in runs)
+    assert len(runs) == 6 and all("/runs/fashion_mnist/tiny/001/" in n and ".refused" not in n for n in runs)
     assert any(n.endswith("reproduce_001_fashion_mnist_tiny.json") for n in names)
     assert not any(n.endswith(".npz") for n in names)
     assert sum(n.endswith("/train.log") for n in names) == 6  # each run trained in its own process

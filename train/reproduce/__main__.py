@@ -1,7 +1,8 @@
 """Reproduction tables for five papers at reduced scale, the papers' numbers beside ours.
 
     python -m train.reproduce <000|001|002|003|004|all> [--scale cpu|paper|quick]
-        [--data digits|npz:PATH|idx:DIR|NAME] [--test-fraction F] [--out DIR] [--print]
+        [--data digits|npz:PATH|idx:DIR|NAME] [--test-fraction F] [--out DIR] [--jobs J]
+        [--retrain-stale] [--runs PATTERN] [--print]
     python -m train.reproduce render [--data SPEC] [--out DIR]
 
 Each paper's claims are tested with the library and the training app as they are (``train.app.cli.run``,
@@ -48,6 +49,12 @@ that the two versions give the same outputs bit for bit (:mod:`train.reproduce.s
 
 Every run of one command shares a JAX compilation cache in a temporary folder, so that repeated
 configurations (other seeds, the other clipping setting) reuse what is already compiled.
+
+A finished run that other code trained is read back and marked stale; ``--retrain-stale`` sets its run
+directory aside (``<run>.stale``) and trains it again. ``--runs PATTERN`` trains only the runs whose name
+matches the shell pattern and judges nothing, so that a sweep too long for one command on a borrowed machine
+goes as two: the same command without ``--runs`` reads them back and judges the paper. ``--print`` and the
+expected time before a sweep count only the runs it will train.
 """
 
 from __future__ import annotations
@@ -55,6 +62,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import contextlib
+import fnmatch
 import glob
 import json
 import logging
@@ -83,7 +91,7 @@ from train.reproduce.common import (
 from train.reproduce.papers import MODULES, PAPERS
 from train.reproduce.records import Claim, Findings, Run, clean
 from train.reproduce.rules import NOT_TESTABLE, RECIPES_TRIED, TRIALS_NOTE, gate, trials_note
-from train.reproduce.rundirs import is_finished, recipe_trials
+from train.reproduce.rundirs import is_finished, read_back, recipe_trials, retrain_if_stale
 
 RUNNERS: dict[str, Callable[[Context], Findings]] = {key: m.findings for key, m in MODULES.items()}
 
@@ -332,6 +340,19 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
         "reuses it; default: a temporary folder)",
     )
     ap.add_argument(
+        "--runs",
+        metavar="PATTERN",
+        help="train only the runs whose name (their run directory's) matches this shell pattern, e.g. "
+        "'*-sgd-seed*', as `python -m train` processes (--jobs at a time), and judge nothing: the paper's "
+        "command without --runs reads them back and judges (a sweep split over two commands)",
+    )
+    ap.add_argument(
+        "--retrain-stale",
+        action="store_true",
+        help="train again the finished runs that code other than the current one trained (their run "
+        "directories set aside as <run>.stale), rather than read them back marked stale",
+    )
+    ap.add_argument(
         "--print",
         action="store_true",
         help="train nothing: print every training run of the papers (at this --scale, --data and --out) as "
@@ -365,8 +386,25 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     except ValueError as err:
         ap.error(str(err))
     test_fraction = config.DEFAULTS["test_fraction"] if args.test_fraction is None else args.test_fraction
+    for key in keys if args.runs else ():
+        lines = list_runs(key, scale=scale, data_spec=args.data, out=args.out, test_fraction=test_fraction)
+        if not _selected(lines, args.runs):
+            names = ", ".join(_name(line) for line in lines)
+            ap.error(f"--runs {args.runs!r} matches none of paper {key}'s runs: {names}")
     if args.print:
-        return [_print_runs(key, scale, args.data, args.out, test_fraction, args.jobs) for key in keys]
+        return [
+            _print_runs(
+                key,
+                scale,
+                args.data,
+                args.out,
+                test_fraction,
+                args.jobs,
+                retrain_stale=args.retrain_stale,
+                runs=args.runs,
+            )
+            for key in keys
+        ]
     command = "python -m train.reproduce " + " ".join(shlex.quote(a) for a in _without_cache(argv))
     os.makedirs(args.out, exist_ok=True)
     t0 = time.time()
@@ -376,9 +414,12 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
             tempfile.TemporaryDirectory(prefix="reproduce-jax-cache-")
         )
         for key in keys:
-            _announce(key, scale, args.data, args.out, test_fraction, args.jobs)
+            if args.retrain_stale:
+                where = dict(scale=scale, data_spec=args.data, out=args.out, test_fraction=test_fraction)
+                set_aside_stale(key, **where, runs=args.runs)
+            _announce(key, scale, args.data, args.out, test_fraction, args.jobs, runs=args.runs)
         for key in keys:
-            if args.jobs > 1:
+            if args.jobs > 1 or args.runs:
                 train_apart(
                     key,
                     scale=scale,
@@ -387,7 +428,11 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
                     test_fraction=test_fraction,
                     jobs=args.jobs,
                     cache=cache,
+                    runs=args.runs,
                 )
+        if args.runs:
+            print(f"trained the runs matching {args.runs!r}; the command without --runs judges them")
+            return []
         stack.enter_context(_compilation_cache(cache))
         for key in keys:
             results.append(
@@ -426,13 +471,24 @@ def _without_cache(argv: Sequence[str]) -> list[str]:
 
 
 def train_apart(
-    key: str, *, scale: Scale, data_spec: str, out: str, test_fraction: float, jobs: int, cache: str
+    key: str,
+    *,
+    scale: Scale,
+    data_spec: str,
+    out: str,
+    test_fraction: float,
+    jobs: int,
+    cache: str,
+    runs: str | None = None,
 ) -> None:
-    """Train paper ``key``'s unfinished runs as ``python -m train`` processes of their ``--print`` lines,
-    ``jobs`` at a time in the sweep's order, sharing the compilation cache ``cache``; each one's output goes
-    to ``train.log`` in its run directory. A run that fails is left to the sweep, which trains it again in its
-    own process (and so reports why)."""
-    lines = list_runs(key, scale=scale, data_spec=data_spec, out=out, test_fraction=test_fraction)
+    """Train paper ``key``'s unfinished runs (those whose name matches the shell pattern ``runs``, where
+    given) as ``python -m train`` processes of their ``--print`` lines, ``jobs`` at a time in the sweep's
+    order, sharing the compilation cache ``cache``; each one's output goes to ``train.log`` in its run
+    directory. A run that fails is left to the sweep, which trains it again in its own process (and so
+    reports why)."""
+    lines = _selected(
+        list_runs(key, scale=scale, data_spec=data_spec, out=out, test_fraction=test_fraction), runs
+    )
     todo = [shlex.split(line)[3:] for line in lines]
     todo = [args for args in todo if not is_finished(config.from_args(args))]
     env = {
@@ -460,12 +516,24 @@ def train_apart(
 
 
 def _print_runs(
-    key: str, scale: Scale, data_spec: str, out: str, test_fraction: float, jobs: int = 1
+    key: str,
+    scale: Scale,
+    data_spec: str,
+    out: str,
+    test_fraction: float,
+    jobs: int = 1,
+    *,
+    retrain_stale: bool = False,
+    runs: str | None = None,
 ) -> dict[str, Any]:
-    """Print paper ``key``'s header (a ``#`` comment) and its runs' command lines, at a scale sized for a
-    measured machine (:data:`train.reproduce.plan.MACHINES`: gpu and paper on an H100-class GPU, cpu on two
-    cores) each after a comment with its expected time, then the sweep's total; return them."""
-    lines = list_runs(key, scale=scale, data_spec=data_spec, out=out, test_fraction=test_fraction)
+    """Print paper ``key``'s header (a ``#`` comment) and its runs' command lines (those whose name matches
+    the shell pattern ``runs``, where given), at a scale sized for a measured machine
+    (:data:`train.reproduce.plan.MACHINES`: gpu and paper on an H100-class GPU, cpu on two cores) each after a
+    comment with its expected time (or that it is finished in ``out`` and is read back), then the total of the
+    runs to train (and of judging them, without ``runs``); return them."""
+    lines = _selected(
+        list_runs(key, scale=scale, data_spec=data_spec, out=out, test_fraction=test_fraction), runs
+    )
     what = (
         f"{len(lines)} training runs" if PAPERS[key].trains else "no training runs (codes fitted to pixels)"
     )
@@ -475,30 +543,81 @@ def _print_runs(
         for line in lines:
             print(line, flush=True)
         return {"seed": key, "commands": lines}
+    todo = _to_train(lines, retrain_stale=retrain_stale)
     image_shape = data.load(data_spec, test_fraction=test_fraction).image_shape
-    runs = plan.plan_runs(lines, image_shape, machine)
-    for r in runs:
-        compiles = "compiles" if r.compiles else "programs from the cache"
-        print(
-            f"# expected {r.alone_s:.0f} s alone: {r.steps:,} steps × {r.step_ms:.1f} ms + {r.fixed_s:.0f} s "
-            f"({compiles})",
-            flush=True,
-        )
-        print(r.line, flush=True)
-    total = expected_time(key, runs, scale=scale, data_spec=data_spec, out=out, jobs=jobs, machine=machine)
+    judge = runs is None
+    runs_plan = plan.plan_runs([line for line, t in zip(lines, todo, strict=True) if t], image_shape, machine)
+    planned = iter(runs_plan)
+    for line, train in zip(lines, todo, strict=True):
+        if train:
+            r = next(planned)
+            compiles = "compiles" if r.compiles else "programs from the cache"
+            print(
+                f"# expected {r.alone_s:.0f} s alone: {r.steps:,} steps × {r.step_ms:.1f} ms + "
+                f"{r.fixed_s:.0f} s ({compiles})",
+                flush=True,
+            )
+        else:
+            print("# finished: read back, not trained (not counted)", flush=True)
+        print(line, flush=True)
+    total = expected_time(
+        key, runs_plan, scale=scale, data_spec=data_spec, out=out, jobs=jobs, machine=machine, judge=judge
+    )
     return {"seed": key, "commands": lines, "expected_s": total}
 
 
-def _announce(key: str, scale: Scale, data_spec: str, out: str, test_fraction: float, jobs: int) -> None:
+def _to_train(lines: Sequence[str], *, retrain_stale: bool) -> list[bool]:
+    """Whether the sweep trains each run line: it is not finished in its run directory
+    (:func:`train.reproduce.rundirs.read_back`), or, with ``retrain_stale``, was finished by other code."""
+    current = report.code_version()
+    todo = []
+    for cfg in plan.configs(lines):
+        rep, _ = read_back(cfg)
+        todo.append(rep is None or (retrain_stale and records.stale(rep.get("code_version"), current)))
+    return todo
+
+
+def set_aside_stale(
+    key: str, *, scale: Scale, data_spec: str, out: str, test_fraction: float, runs: str | None
+) -> int:
+    """Set aside each run of paper ``key`` (those whose name matches the shell pattern ``runs``, where given)
+    finished by code other than the current (:func:`train.reproduce.rundirs.retrain_if_stale`), so that the
+    sweep trains it again; how many."""
+    lines = _selected(
+        list_runs(key, scale=scale, data_spec=data_spec, out=out, test_fraction=test_fraction), runs
+    )
+    current = report.code_version()
+    return sum(retrain_if_stale(cfg, current) for cfg in plan.configs(lines))
+
+
+def _announce(
+    key: str, scale: Scale, data_spec: str, out: str, test_fraction: float, jobs: int, *, runs: str | None
+) -> None:
     """Before a sweep trains: paper ``key``'s expected time on the machine its scale is sized for, where it
-    has one and runs (the ``--print`` total, one line)."""
+    has one and runs (the ``--print`` total of the runs it trains, those matching ``runs`` where given, one
+    line)."""
     machine = plan.MACHINES.get(scale.name)
     if machine is None or not PAPERS[key].trains:
         return
-    lines = list_runs(key, scale=scale, data_spec=data_spec, out=out, test_fraction=test_fraction)
+    lines = _selected(
+        list_runs(key, scale=scale, data_spec=data_spec, out=out, test_fraction=test_fraction), runs
+    )
+    lines = [line for line, t in zip(lines, _to_train(lines, retrain_stale=False), strict=True) if t]
     image_shape = data.load(data_spec, test_fraction=test_fraction).image_shape
-    runs = plan.plan_runs(lines, image_shape, machine)
-    expected_time(key, runs, scale=scale, data_spec=data_spec, out=out, jobs=jobs, machine=machine)
+    planned = plan.plan_runs(lines, image_shape, machine)
+    kw = dict(scale=scale, data_spec=data_spec, out=out, jobs=jobs, machine=machine, judge=runs is None)
+    expected_time(key, planned, **kw)
+
+
+def _name(line: str) -> str:
+    """A run's name: its run directory's, from its ``python -m train`` line's ``workdir=``."""
+    workdir = next(a for a in shlex.split(line) if a.startswith("workdir="))
+    return os.path.basename(os.path.normpath(workdir.removeprefix("workdir=")))
+
+
+def _selected(lines: list[str], runs: str | None) -> list[str]:
+    """The run lines whose name matches the shell pattern ``runs`` (all of them where None)."""
+    return lines if runs is None else [line for line in lines if fnmatch.fnmatchcase(_name(line), runs)]
 
 
 def expected_time(
@@ -510,20 +629,23 @@ def expected_time(
     out: str,
     jobs: int,
     machine: plan.Machine,
+    judge: bool = True,
 ) -> float | None:
     """Print (a ``#`` comment) and return the expected seconds of paper ``key``'s sweep of ``runs`` on
-    ``machine`` with ``jobs`` runs at a time (None where that speed-up was not measured)."""
+    ``machine`` with ``jobs`` runs at a time, judged where ``judge`` (None where that speed-up was not
+    measured)."""
     fraction = context(key, scale=scale, data_spec=data_spec, out=out).fraction
     share = "" if fraction is None else f"{fraction_text(fraction)} of each recipe's epochs; "
     if jobs not in machine.speedup:
         print(f"# {key}: {share}no estimate for --jobs {jobs} (measured: {sorted(machine.speedup)})")
         return None
-    total = plan.expected_s(runs, jobs, machine)
+    total = plan.expected_s(runs, jobs, machine, judge=judge)
+    judging = f"+ {machine.assembly_s:.0f} s to judge" if judge else "not judged (--runs)"
     print(
         f"# {key}: {share}expected on {machine.name} with --jobs {jobs}: {total:.0f} s "
-        f"({sum(r.alone_s for r in runs):.0f} s of runs alone / {machine.speedup[jobs]} + "
-        f"{machine.assembly_s:.0f} s to judge; {'within' if total <= machine.budget_s else 'OVER'} "
-        f"{machine.budget_s:.0f} s)",
+        f"({len(runs)} runs to train: {sum(r.alone_s for r in runs):.0f} s alone, "
+        f"{plan.jobs_s(runs, jobs, machine):.0f} s {jobs} at a time; {judging}; "
+        f"{'within' if total <= machine.budget_s else 'OVER'} {machine.budget_s:.0f} s)",
         flush=True,
     )
     return total

@@ -108,12 +108,8 @@ class Run:
         return learned(self.metric("precision_at_1"), chance)
 
     def stale(self, current: dict[str, Any]) -> bool:
-        """Whether the run predates the ``current`` code (train.app.report.code_version): it recorded no code
-        hash, or one that neither equals the current nor is checked to give the same results
-        (:func:`train.reproduce.same_code.same_results`)."""
-        return self.code_version is None or not same_results(
-            self.code_version["code_hash"], current["code_hash"]
-        )
+        """Whether the run predates the ``current`` code (:func:`stale`)."""
+        return stale(self.code_version, current)
 
 
 @dataclasses.dataclass
@@ -125,6 +121,13 @@ class Findings:
     details: dict[str, Any]  # the numbers behind the claims (JSON-able after ``clean``)
     plots: list[str] = dataclasses.field(default_factory=list)  # PNG file names in the output folder
     notes: list[str] = dataclasses.field(default_factory=list)
+
+
+def stale(code_version: Mapping[str, Any] | None, current: Mapping[str, Any]) -> bool:
+    """Whether a run trained by ``code_version`` (as its report records it) predates the ``current`` code
+    (train.app.report.code_version): it recorded none, or a code hash that neither equals the current one nor
+    is checked to give the same results (:func:`train.reproduce.same_code.same_results`)."""
+    return code_version is None or not same_results(code_version["code_hash"], current["code_hash"])
 
 
 def version_text(version: dict[str, Any] | None) -> str:

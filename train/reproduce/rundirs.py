@@ -19,7 +19,7 @@ from train.app import cli, config, report, rundir
 from train.app.errors import UsageError
 from train.helpers import files
 from train.reproduce.common import Context, command_line, run_args, training_images
-from train.reproduce.records import Run, clean, version_text
+from train.reproduce.records import Run, clean, stale, version_text
 
 if TYPE_CHECKING:
     from train.app.config_types import RunConfig
@@ -164,42 +164,59 @@ def _sha256(path: str) -> str:
 REPORT_KEYS = ("precision_at_1", "timing")  # what every finished run's report.json holds
 
 
-def is_finished(cfg: RunConfig) -> bool:
-    """Whether ``cfg.workdir`` holds this run finished: its report.json beside the config.json of this
-    config (``train.app.rundir.check_workdir``) at its steps.
-
-    A report that cannot be read back as this run's is refused in one line and its run directory set aside
-    (renamed ``<run>.refused``, replacing an earlier one), so that the run trains again: a damaged report
-    (not JSON, or without what every report holds) or a foreign one (beside another run's config.json, an
-    unreadable one, or none)."""
+def read_back(cfg: RunConfig) -> tuple[dict[str, Any] | None, str | None]:
+    """What ``cfg.workdir`` holds, changing nothing: (its report, None) for this run finished (its
+    report.json beside the config.json of this config, ``train.app.rundir.check_workdir``, at its steps);
+    (None, None) for no report or one of fewer steps (a run to train or resume); (None, why) for a report
+    that cannot be read back as this run's: damaged (not JSON, or without what every report holds) or
+    foreign (beside another run's config.json, an unreadable one, or none)."""
     path = os.path.join(cfg.workdir, "report.json")
     if not os.path.exists(path):
-        return False
-    saved, problem = None, None
+        return None, None
     try:
         saved = rundir.check_workdir(cfg)
         with open(path, encoding="utf-8") as f:
             rep = json.load(f)
     except UsageError as err:
-        problem = str(err).removeprefix(f"workdir {cfg.workdir!r} ")
+        return None, str(err).removeprefix(f"workdir {cfg.workdir!r} ")
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        problem = f"its report.json cannot be read ({err})"
-    else:
-        if saved is None:
-            problem = "its report.json has no config.json beside it"
-        elif not isinstance(rep, dict) or any(k not in rep for k in REPORT_KEYS):
-            problem = f"its report.json lacks what every report holds ({', '.join(REPORT_KEYS)})"
-    if problem is None:
-        return saved is not None and saved.get("steps") == cfg.steps
-    aside = os.path.normpath(cfg.workdir) + ".refused"
+        return None, f"its report.json cannot be read ({err})"
+    if saved is None:
+        return None, "its report.json has no config.json beside it"
+    if not isinstance(rep, dict) or any(k not in rep for k in REPORT_KEYS):
+        return None, f"its report.json lacks what every report holds ({', '.join(REPORT_KEYS)})"
+    return (rep, None) if saved.get("steps") == cfg.steps else (None, None)
+
+
+def is_finished(cfg: RunConfig) -> bool:
+    """Whether ``cfg.workdir`` holds this run finished (:func:`read_back`).
+
+    A report that cannot be read back as this run's is refused in one line and its run directory set aside
+    (renamed ``<run>.refused``, replacing an earlier one), so that the run trains again."""
+    rep, problem = read_back(cfg)
+    if problem is not None:
+        _set_aside(cfg, "refused", problem)
+    return rep is not None
+
+
+def retrain_if_stale(cfg: RunConfig, current: dict[str, Any]) -> bool:
+    """Set ``cfg.workdir`` aside (renamed ``<run>.stale``, replacing an earlier one) when it holds this run
+    finished by code other than ``current`` (:func:`train.reproduce.records.stale`), so that the sweep trains
+    it again on the current code; whether it did. A run it cannot read back is left to :func:`is_finished`."""
+    rep, _ = read_back(cfg)
+    if rep is None or not stale(rep.get("code_version"), current):
+        return False
+    _set_aside(cfg, "stale", f"trained by {version_text(rep.get('code_version'))}, not the current code")
+    return True
+
+
+def _set_aside(cfg: RunConfig, suffix: str, why: str) -> None:
+    """Rename ``cfg.workdir`` to ``<run>.<suffix>`` (replacing an earlier one) and say why in one line."""
+    aside = os.path.normpath(cfg.workdir) + "." + suffix
     shutil.rmtree(aside, ignore_errors=True)
     os.replace(cfg.workdir, aside)
-    print(
-        f"  run {os.path.basename(os.path.normpath(cfg.workdir))}: refused: {problem}; set aside as {aside}, "
-        "trained again",
-        flush=True,
-    )
-    return False
+    name = os.path.basename(os.path.normpath(cfg.workdir))
+    print(f"  run {name}: {suffix}: {why}; set aside as {aside}, trained again", flush=True)
 
 
 def _embeddings(workdir: str, *, need: bool) -> dict[str, Any] | None:

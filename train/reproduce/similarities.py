@@ -36,7 +36,7 @@ PAPER = Paper(
     title="SupCon vs SINCERE, cosine vs negative arc length (Feeney & Hughes 2024, blog)",
     recipe="the authors' fork: ResNet-50, SGD 0.9 with weight decay 1e-4, lr 0.65 / 0.35, τ 0.1 / "
     "0.05, batch 512, 800 epochs",
-    fractions={"gpu": 1 / 100},  # the sweep 394 s expected on one H100
+    fractions={"gpu": 1 / 100},  # the sweep 506 s expected (docs/paper_scale.md)
 )
 # Feeney & Hughes 2024 give no training sizes: their SupContrast fork's CIFAR-10 recipe (the app's *_cifar10
 # presets: D = 128, batch 512, SimCLR views, 800 epochs), on the chosen data with the scale's encoder and

@@ -44,7 +44,7 @@ PAPER = Paper(
     citation="Bouhsine et al. 2024",
     title="SimO loss and its orthogonality ablation (Bouhsine et al. 2024)",
     recipe="D = 16, batch 128, AdamW: geojax's choices",
-    fractions={"gpu": 1 / 10},  # the sweep 363 s expected on one H100
+    fractions={"gpu": 1 / 16},  # the sweep 532 s expected (docs/paper_scale.md)
 )
 SIMO_SIMILARITY = "neg_euclidean"  # SimO is defined on Euclidean distances; retrieval ranks by them too
 # At a scale whose small encoder carries batch norm (the cpu scale), SimO's runs train that encoder without

@@ -46,7 +46,8 @@ PAPER = Paper(
     recipe="best epoch on 10 % held out of training (the public code selects on the test set); PQ on "
     "the 8-bit values; CIFAR-stem ResNet-18 from scratch (the code: ImageNet ResNet-18, pretrained, "
     "224 px)",
-    # gpu: 100 → 4 epochs (stability runs: unstable_steps); the sweep 479 s expected on one H100
+    # gpu: 100 → 4 epochs (stability runs: unstable_steps); the sweep 591 s expected, over one command
+    # (docs/paper_scale.md)
     fractions={"gpu": 1 / 25},
 )
 # Stowell 2026's recipe is the app's CIFAR preset of each geometry (config.STOWELL_2026), run on the chosen
