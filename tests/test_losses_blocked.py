@@ -115,3 +115,26 @@ def test_one_matrix_lse_equals_one_block_of_the_running_form_bit_for_bit():
         assert np.asarray(v1).tobytes() == np.asarray(v2).tobytes()
         assert np.asarray(g1).tobytes() == np.asarray(g2).tobytes()
     assert row_lse(x, mask)[4] == np.float32(-1e30) and column_lse(x, mask, None)[2] == np.float32(-1e30)
+
+
+def test_segment_lse_is_the_column_lse_of_its_one_hot_matrix():
+    # one entry per row, in column segments[i]: the O(n) form gives the column log-sum-exp of that matrix,
+    # values and gradients, with an empty segment (−1e30, zero gradient) and values far from 0
+    from geojax.losses._lse import column_lse, segment_lse
+
+    rng = np.random.default_rng(5)
+    x = jnp.asarray(rng.normal(scale=40.0, size=11), jnp.float32)
+    segments = jnp.asarray(rng.choice([0, 1, 3, 4], size=11), jnp.int32).at[:4].set(jnp.arange(4) % 2 * 4)
+    hot = segments[:, None] == jnp.arange(5)
+    weights = jnp.asarray(rng.normal(size=5), jnp.float32)
+
+    def by_segment(v):
+        return jnp.sum(weights * segment_lse(v, segments, 5, None))
+
+    def by_column(v):
+        return jnp.sum(weights * column_lse(jnp.where(hot, v[:, None], 7.0), hot, None))
+
+    (v1, g1), (v2, g2) = (jax.jit(jax.value_and_grad(f))(x) for f in (by_segment, by_column))
+    np.testing.assert_allclose(v1, v2, rtol=1e-6)
+    np.testing.assert_allclose(g1, g2, rtol=1e-5, atol=1e-7)
+    assert segment_lse(x, segments, 5, None)[2] == np.float32(-1e30)

@@ -1,6 +1,7 @@
 """The log-sum-exps every loss of :mod:`geojax.losses` uses: a running (online) row log-sum-exp over blocks of
 columns, the masked row log-sum-exp of one matrix (one block of the running form, or one pass with the mask
-applied first), and a column log-sum-exp over the anchors of every device.
+applied first), a column log-sum-exp over the anchors of every device, and its O(n) form for a column
+that holds one entry per row (a log-sum-exp per segment).
 
 Each runs in fp32 with the stop-gradient maximum subtracted, masks with a large finite value (``BIG``) rather
 than −inf, and gives −1e30 for an empty row or column: finite, with a zero gradient, so that
@@ -93,6 +94,13 @@ def running_row_lse(x: jax.Array, mask: jax.Array | bool) -> jax.Array:
     return lse_finish(lse_update(lse_init(jnp.zeros_like(x[:, 0])), x, mask))
 
 
+def _global_top(top: jax.Array, axis_name: str | None) -> jax.Array:
+    """The maximum over the devices of ``axis_name``, taken as 0 for a line with no entry (≤ −1e30): its
+    exponentials, of −1e30 − 0, are then exactly 0, so its sum is 0."""
+    top = top if axis_name is None else lax.pmax(top, axis_name)
+    return jnp.where(top > -BIG, top, 0.0)
+
+
 def _masked_lse(x: jax.Array, mask: jax.Array | bool, axis: int, axis_name: str | None = None) -> jax.Array:
     """log Σ exp over the masked entries along ``axis`` of one matrix, over every device of ``axis_name``.
 
@@ -114,9 +122,7 @@ def _masked_lse(x: jax.Array, mask: jax.Array | bool, axis: int, axis_name: str 
         [n] (axis 1) or [K] (axis 0) fp32; −1e30 for an empty row or column (finite, zero gradient).
     """
     a = jnp.where(mask, x, -BIG)
-    top = jnp.max(lax.stop_gradient(a), axis=axis)
-    top = top if axis_name is None else lax.pmax(top, axis_name)
-    top = jnp.where(top > -BIG, top, 0.0)  # an empty line: exp(−1e30 − 0) = 0, so its sum is 0
+    top = _global_top(jnp.max(lax.stop_gradient(a), axis=axis), axis_name)
     total = jnp.sum(jnp.exp(a - jnp.expand_dims(top, axis)), axis=axis)
     return lse_finish(LSE(top, parallel.global_sum(total, axis_name)))
 
@@ -149,3 +155,25 @@ def column_lse(x: jax.Array, mask: jax.Array, axis_name: str | None) -> jax.Arra
         [K] fp32, the same on every device; −1e30 for an empty column (finite, zero gradient).
     """
     return _masked_lse(x, mask, 0, axis_name)
+
+
+def segment_lse(x: jax.Array, segments: jax.Array, count: int, axis_name: str | None) -> jax.Array:
+    """log Σ exp of the values of each segment, over the values of every device of ``axis_name``.
+
+    The column log-sum-exp of an [n, count] matrix whose row i holds one entry, ``x[i]`` in column
+    ``segments[i]`` (:func:`column_lse` with a one-hot mask), in O(n) rather than O(n·count). The segment
+    maximum is taken over the devices (``lax.pmax``, no gradient) and the sums of the exponentials are summed
+    over them before the log.
+
+    Args:
+        x: [n] fp32 values, n those of this device.
+        segments: [n] integer segment of each value, in [0, count).
+        count: the number of segments.
+        axis_name: the named mapped axis the values are split over; None on one device.
+
+    Returns:
+        [count] fp32, the same on every device; −1e30 for an empty segment (finite, zero gradient).
+    """
+    top = _global_top(jax.ops.segment_max(lax.stop_gradient(x), segments, count), axis_name)
+    total = jax.ops.segment_sum(jnp.exp(x - top[segments]), segments, count)
+    return lse_finish(LSE(top, parallel.global_sum(total, axis_name)))

@@ -27,7 +27,7 @@ from geojax.losses._common import (
     fill_doc,
     global_mean,
 )
-from geojax.losses._lse import column_lse, row_lse
+from geojax.losses._lse import column_lse, row_lse, segment_lse
 
 
 def _check_proxies(sim, labels, sub_centers: int = 1) -> int:
@@ -73,7 +73,8 @@ def proxy_anchor(
     Each proxy p is an anchor against the batch: with X⁺_p the embeddings of its class and X⁻_p the others,
     L = mean_{p∈P⁺} log(1 + Σ_{x∈X⁺_p} e^{−α(s(x,p) − δ)}) + mean_{p∈P} log(1 + Σ_{x∈X⁻_p} e^{α(s(x,p) + δ)}),
     P⁺ the proxies with a positive in the (global) batch, P all C proxies. The sums over x are
-    log-sum-exps per column, summed over the devices of ``axis_name`` before the log. Equals
+    log-sum-exps per proxy, summed over the devices of ``axis_name`` before the log; the positive one runs
+    over each embedding's own-class entry alone (by segment: O(n), not O(n·C)). Equals
     pytorch-metric-learning's ``ProxyAnchorLoss(C, D, margin=δ, alpha=α)`` with its proxies and cosine
     similarity.
 
@@ -101,7 +102,7 @@ def proxy_anchor(
     check_positive(alpha, "alpha")
     s, labels = as_f32(sim), jnp.asarray(labels)
     own = labels[:, None] == jnp.arange(s.shape[1])
-    pos_lse = column_lse(alpha * (margin - s), own, axis_name)
+    pos_lse = segment_lse(alpha * (margin - _own(s, labels)), labels, s.shape[1], axis_name)
     neg_lse = column_lse(alpha * (s + margin), ~own, axis_name)
     with_positive = pos_lse > -BIG / 2
     pos = safe_div(jnp.sum(jax.nn.softplus(pos_lse)), jnp.sum(with_positive, dtype=jnp.float32))
