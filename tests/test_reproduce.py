@@ -599,6 +599,7 @@ def test_a_sweep_rerun_reads_back_finished_runs_and_resumes_the_interrupted_one(
     assert again["claims"] == reference["claims"] and again["details"] == reference["details"]
     # Both runs record the code they were trained with: the current code, so none is stale.
     assert [r["code_version"] for r in again["runs"]] == [report.code_version()] * 2
+    assert [r["device"] for r in again["runs"]] == ["cpu"] * 2 and again["device"] == "cpu"
     assert "Stale runs" not in (tmp_path / "split" / "reproduction.md").read_text(encoding="utf-8")
 
 
@@ -921,3 +922,15 @@ def test_simo_tuned_note_states_the_chosen_weight_beside_the_bar():
     assert "2.0 points above raw-pixel 1-NN + 3 points" in simo.tuned_note(tuning, [run])
     assert simo.tuned_note([], [run]) is None
     assert simo.tuned_note(tuning, [records.Run(name="x", overrides={}, seed=0, steps=1, epochs=1.0)]) is None
+
+
+def test_a_page_names_the_devices_its_runs_were_trained_on_not_the_judges():
+    # runs trained on a GPU and judged again on a CPU: the page's training time was spent on the GPU
+    def run(name, device):
+        return records.Run(name=name, overrides={}, seed=0, steps=1, epochs=1.0, device=device)
+
+    gpu, cpu = run("a", "NVIDIA H200"), run("b", "cpu")
+    assert records.trained_on([gpu, run("c", "NVIDIA H200")], "cpu") == "NVIDIA H200"
+    assert records.trained_on([gpu, cpu, run("d", None)], "cpu") == "NVIDIA H200 and cpu"
+    assert records.trained_on([run("e", None)], "TPU v5 lite") == "TPU v5 lite"  # diverged: none recorded
+    assert records.Run.from_json(gpu.to_json()).device == "NVIDIA H200"

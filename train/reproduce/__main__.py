@@ -89,7 +89,7 @@ from train.reproduce.common import (
     fraction_text,
 )
 from train.reproduce.papers import MODULES, PAPERS
-from train.reproduce.records import Claim, Findings, Run, clean
+from train.reproduce.records import Claim, Findings, Run, clean, trained_on
 from train.reproduce.rules import NOT_TESTABLE, RECIPES_TRIED, TRIALS_NOTE, gate, trials_note
 from train.reproduce.rundirs import is_finished, read_back, recipe_trials, retrain_if_stale
 
@@ -155,8 +155,8 @@ def run_paper(
     its content.
 
     The JSON holds claims (claim, ours, paper, source, rule, verdict), tables ([title, Markdown]), details,
-    plots, notes, the selector (``seed``), title, command, scale, data, runs, training seeds, device, wall
-    time and the finishing time.
+    plots, notes, the selector (``seed``), title, command, scale, data, runs, training seeds, the devices the
+    runs were trained on (:func:`trained_on`), wall time and the finishing time.
     """
     if key not in RUNNERS:
         raise ValueError(f"paper must be one of {list(PAPERS)} or 'all', got {key!r}")
@@ -191,7 +191,7 @@ def run_paper(
         },
         "runs": [r.to_json() for r in ctx.runs],
         "training_seeds": sorted({r.seed for r in ctx.runs}),
-        "device": str(jax.devices()[0].device_kind),
+        "device": trained_on(ctx.runs, str(jax.devices()[0].device_kind)),
         "wall_s": round(time.time() - t0, 1),
         "finished": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
     }

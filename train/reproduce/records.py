@@ -56,7 +56,7 @@ class Run:
     steps: int
     epochs: float  # passes over the images it trains on (steps × batch / training_images)
     diverged: bool = False
-    report: dict[str, Any] | None = None  # the app's report without workdir / device; None when diverged
+    report: dict[str, Any] | None = None  # the app's report without workdir, device, code; None: diverged
     error: str | None = None  # the divergence message
     wall_s: float = 0.0
     max_grad_norm: float | None = None  # largest logged gradient norm
@@ -67,6 +67,7 @@ class Run:
         None  # train.app.report.code_version of the code it was trained with
     )
     # (None: a run trained before runs recorded it)
+    device: str | None = None  # the device kind it was trained on (its report's; None: diverged)
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)  # a paper's per-run results
     workdir: str = ""  # its run directory (not recorded: a folder of the machine that ran the sweep)
 
@@ -138,6 +139,14 @@ def version_text(version: dict[str, Any] | None) -> str:
     commit = version.get("commit")
     code = f"code {version['code_hash'][:12]}"
     return f"commit {commit[:7]}{'+changes' if version.get('dirty') else ''} ({code})" if commit else code
+
+
+def trained_on(runs: Sequence[Run], here: str) -> str:
+    """The device kinds ``runs`` were trained on, in the order they first appear, joined by " and ": the
+    machine a page's training time was spent on, whichever machine judges it; ``here`` (the judging
+    machine's) where no run recorded one."""
+    kinds = list(dict.fromkeys(r.device for r in runs if r.device))
+    return " and ".join(kinds) or here
 
 
 def clean(v: Any) -> Any:

@@ -71,7 +71,7 @@ def train_recipe(
         else:  # new, or interrupted: train.app.cli.run resumes from the run directory's newest checkpoint
             rep = {**cli.run(cfg), "code_version": current}
         emb = _embeddings(cfg.workdir, need=need_embeddings)
-        run.code_version = rep.get("code_version")
+        run.code_version, run.device = rep.get("code_version"), rep.get("device")
         run.report = {k: v for k, v in rep.items() if k not in ("workdir", "device", "code_version")}
     except FloatingPointError as err:
         emb = None
