@@ -6,12 +6,16 @@ formula, and memory of the blocked form.
     python -m benchmarks.losses --full     # also run PML where it needs GBs (NTXent, triplets at N=4096)
     python -m benchmarks.losses --check    # rerun losses.json's command; exit 1 if a ratio fell below 0.7×
     python -m benchmarks.losses --gpu      # on an accelerator: N = 4096 and 16384, PML on CUDA
+    python -m benchmarks.losses --malloc keep  # both sides with glibc keeping freed memory (no page faults)
 
 A full run writes its figures (the two tables, sizes and repeats, the machine) to
-``benchmarks/results/losses.json`` (``losses_gpu.json`` with ``--gpu``); ``--quick`` writes only where
-``--out FOLDER`` says. ``--gpu`` times the same rows where the GPU earns its keep (N = 4096 and 16384, the
-blocked memory at N = 65536), PML on torch's CUDA device; where torch sees no GPU it runs the same on the CPU,
-as a dry run that says so.
+``benchmarks/results/losses.json`` (``losses_gpu.json`` with ``--gpu``; ``_malloc_keep`` added to the name
+with ``--malloc keep``); ``--quick`` writes only where ``--out FOLDER`` says. ``--gpu`` times the same rows
+where the GPU earns its keep (N = 4096 and 16384, the blocked memory at N = 65536), PML on torch's CUDA
+device; where torch sees no GPU it runs the same on the CPU, as a dry run that says so. ``--malloc keep``
+sets glibc's malloc, for both sides, to serve every allocation below 1 GiB from its heap and never to trim
+it (:mod:`train.helpers.allocator`): by default each temporary above glibc's mmap threshold is mapped anew
+and faulted in page by page at every call, a cost that falls on PML's [N, N] matrices most.
 
 Both sides compute the same loss on the same inputs: cosine similarity, SupCon (τ = 0.1, 8 samples per class),
 InfoNCE / NT-Xent (τ = 0.1, two views per image: SimCLR labels), the triplet margin loss (m = 0.2, all
@@ -44,7 +48,7 @@ import numpy as np
 
 from geojax import losses
 from geojax.similarity import cosine
-from train.helpers import results
+from train.helpers import allocator, results
 from train.helpers.results import add_out_argument, destination, invocation, machine_info, write_result
 from train.helpers.tables import markdown_table
 from train.helpers.timing import Call, interleaved
@@ -380,12 +384,21 @@ def main(argv: list[str] | None = None) -> None:
         help="rerun the command losses.json records and exit 1 naming each row whose PML/geojax ratio fell "
         "below 0.7× the stored one; writes nothing (--out: where the stored file is)",
     )
+    parser.add_argument(
+        "--malloc",
+        choices=("default", "keep"),
+        default="default",
+        help="keep: glibc serves allocations below 1 GiB from its heap and never trims it "
+        "(train.helpers.allocator), for both sides: no temporary is mapped and faulted in anew at each call",
+    )
     add_out_argument(parser)
     args = parser.parse_args(argv)
-    name = "losses_gpu" if args.gpu else "losses"
+    name = ("losses_gpu" if args.gpu else "losses") + ("_malloc_keep" if args.malloc == "keep" else "")
     stored = None
     if args.check:
         args, stored = results.check_args(parser, name, args.out)
+    if args.malloc == "keep" and not allocator.keep_freed_memory():
+        parser.error("--malloc keep needs glibc's malloc (Linux)")
     folder = None if stored is not None else destination(args.out, quick=args.quick)
 
     print(f"jax {jax.__version__} on {jax.devices()[0].device_kind} ({jax.default_backend()})")
@@ -436,6 +449,7 @@ def main(argv: list[str] | None = None) -> None:
             "memory": {"N": mem_n, "block": block, "forms": memory, "nn_matrix_mib": matrix_mib},
         }
         figures |= {"jax_backend": jax.default_backend(), "torch_device": args.torch_device}
+        figures["malloc"] = args.malloc
         command = invocation("benchmarks.losses", argv)
         print(f"wrote {write_result(name, figures, argv=command, machine=machine, folder=folder)}")
 

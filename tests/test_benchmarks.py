@@ -276,6 +276,16 @@ def test_losses_quick(tmp_path):
                 assert float(re.search(r"vs PML \S+ \(rel (\S+)\)", r["note"]).group(1)) < 1e-5
     plain, blocked = (float(r["temporary MiB"].replace(",", "")) for r in memory)
     assert blocked < plain  # the blocked form never holds an [N, N] matrix
+    assert figures["malloc"] == "default"
+
+
+@pytest.mark.slow
+def test_losses_malloc_keep_is_recorded_in_its_own_file(tmp_path):
+    argv = ("--quick", "--repeats", "1", "--malloc", "keep", "--out", str(tmp_path))
+    out = _run_script("losses", *argv)
+    figures = _figures(tmp_path, "losses_malloc_keep", argv, module="losses")
+    assert figures["malloc"] == "keep"
+    assert [r["loss"] for r in figures["timing"]] == [r["loss"] for r in _tables(out)[0]]
 
 
 @pytest.mark.slow
