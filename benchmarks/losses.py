@@ -13,9 +13,9 @@ A full run writes its figures (the two tables, sizes and repeats, the machine) t
 with ``--malloc keep``); ``--quick`` writes only where ``--out FOLDER`` says. ``--gpu`` times the same rows
 where the GPU earns its keep (N = 4096 and 16384, the blocked memory at N = 65536), PML on torch's CUDA
 device; where torch sees no GPU it runs the same on the CPU, as a dry run that says so. ``--malloc keep``
-sets glibc's malloc, for both sides, to serve every allocation below 1 GiB from its heap and never to trim
-it (:mod:`train.helpers.allocator`): by default each temporary above glibc's mmap threshold is mapped anew
-and faulted in page by page at every call, a cost that falls on PML's [N, N] matrices most.
+sets glibc's malloc, for both sides, to serve every allocation below 1 GiB from one heap for all threads
+and never to trim it (:mod:`train.helpers.allocator`): by default each temporary above glibc's mmap
+threshold is mapped anew and faulted in page by page at every call.
 
 Both sides compute the same loss on the same inputs: cosine similarity, SupCon (τ = 0.1, 8 samples per class),
 InfoNCE / NT-Xent (τ = 0.1, two views per image: SimCLR labels), the triplet margin loss (m = 0.2, all
@@ -365,7 +365,6 @@ def ratios(figures: dict) -> dict[str, float | None]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    machine = machine_info()
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -388,7 +387,7 @@ def main(argv: list[str] | None = None) -> None:
         "--malloc",
         choices=("default", "keep"),
         default="default",
-        help="keep: glibc serves allocations below 1 GiB from its heap and never trims it "
+        help="keep: glibc serves allocations below 1 GiB from one heap for all threads and never trims it "
         "(train.helpers.allocator), for both sides: no temporary is mapped and faulted in anew at each call",
     )
     add_out_argument(parser)
@@ -397,8 +396,9 @@ def main(argv: list[str] | None = None) -> None:
     stored = None
     if args.check:
         args, stored = results.check_args(parser, name, args.out)
-    if args.malloc == "keep" and not allocator.keep_freed_memory():
+    if args.malloc == "keep" and not allocator.keep_freed_memory():  # before JAX and torch start threads
         parser.error("--malloc keep needs glibc's malloc (Linux)")
+    machine = machine_info()
     folder = None if stored is not None else destination(args.out, quick=args.quick)
 
     print(f"jax {jax.__version__} on {jax.devices()[0].device_kind} ({jax.default_backend()})")

@@ -7,8 +7,9 @@ every call, so each call faults in every page of them again: on a 2-core AMD EPY
 against 1,000 proxies at N = 4096 took 21 ms by default and 11 ms with the memory kept, most of the
 difference in the kernel (``python -m benchmarks.losses --malloc keep``, docs/performance.md).
 
-:func:`keep_freed_memory` makes every allocation below a bound come from the heap and never trims the heap,
-so a process's resident memory stays at its peak instead of following each step's temporaries up and down.
+:func:`keep_freed_memory` makes every allocation below a bound come from one heap shared by all threads and
+never trims it, so a process's resident memory stays at its peak instead of following each step's
+temporaries up and down.
 
     >>> from train.helpers import allocator
     >>> kept = allocator.keep_freed_memory()  # False, and nothing changed, where the C library is not glibc
@@ -21,6 +22,7 @@ import ctypes
 # mallopt's parameters, from glibc's <malloc.h>
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
+M_ARENA_MAX = -8
 KEEP_BELOW = 1 << 30  # allocations below 1 GiB come from the heap
 _INT_MAX = 2**31 - 1  # mallopt takes a C int
 
@@ -37,15 +39,18 @@ def _glibc() -> ctypes.CDLL | None:
 def keep_freed_memory(below: int = KEEP_BELOW) -> bool:
     """Serve each allocation of fewer than ``below`` bytes from the heap, and never give the heap back.
 
-    The process-wide equivalent of starting it with ``MALLOC_MMAP_THRESHOLD_=below`` and
-    ``MALLOC_TRIM_THRESHOLD_=2147483647``; it applies to the allocations made after the call.
+    One heap for every thread, too: a thread's own arena holds at most 64 MiB, so a larger block allocated
+    by a worker thread (XLA's, torch's) would still be mapped anew at each call. The process-wide equivalent
+    of starting it with ``MALLOC_MMAP_THRESHOLD_=below``, ``MALLOC_TRIM_THRESHOLD_=2147483647`` and
+    ``MALLOC_ARENA_MAX=1``. It applies to the allocations made after the call, by threads that have not
+    allocated yet: call it first thing, before JAX or torch start their threads.
 
     Args:
         below: the mmap threshold in bytes, in (0, 2**31).
 
     Returns:
-        True where glibc took both settings; False where the C library is not glibc (macOS, musl, Windows),
-        and nothing changed.
+        True where glibc took the three settings; False where the C library is not glibc (macOS, musl,
+        Windows), and nothing changed.
 
     Raises:
         ValueError: ``below`` is not an int in (0, 2**31).
@@ -55,4 +60,5 @@ def keep_freed_memory(below: int = KEEP_BELOW) -> bool:
     libc = _glibc()
     if libc is None:
         return False
-    return bool(libc.mallopt(M_MMAP_THRESHOLD, below)) and bool(libc.mallopt(M_TRIM_THRESHOLD, _INT_MAX))
+    settings = ((M_ARENA_MAX, 1), (M_MMAP_THRESHOLD, below), (M_TRIM_THRESHOLD, _INT_MAX))
+    return all([bool(libc.mallopt(param, value)) for param, value in settings])
