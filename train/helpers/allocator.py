@@ -4,8 +4,8 @@ By default glibc serves an allocation above its mmap threshold (128 KiB at start
 freed to at most 32 MiB) with a fresh ``mmap`` and unmaps it on ``free``, and it gives the free top of its
 heap back to the system. XLA's CPU runtime and torch's CPU tensors allocate a step's temporaries anew at
 every call, so each call faults in every page of them again: on a 2-core AMD EPYC, ProxyAnchor's fwd+bwd
-against 1,000 proxies at N = 4096 took 21 ms by default and 11 ms with the memory kept, most of the
-difference in the kernel (``python -m benchmarks.losses --malloc keep``, docs/performance.md).
+against 1,000 proxies at N = 4096 took 23.4 ms by default and 13.3 ms with the memory kept, SupCon's at
+N = 4096 128 ms and 72 ms (``python -m benchmarks.losses --malloc keep``, docs/performance.md).
 
 :func:`keep_freed_memory` makes every allocation below a bound come from one heap shared by all threads and
 never trims it, so a process's resident memory stays at its peak instead of following each step's
