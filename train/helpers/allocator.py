@@ -61,4 +61,4 @@ def keep_freed_memory(below: int = KEEP_BELOW) -> bool:
     if libc is None:
         return False
     settings = ((M_ARENA_MAX, 1), (M_MMAP_THRESHOLD, below), (M_TRIM_THRESHOLD, _INT_MAX))
-    return all([bool(libc.mallopt(param, value)) for param, value in settings])
+    return all([bool(libc.mallopt(param, value)) for param, value in settings])  # a list: each is set
