@@ -2,6 +2,7 @@
 
     python -m benchmarks.cpu_recipe --data idx:DIR [--seeds 0 1 2] [--preset NAME] [KEY=VALUE ...]
     python -m benchmarks.cpu_recipe --quick     # bundled digits, 30 steps: a smoke run, writes nothing
+    python -m benchmarks.cpu_recipe --data idx:DIR --malloc glibc   # the app under glibc's default malloc
 
 Each seed is one ``python -m train preset=supcon_sphere_cpu dataset=DATA seed=S`` in a fresh process
 (the app's own command line; extra ``KEY=VALUE`` arguments are passed on), evaluated as the app evaluates
@@ -11,6 +12,11 @@ P@1 and kNN@5 on the embeddings, beside the raw-pixel 1-NN of the same split. Tr
 (Fashion-MNIST): every seed P@1 ≥ 0.90 in ≤ 600 s of training. A full run writes
 ``benchmarks/results/cpu_recipe.json`` with the machine and the load before and after; run it on a
 quiet machine.
+
+``python -m train`` keeps the memory its process frees (:func:`train.helpers.allocator.keep_unless_set`);
+``--malloc glibc`` starts each training with ``MALLOC_PERTURB_=0`` in its environment (glibc's own default
+value), so the app leaves glibc's default allocator, and writes ``cpu_recipe_malloc_glibc.json``: the same
+trainings' time without the setting, as its baseline.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from train.helpers import allocator
 from train.helpers.results import add_out_argument, destination, invocation, machine_info, write_result
 from train.helpers.tables import markdown_table
 
@@ -31,15 +38,19 @@ TARGET_P1, TARGET_S = 0.90, 600.0
 REPOSITORY = str(Path(__file__).resolve().parents[1])
 
 
-def train_once(args: list[str]) -> dict:
-    """Run ``python -m train ARGS`` in a fresh process; its report.json."""
+GLIBC_DEFAULT = {"MALLOC_PERTURB_": "0"}  # glibc's default value: python -m train then leaves malloc alone
+
+
+def train_once(args: list[str], env: dict[str, str] | None = None) -> dict:
+    """Run ``python -m train ARGS`` in a fresh process, with ``env`` added to this one's environment; its
+    report.json."""
     proc = subprocess.run(
         [sys.executable, "-m", "train", *args],
         capture_output=True,
         text=True,
         check=False,
         cwd=REPOSITORY,
-        env=os.environ,
+        env={**os.environ, **(env or {})},
     )
     if proc.returncode:
         raise RuntimeError(f"python -m train {' '.join(args)} failed:\n{proc.stderr[-3000:]}")
@@ -133,6 +144,12 @@ def main() -> None:
     ap.add_argument("--preset", default="supcon_sphere_cpu")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--quick", action="store_true", help="one seed, 30 steps, digits: a smoke run")
+    ap.add_argument(
+        "--malloc",
+        choices=("app", "glibc"),
+        default="app",
+        help="app: as python -m train sets the allocator (freed memory kept); glibc: glibc's default malloc",
+    )
     add_out_argument(ap)
     args, extra = ap.parse_known_args()
     if any("=" not in a for a in extra):
@@ -140,12 +157,23 @@ def main() -> None:
     seeds = args.seeds[:1] if args.quick else args.seeds
     if args.quick:
         extra = [*extra, "steps=30", "augment=shift"]  # digits are not mirror-symmetric
+    # what the trainings ran under: glibc's default, freed memory kept (python -m train's own setting), what
+    # this process's environment already set (the app then leaves it), or another C library's malloc
+    chosen = allocator.set_by_environment(os.environ)
+    if args.malloc == "glibc" and (chosen or not allocator.is_glibc()):
+        ap.error(
+            "--malloc glibc needs glibc (Linux) and an environment that sets no MALLOC_* or malloc tunable"
+        )
+    malloc = "glibc" if args.malloc == "glibc" else "environment" if chosen else "kept"
+    malloc = malloc if allocator.is_glibc() else "not glibc"
     machine = machine_info()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for seed in seeds:
             line = [f"preset={args.preset}", f"dataset={args.data}", f"seed={seed}", "progress=false", *extra]
-            rep = train_once([*line, f"workdir={tmp}/seed{seed}"])
+            rep = train_once(
+                [*line, f"workdir={tmp}/seed{seed}"], GLIBC_DEFAULT if args.malloc == "glibc" else None
+            )
             rows.append(row(seed, rep))
             print(json.dumps(rows[-1]), flush=True)
     p1 = [r["precision_at_1"] for r in rows]
@@ -167,8 +195,10 @@ def main() -> None:
     out = destination(args.out, quick=args.quick)
     if out is not None:
         figures = {"preset": args.preset, "data": args.data, "extra": extra, "rows": rows, "summary": summary}
+        figures["malloc"] = malloc
         command = invocation("benchmarks.cpu_recipe")
-        print(write_result("cpu_recipe", figures, argv=command, machine=machine, folder=out))
+        name = "cpu_recipe" + ("_malloc_glibc" if args.malloc == "glibc" else "")
+        print(write_result(name, figures, argv=command, machine=machine, folder=out))
 
 
 if __name__ == "__main__":

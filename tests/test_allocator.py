@@ -1,8 +1,10 @@
 """train.helpers.allocator: after keep_freed_memory, a 64 MiB block allocated, written and freed again and
 again costs no page fault after the first time, in the main thread and in a worker thread; by default glibc
-maps it anew each time and every page faults in again. Each check runs in a fresh process: the setting is the
-whole process's, and a thread keeps the arena it first allocated from."""
+maps it anew each time and every page faults in again. ``python -m train``'s entry code keeps the memory,
+unless the environment sets glibc's malloc. Each check runs in a fresh process: the setting is the whole
+process's, and a thread keeps the arena it first allocated from."""
 
+import os
 import subprocess
 import sys
 
@@ -14,9 +16,16 @@ from train.helpers import allocator
 # new thread, with or without keep_freed_memory first; prints the minor page faults per time of each.
 PROBE = """
 import ctypes, resource, sys, threading
+import runpy
 from train.helpers import allocator
 if sys.argv[1] == "keep":
     assert allocator.keep_freed_memory()
+if sys.argv[1] == "train":  # python -m train help: the entry code, then the help text, then exit
+    sys.argv = ["train", "help"]
+    try:
+        runpy.run_module("train", run_name="__main__", alter_sys=True)
+    except SystemExit as done:
+        assert done.code == 0, done.code
 libc = ctypes.CDLL(None)
 libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
 libc.free.argtypes = [ctypes.c_void_p]
@@ -40,9 +49,11 @@ print(main[0], worker[0])
 """
 
 
-def _faults(mode: str) -> tuple[float, float]:
-    out = subprocess.run([sys.executable, "-c", PROBE, mode], capture_output=True, text=True, check=True)
-    main, worker = out.stdout.split()
+def _faults(mode: str, **environ: str) -> tuple[float, float]:
+    env = {k: v for k, v in os.environ.items() if not allocator.set_by_environment({k: v})} | environ
+    command = [sys.executable, "-c", PROBE, mode]
+    out = subprocess.run(command, capture_output=True, text=True, check=True, env=env)
+    main, worker = out.stdout.splitlines()[-1].split()
     return float(main), float(worker)
 
 
@@ -59,3 +70,32 @@ def test_a_reused_block_faults_in_no_page_after_keep_freed_memory_in_any_thread(
 def test_a_bound_outside_a_c_int_raises_before_any_setting(below):
     with pytest.raises(ValueError, match="below must be an int"):
         allocator.keep_freed_memory(below)
+
+
+@pytest.mark.skipif(allocator._glibc() is None, reason="glibc's malloc only")
+def test_python_m_train_keeps_freed_memory_unless_the_environment_sets_malloc():
+    pages = (64 << 20) // 4096
+    main, worker = _faults("train")
+    assert main < 10 and worker < 10
+    main, worker = _faults("train", MALLOC_PERTURB_="0")  # glibc's default value: the documented opt-out
+    assert main >= pages / 512 and worker >= pages / 512
+
+
+@pytest.mark.parametrize(
+    ("environ", "chosen"),
+    [
+        ({}, False),
+        ({"PATH": "/usr/bin", "MALLOC": "1", "GLIBC_TUNABLES": ""}, False),
+        ({"MALLOC_ARENA_MAX": "2"}, True),
+        ({"MALLOC_PERTURB_": ""}, True),
+        ({"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}, True),
+        ({"GLIBC_TUNABLES": "glibc.rtld.nns=2"}, False),
+        ({"GLIBC_TUNABLES": "glibc.rtld.nns=2:glibc.malloc.arena_max=1"}, True),
+    ],
+)
+def test_set_by_environment_sees_glibc_malloc_variables_and_tunables_only(environ, chosen):
+    assert allocator.set_by_environment(environ) is chosen
+
+
+def test_keep_unless_set_leaves_a_chosen_allocator_alone():
+    assert allocator.keep_unless_set({"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}) == "environment"

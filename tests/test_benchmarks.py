@@ -289,6 +289,31 @@ def test_losses_malloc_keep_is_recorded_in_its_own_file(tmp_path):
 
 
 @pytest.mark.slow
+def test_cpu_recipe_under_glibc_default_malloc_is_recorded_in_its_own_file(tmp_path):
+    argv = ("--quick", "--malloc", "glibc", "--out", str(tmp_path))
+    _run_script("cpu_recipe", *argv)
+    figures = _figures(tmp_path, "cpu_recipe_malloc_glibc", argv, module="cpu_recipe")
+    assert figures["malloc"] == "glibc" and [r["steps"] for r in figures["rows"]] == [30]
+
+
+def test_cpu_recipe_malloc_glibc_refuses_an_environment_that_already_sets_malloc(tmp_path):
+    env = {**child_env(), "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
+    command = [
+        sys.executable,
+        "-m",
+        "benchmarks.cpu_recipe",
+        "--quick",
+        "--malloc",
+        "glibc",
+        "--out",
+        str(tmp_path),
+    ]
+    proc = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+    assert proc.returncode == 2 and "--malloc glibc needs glibc" in proc.stderr
+    assert not list(tmp_path.iterdir())  # refused before any training
+
+
+@pytest.mark.slow
 def test_binary_quick(tmp_path):
     argv = ("--quick", "--repeats", "2", "--out", str(tmp_path))
     tables = _tables(_run_script("binary", *argv))

@@ -9,15 +9,20 @@ N = 4096 128 ms and 72 ms (``python -m benchmarks.losses --malloc keep``, docs/p
 
 :func:`keep_freed_memory` makes every allocation below a bound come from one heap shared by all threads and
 never trims it, so a process's resident memory stays at its peak instead of following each step's
-temporaries up and down.
+temporaries up and down. :func:`keep_unless_set` does so unless the environment already sets glibc's malloc;
+``python -m train`` calls it first thing.
 
     >>> from train.helpers import allocator
     >>> kept = allocator.keep_freed_memory()  # False, and nothing changed, where the C library is not glibc
+    >>> allocator.set_by_environment({"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"})
+    True
 """
 
 from __future__ import annotations
 
 import ctypes
+import os
+from collections.abc import Mapping
 
 # mallopt's parameters, from glibc's <malloc.h>
 M_TRIM_THRESHOLD = -1
@@ -25,6 +30,18 @@ M_MMAP_THRESHOLD = -3
 M_ARENA_MAX = -8
 KEEP_BELOW = 1 << 30  # allocations below 1 GiB come from the heap
 _INT_MAX = 2**31 - 1  # mallopt takes a C int
+# The environment variables glibc's malloc reads at start-up (glibc's manual, "Memory Allocation Tunables"),
+# besides the glibc.malloc.* tunables of GLIBC_TUNABLES
+MALLOC_VARIABLES = (
+    "MALLOC_ARENA_MAX",
+    "MALLOC_ARENA_TEST",
+    "MALLOC_CHECK_",
+    "MALLOC_MMAP_MAX_",
+    "MALLOC_MMAP_THRESHOLD_",
+    "MALLOC_PERTURB_",
+    "MALLOC_TOP_PAD_",
+    "MALLOC_TRIM_THRESHOLD_",
+)
 
 
 def _glibc() -> ctypes.CDLL | None:
@@ -34,6 +51,11 @@ def _glibc() -> ctypes.CDLL | None:
     except OSError:  # Windows: no process-wide symbol table
         return None
     return libc if hasattr(libc, "gnu_get_libc_version") and hasattr(libc, "mallopt") else None
+
+
+def is_glibc() -> bool:
+    """Whether this process's C library is glibc, whose malloc :func:`keep_freed_memory` sets."""
+    return _glibc() is not None
 
 
 def keep_freed_memory(below: int = KEEP_BELOW) -> bool:
@@ -62,3 +84,39 @@ def keep_freed_memory(below: int = KEEP_BELOW) -> bool:
         return False
     settings = ((M_ARENA_MAX, 1), (M_MMAP_THRESHOLD, below), (M_TRIM_THRESHOLD, _INT_MAX))
     return all([bool(libc.mallopt(param, value)) for param, value in settings])  # a list: each is set
+
+
+def set_by_environment(environ: Mapping[str, str]) -> bool:
+    """Whether ``environ`` sets glibc's malloc itself: one of :data:`MALLOC_VARIABLES`, or a ``glibc.malloc.``
+    tunable in ``GLIBC_TUNABLES`` (``glibc.malloc.hugetlb=1``, say).
+
+    Args:
+        environ: the environment, name to value.
+
+    Returns:
+        True when one of them is there, even empty.
+    """
+    tunables = environ.get("GLIBC_TUNABLES", "").split(":")
+    return any(name in environ for name in MALLOC_VARIABLES) or any(
+        t.strip().startswith("glibc.malloc.") for t in tunables
+    )
+
+
+def keep_unless_set(environ: Mapping[str, str] | None = None) -> str:
+    """:func:`keep_freed_memory` with its default bound, unless the environment sets glibc's malloc itself.
+
+    What ``python -m train`` does before it imports JAX: mallopt's settings would override the ones a user
+    started the process with, so the process keeps them when the user chose any. The opt-out:
+    ``MALLOC_PERTURB_=0 python -m train …`` (glibc's own default for that variable) runs under glibc's usual
+    settings.
+
+    Args:
+        environ: the environment (None: this process's, ``os.environ``).
+
+    Returns:
+        ``"kept"`` (the memory is kept), ``"environment"`` (left as the environment set it) or ``"not glibc"``
+        (nothing changed: the C library is not glibc).
+    """
+    if set_by_environment(os.environ if environ is None else environ):
+        return "environment"
+    return "kept" if keep_freed_memory() else "not glibc"
