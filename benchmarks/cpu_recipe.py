@@ -42,8 +42,9 @@ GLIBC_DEFAULT = {"MALLOC_PERTURB_": "0"}  # glibc's default value: python -m tra
 
 
 def train_once(args: list[str], env: dict[str, str] | None = None) -> dict:
-    """Run ``python -m train ARGS`` in a fresh process, with ``env`` added to this one's environment; its
-    report.json."""
+    """Run ``python -m train ARGS`` in a fresh process; its report.json.
+
+    ``env`` is added to this process's environment for it."""
     proc = subprocess.run(
         [sys.executable, "-m", "train", *args],
         capture_output=True,

@@ -54,7 +54,11 @@ def _glibc() -> ctypes.CDLL | None:
 
 
 def is_glibc() -> bool:
-    """Whether this process's C library is glibc, whose malloc :func:`keep_freed_memory` sets."""
+    """Whether this process's C library is glibc, whose malloc :func:`keep_freed_memory` sets.
+
+    Returns:
+        True on glibc (most Linux distributions); False on macOS, musl and Windows.
+    """
     return _glibc() is not None
 
 
@@ -87,8 +91,10 @@ def keep_freed_memory(below: int = KEEP_BELOW) -> bool:
 
 
 def set_by_environment(environ: Mapping[str, str]) -> bool:
-    """Whether ``environ`` sets glibc's malloc itself: one of :data:`MALLOC_VARIABLES`, or a ``glibc.malloc.``
-    tunable in ``GLIBC_TUNABLES`` (``glibc.malloc.hugetlb=1``, say).
+    """Whether ``environ`` sets glibc's malloc itself.
+
+    That is, it holds one of :data:`MALLOC_VARIABLES`, or a ``glibc.malloc.`` tunable in ``GLIBC_TUNABLES``
+    (``glibc.malloc.hugetlb=1``, say).
 
     Args:
         environ: the environment, name to value.
