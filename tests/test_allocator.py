@@ -1,8 +1,9 @@
 """train.helpers.allocator: after keep_freed_memory, a 64 MiB block allocated, written and freed again and
 again costs no page fault after the first time, in the main thread and in a worker thread; by default glibc
-maps it anew each time and every page faults in again. ``python -m train``'s entry code keeps the memory,
-unless the environment sets glibc's malloc. Each check runs in a fresh process: the setting is the whole
-process's, and a thread keeps the arena it first allocated from."""
+maps it anew each time and every page faults in again. The entry code of ``python -m train`` and of
+``python -m train.reproduce`` keeps the memory, unless the environment sets glibc's malloc. Each check runs
+in a fresh process: the setting is the whole process's, and a thread keeps the arena it first allocated
+from."""
 
 import os
 import subprocess
@@ -18,12 +19,13 @@ PROBE = """
 import ctypes, resource, sys, threading
 import runpy
 from train.helpers import allocator
+ENTRIES = {"train": "help", "train.reproduce": "--help"}  # the commands that train in their own process
 if sys.argv[1] == "keep":
     assert allocator.keep_freed_memory()
-if sys.argv[1] == "train":  # python -m train help: the entry code, then the help text, then exit
-    sys.argv = ["train", "help"]
+if sys.argv[1] in ENTRIES:  # python -m train help, or a sweep's --help: the entry code, its help, exit
+    sys.argv = [sys.argv[1], ENTRIES[sys.argv[1]]]
     try:
-        runpy.run_module("train", run_name="__main__", alter_sys=True)
+        runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
     except SystemExit as done:
         assert done.code == 0, done.code
 libc = ctypes.CDLL(None)
@@ -73,11 +75,12 @@ def test_a_bound_outside_a_c_int_raises_before_any_setting(below):
 
 
 @pytest.mark.skipif(allocator._glibc() is None, reason="glibc's malloc only")
-def test_python_m_train_keeps_freed_memory_unless_the_environment_sets_malloc():
+@pytest.mark.parametrize("module", ["train", "train.reproduce"])
+def test_python_m_train_keeps_freed_memory_unless_the_environment_sets_malloc(module):
     pages = (64 << 20) // 4096
-    main, worker = _faults("train")
+    main, worker = _faults(module)
     assert main < 10 and worker < 10
-    main, worker = _faults("train", MALLOC_PERTURB_="0")  # glibc's default value: the documented opt-out
+    main, worker = _faults(module, MALLOC_PERTURB_="0")  # glibc's default value: the documented opt-out
     assert main >= pages / 512 and worker >= pages / 512
 
 

@@ -3,8 +3,8 @@
 Before JAX starts, glibc's malloc is told to keep the memory the process frees
 (:func:`train.helpers.allocator.keep_unless_set`), unless the environment sets glibc's malloc itself: XLA
 allocates a step's temporaries anew at every call, and by default each call faulted their pages in again
-(on a 2-core AMD EPYC the CPU recipe's step on Fashion-MNIST took about 85 ms by default and 53 ms so;
-docs/performance.md).
+(on a 2-core AMD EPYC the CPU recipe trained on Fashion-MNIST at 12.2–12.6 steps/s by default and at
+19.5–20.7 so; benchmarks/results/cpu_recipe_malloc_glibc.json and cpu_recipe.json, docs/performance.md).
 
 Without the ``train`` extra installed it stops with one line naming the extra, exit status 2."""
 

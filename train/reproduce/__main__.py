@@ -47,6 +47,10 @@ and renders ``reproduction.md``. Every run records the code version it was train
 flagged as stale in the output and on the page, unless ``python -m train.reproduce.same_code`` has checked
 that the two versions give the same outputs bit for bit (:mod:`train.reproduce.same_code`).
 
+As ``python -m train`` does, the command first tells glibc's malloc to keep the memory the process frees
+(:func:`train.helpers.allocator.keep_unless_set`; ``MALLOC_PERTURB_=0`` in the environment opts out), since
+with ``--jobs 1`` the runs train in this process.
+
 Every run of one command shares a JAX compilation cache in a temporary folder, so that repeated
 configurations (other seeds, the other clipping setting) reuse what is already compiled.
 
@@ -79,7 +83,7 @@ import jax
 from jax.experimental.compilation_cache import compilation_cache
 
 from train.app import config, data, report
-from train.helpers import files
+from train.helpers import allocator, files
 from train.reproduce import atlas, papers, plan, records, render
 from train.reproduce.common import (
     SCALES,
@@ -673,4 +677,5 @@ def _compilation_cache(path: str) -> Iterator[None]:
 
 
 if __name__ == "__main__":
+    allocator.keep_unless_set()  # before JAX starts its threads: with --jobs 1 the runs train in this process
     main()
