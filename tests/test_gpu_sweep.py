@@ -96,8 +96,8 @@ def test_plan_counts_steps_compiles_and_jobs():
         "python -m train preset=supcon_sphere_cpu seed=0 steps=100",
         "python -m train preset=mtriplet encoder=cnn batch_size=16",
     ]
-    on_cpu = plan.plan_runs(cnn, (28, 28, 1), plan.CPU)  # 256 × 0.64 ms; 16 images: the floor
-    assert [r.step_ms for r in on_cpu] == pytest.approx([256 * 0.64, plan.CPU_FLOOR_MS])
+    on_cpu = plan.plan_runs(cnn, (28, 28, 1), plan.CPU)  # 256 × 0.40 ms; 16 images: the floor
+    assert [r.step_ms for r in on_cpu] == pytest.approx([256 * 0.40, plan.CPU_FLOOR_MS])
     with pytest.raises(ValueError, match="CPU estimate needs encoder='cnn'"):
         plan.plan_runs(lines, (28, 28, 1), plan.CPU)
     small = plan.plan_runs(["python -m train preset=mtriplet encoder=resnet18 steps=10"], (28, 28, 1))

@@ -51,12 +51,15 @@ VIEW_IMAGE_US = {"bf16": 12.5e3 / (512 * 2), "fp32": 7.3e3 / (128 * 2) / (28 * 2
 NETWORK_COST = {"resnet18": 1.0, "resnet50": 2.4}  # relative to a ResNet-18 (multiply-adds per image)
 APP_FACTOR = 23.7 / 7.3  # the app's training step over the benchmark's (MSimCLR, measured)
 STEP_FLOOR_MS = 8.3  # MTriplet's step of 32 images (measured alone): no GPU step is shorter
-# Two CPU cores (this project's CI and development machine), the small CNN in fp32: ms per 28×28 view-image
-# of a training step, from geojax's CPU recipe on Fashion-MNIST (benchmarks/results/cpu_recipe.json: 2,808
-# steps of 256 images in 374–544 s, a quiet machine) and Korman 2021's MSimCLR at the cpu scale (1,406 steps
-# of 128 × 2 views in 230 s): 0.64 ms each; MTriplet's 32 images took 13 ms (75 steps/s), the floor.
-CPU_VIEW_IMAGE_MS = 0.64
-CPU_FLOOR_MS = 13.0
+# Two CPU cores (this project's CI and development machine), the small CNN in fp32, as python -m
+# train.reproduce runs it (freed memory kept, train.helpers.allocator): ms per 28×28 view-image of a training
+# step, from Korman 2021's MSimCLR at the cpu scale on Fashion-MNIST (128 × 2 views: 9.92 and 10.58 steps/s
+# over 300 steps on a quiet 2-core AMD EPYC, 2026-12-06; 8.5 steps/s under glibc's default malloc), the most
+# per image of the recipes (geojax's CPU recipe, 256 images: 19.45–20.74 steps/s,
+# benchmarks/results/cpu_recipe.json): 0.40 ms each. MTriplet's 32 images took 9.5–11.7 ms a step (85–105
+# steps/s; 115–145 under glibc's default): the floor.
+CPU_VIEW_IMAGE_MS = 0.40
+CPU_FLOOR_MS = 12.0
 
 
 def _gpu_step_ms(cfg: RunConfig, image_shape: Sequence[int]) -> float:
