@@ -5,6 +5,8 @@ Before JAX starts, glibc's malloc is told to keep the memory the process frees
 allocates a step's temporaries anew at every call, and by default each call faulted their pages in again
 (on a 2-core AMD EPYC the CPU recipe trained on Fashion-MNIST at 12.2–12.6 steps/s by default and at
 19.5–20.7 so; benchmarks/results/cpu_recipe_malloc_glibc.json and cpu_recipe.json, docs/performance.md).
+The one heap it shares between threads slows steps made of many small operations (threads wait on its lock);
+``MALLOC_PERTURB_=0`` or ``GLIBC_TUNABLES=glibc.malloc.hugetlb=1`` in the environment leaves it out.
 
 Without the ``train`` extra installed it stops with one line naming the extra, exit status 2."""
 
