@@ -13,9 +13,10 @@ P@1 and kNN@5 on the embeddings, beside the raw-pixel 1-NN of the same split. Tr
 ``benchmarks/results/cpu_recipe.json`` with the machine and the load before and after; run it on a
 quiet machine.
 
-``python -m train`` keeps the memory its process frees (:func:`train.helpers.allocator.keep_unless_set`);
-``--malloc glibc`` starts each training with ``MALLOC_PERTURB_=0`` in its environment (glibc's own default
-value), so the app leaves glibc's default allocator, and writes ``cpu_recipe_malloc_glibc.json``: the same
+``python -m train`` sets glibc's malloc up first (huge pages where available, else the freed memory kept:
+:func:`train.helpers.allocator.start`; the file records which as ``malloc``); ``--malloc glibc`` starts each
+training with ``MALLOC_PERTURB_=0`` in its environment (glibc's own default value), so the app leaves glibc's
+default allocator, and writes ``cpu_recipe_malloc_glibc.json``: the same
 trainings' time without the setting, as its baseline.
 """
 
@@ -28,6 +29,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from train.helpers import allocator
@@ -41,12 +43,15 @@ REPOSITORY = str(Path(__file__).resolve().parents[1])
 GLIBC_DEFAULT = {"MALLOC_PERTURB_": "0"}  # glibc's default value: python -m train then leaves malloc alone
 
 
-def train_once(args: list[str], env: dict[str, str] | None = None) -> dict:
+def train_once(
+    args: list[str], env: dict[str, str] | None = None, entry: Sequence[str] = ("-m", "train")
+) -> dict:
     """Run ``python -m train ARGS`` in a fresh process; its report.json.
 
-    ``env`` is added to this process's environment for it."""
+    ``env`` is added to this process's environment for it; ``entry`` is what follows the interpreter
+    before ARGS (``-c CODE`` runs code that ends in the app's entry)."""
     proc = subprocess.run(
-        [sys.executable, "-m", "train", *args],
+        [sys.executable, *entry, *args],
         capture_output=True,
         text=True,
         check=False,
@@ -149,7 +154,7 @@ def main() -> None:
         "--malloc",
         choices=("app", "glibc"),
         default="app",
-        help="app: as python -m train sets the allocator (freed memory kept); glibc: glibc's default malloc",
+        help="app: as python -m train sets the allocator (benchmarks.malloc); glibc: glibc's default malloc",
     )
     add_out_argument(ap)
     args, extra = ap.parse_known_args()
@@ -158,15 +163,14 @@ def main() -> None:
     seeds = args.seeds[:1] if args.quick else args.seeds
     if args.quick:
         extra = [*extra, "steps=30", "augment=shift"]  # digits are not mirror-symmetric
-    # what the trainings ran under: glibc's default, freed memory kept (python -m train's own setting), what
-    # this process's environment already set (the app then leaves it), or another C library's malloc
-    chosen = allocator.set_by_environment(os.environ)
-    if args.malloc == "glibc" and (chosen or not allocator.is_glibc()):
+    # what the trainings ran under: glibc's default, or what python -m train picks here (huge pages, freed
+    # memory kept, what this process's environment already set, or nothing: another C library's malloc)
+    malloc = allocator.setting()
+    if args.malloc == "glibc" and malloc in ("environment", "not glibc"):
         ap.error(
             "--malloc glibc needs glibc (Linux) and an environment that sets no MALLOC_* or malloc tunable"
         )
-    malloc = "glibc" if args.malloc == "glibc" else "environment" if chosen else "kept"
-    malloc = malloc if allocator.is_glibc() else "not glibc"
+    malloc = "glibc" if args.malloc == "glibc" else malloc
     machine = machine_info()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 from subprocess_env import child_env
 
-from benchmarks import cpu_recipe, ivf, reality_check, step_profile, train_step
+from benchmarks import cpu_recipe, ivf, malloc, reality_check, step_profile, train_step
+from train.helpers import allocator
 from train.helpers.results import (
     RESULTS_DIR,
     check_ratios,
@@ -311,6 +312,36 @@ def test_cpu_recipe_malloc_glibc_refuses_an_environment_that_already_sets_malloc
     proc = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
     assert proc.returncode == 2 and "--malloc glibc needs glibc" in proc.stderr
     assert not list(tmp_path.iterdir())  # refused before any training
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not allocator.is_glibc(), reason="glibc's malloc only")
+def test_malloc_quick_trains_every_line_under_every_setting_here(tmp_path):
+    argv = ("--quick", "--out", str(tmp_path))
+    out = _run_script("malloc", *argv)
+    figures = _figures(tmp_path, "malloc", argv)
+    here = malloc.settings_here()
+    trained = [(r["line"], r["setting"]) for r in figures["runs"]]
+    assert trained == [(line, setting) for line in malloc.LINES for setting in here]
+    assert figures["app_setting"] == allocator.setting({}) in ("huge pages", "kept")
+    assert [r["setting"] for r in _tables(out)[0]] == here * len(malloc.LINES)
+
+
+def test_malloc_summary_is_each_settings_median_over_glibcs_on_the_same_line():
+    def run(line, setting, rate):
+        return {"line": line, "setting": setting, "train_s": 1.0, "steady_steps_per_s": rate, "eval_s": 2.0}
+
+    runs = [run("large steps", "glibc", r) for r in (10, 12, 30)]  # median 12
+    runs += [run("large steps", "kept", r) for r in (18, 1, 20)]  # median 18
+    runs += [run("small steps", "glibc", r) for r in (100, 90)]  # median 95
+    runs += [run("small steps", "kept", r) for r in (76, 76)]
+    table = malloc.summarise(runs, ["glibc", "kept"])
+    assert [(r["line"], r["setting"], r["runs"], r["over_glibc"]) for r in table] == [
+        ("large steps", "glibc", 3, 1.0),
+        ("large steps", "kept", 3, 1.5),
+        ("small steps", "glibc", 2, 1.0),
+        ("small steps", "kept", 2, 0.8),
+    ]
 
 
 @pytest.mark.slow

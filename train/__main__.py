@@ -1,12 +1,12 @@
 """``python -m train [preset=NAME] [key=value ...]``: the command-line entry point (:mod:`train.app.cli`).
 
-Before JAX starts, glibc's malloc is told to keep the memory the process frees
-(:func:`train.helpers.allocator.keep_unless_set`), unless the environment sets glibc's malloc itself: XLA
-allocates a step's temporaries anew at every call, and by default each call faulted their pages in again
-(on a 2-core AMD EPYC the CPU recipe trained on Fashion-MNIST at 12.2–12.6 steps/s by default and at
-19.5–20.7 so; benchmarks/results/cpu_recipe_malloc_glibc.json and cpu_recipe.json, docs/performance.md).
-The one heap it shares between threads slows steps made of many small operations (threads wait on its lock);
-``MALLOC_PERTURB_=0`` or ``GLIBC_TUNABLES=glibc.malloc.hugetlb=1`` in the environment leaves it out.
+Before anything else, glibc's malloc is set so that the temporaries XLA allocates anew at every call are not
+faulted in page by page each time (:func:`train.helpers.allocator.start`): where glibc ≥ 2.35 and the kernel
+grants transparent huge pages, the command re-executes itself with ``GLIBC_TUNABLES=glibc.malloc.hugetlb=1``
+(2 MiB pages behind large blocks); elsewhere on glibc the process keeps the memory it frees, whose one heap
+slows steps made of many small operations. Neither when the environment sets glibc's malloc itself:
+``MALLOC_PERTURB_=0`` (glibc's own default value) runs under glibc's default. Figures:
+benchmarks/results/malloc.json, docs/performance.md.
 
 Without the ``train`` extra installed it stops with one line naming the extra, exit status 2."""
 
@@ -15,7 +15,7 @@ import sys
 from train import MissingExtra
 from train.helpers import allocator
 
-allocator.keep_unless_set()  # first: it applies to the threads that have not allocated yet
+allocator.start()  # first: it may re-execute the command, and it applies to threads not yet started
 
 try:
     from train.app.cli import main

@@ -47,8 +47,8 @@ and renders ``reproduction.md``. Every run records the code version it was train
 flagged as stale in the output and on the page, unless ``python -m train.reproduce.same_code`` has checked
 that the two versions give the same outputs bit for bit (:mod:`train.reproduce.same_code`).
 
-As ``python -m train`` does, the command first tells glibc's malloc to keep the memory the process frees
-(:func:`train.helpers.allocator.keep_unless_set`; ``MALLOC_PERTURB_=0`` in the environment opts out), since
+As ``python -m train`` does, the command first sets glibc's malloc up for training (huge pages, or the freed
+memory kept: :func:`train.helpers.allocator.start`; ``MALLOC_PERTURB_=0`` in the environment opts out), since
 with ``--jobs 1`` the runs train in this process.
 
 Every run of one command shares a JAX compilation cache in a temporary folder, so that repeated
@@ -677,5 +677,5 @@ def _compilation_cache(path: str) -> Iterator[None]:
 
 
 if __name__ == "__main__":
-    allocator.keep_unless_set()  # before JAX starts its threads: with --jobs 1 the runs train in this process
+    allocator.start()  # before JAX starts its threads: with --jobs 1 the runs train in this process
     main()
