@@ -52,12 +52,13 @@ NETWORK_COST = {"resnet18": 1.0, "resnet50": 2.4}  # relative to a ResNet-18 (mu
 APP_FACTOR = 23.7 / 7.3  # the app's training step over the benchmark's (MSimCLR, measured)
 STEP_FLOOR_MS = 8.3  # MTriplet's step of 32 images (measured alone): no GPU step is shorter
 # Two CPU cores (this project's CI and development machine), the small CNN in fp32, as python -m
-# train.reproduce runs it (freed memory kept, train.helpers.allocator): ms per 28×28 view-image of a training
-# step, from Korman 2021's MSimCLR at the cpu scale on Fashion-MNIST (128 × 2 views: 9.92 and 10.58 steps/s
-# over 300 steps on a quiet 2-core AMD EPYC, 2026-12-06; 8.5 steps/s under glibc's default malloc), the most
-# per image of the recipes (geojax's CPU recipe, 256 images: 19.45–20.74 steps/s,
-# benchmarks/results/cpu_recipe.json): 0.40 ms each. MTriplet's 32 images took 9.5–11.7 ms a step (85–105
-# steps/s; 115–145 under glibc's default): the floor.
+# train.reproduce runs it: ms per 28×28 view-image of a training step, from Korman 2021's MSimCLR at the cpu
+# scale on Fashion-MNIST (128 × 2 views: 9.92 and 10.58 steps/s over 300 steps on a quiet 2-core AMD EPYC with
+# the freed memory kept, 2026-12-06; 8.5 steps/s under glibc's default malloc), the most per image of the
+# recipes: 0.40 ms each. MTriplet's 32 images took 9.5–11.7 ms a step there (85–105 steps/s; 115–145 under
+# glibc's default and 118–124 with huge pages, the app's choice since): the floor. On the 2-core Xeon with
+# huge pages the CPU recipe's 512 view-images ran at 9.06 steps/s (0.22 ms each) and MTriplet at 67.15
+# (14.9 ms; benchmarks/results/malloc.json): the constants are the EPYC's; small steps take longer here.
 CPU_VIEW_IMAGE_MS = 0.40
 CPU_FLOOR_MS = 12.0
 
