@@ -118,7 +118,11 @@ def set_by_environment(environ: Mapping[str, str]) -> bool:
 
 
 def glibc_version() -> tuple[int, int] | None:
-    """The version of this process's glibc, as (major, minor); None where the C library is not glibc."""
+    """The version of this process's glibc.
+
+    Returns:
+        (major, minor), e.g. (2, 36); None where the C library is not glibc.
+    """
     libc = _glibc()
     if libc is None:
         return None
@@ -146,18 +150,29 @@ def transparent_hugepages(path: str = TRANSPARENT_HUGEPAGES) -> str | None:
 
 
 def huge_pages_available(version: tuple[int, int] | None, mode: str | None) -> bool:
-    """Whether :data:`HUGETLB` takes effect: glibc ≥ 2.35 reads it, and the kernel grants huge pages on
-    request (mode ``madvise``) or always.
+    """Whether :data:`HUGETLB` takes effect.
+
+    Glibc reads it from 2.35 on, and the kernel grants huge pages on request (mode ``madvise``) or always.
 
     Args:
         version: glibc's (major, minor), None when the C library is not glibc (:func:`glibc_version`).
         mode: the transparent huge page mode (:func:`transparent_hugepages`).
+
+    Returns:
+        True where both hold.
     """
     return version is not None and version >= HUGETLB_SINCE and mode in ("always", "madvise")
 
 
 def with_huge_pages(environ: Mapping[str, str]) -> dict[str, str]:
-    """``environ`` with :data:`HUGETLB` added to its ``GLIBC_TUNABLES`` (after the tunables it holds)."""
+    """``environ`` with :data:`HUGETLB` added to its ``GLIBC_TUNABLES``.
+
+    Args:
+        environ: an environment, name to value; its tunables, if any, stay first.
+
+    Returns:
+        A new environment, ``environ`` unchanged.
+    """
     tunables = [t for t in environ.get("GLIBC_TUNABLES", "").split(":") if t]
     return {**environ, "GLIBC_TUNABLES": ":".join([*tunables, HUGETLB])}
 
