@@ -29,7 +29,6 @@ setting ``python -m train`` picks on it; run it on a quiet machine.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import tempfile
@@ -71,8 +70,8 @@ SETTINGS = {
 
 
 def settings_here() -> list[str]:
-    """The settings this machine can run: huge pages only where :func:`allocator.huge_pages_available`."""
-    huge = allocator.huge_pages_available(allocator.glibc_version(), allocator.transparent_hugepages())
+    """The settings this machine can run: huge pages only where the app would take them."""
+    huge = allocator.setting({}) == "huge pages"  # in an environment that sets no malloc
     return [name for name in SETTINGS if name != "huge pages" or huge]
 
 
@@ -127,7 +126,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.repeats < 1:
         ap.error(f"--repeats must be >= 1, got {args.repeats}")
-    if not allocator.is_glibc() or allocator.set_by_environment(os.environ):
+    if allocator.setting() in ("environment", "not glibc"):
         ap.error("needs glibc (Linux) and an environment that sets no MALLOC_* variable or malloc tunable")
     settings, repeats = settings_here(), 1 if args.quick else args.repeats
     machine, runs = machine_info(), []

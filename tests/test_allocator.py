@@ -102,7 +102,7 @@ def test_a_bound_outside_a_c_int_raises_before_any_setting(below):
 def test_python_m_train_sets_huge_pages_or_keeps_freed_memory_unless_the_environment_sets_malloc(module):
     pages = (64 << 20) // 4096
     main, worker, advised, tunables = _probe(module)
-    if allocator.huge_pages_available(allocator.glibc_version(), allocator.transparent_hugepages()):
+    if allocator.setting({}) == "huge pages":
         assert advised and tunables.split(":")[-1] == allocator.HUGETLB  # re-executed with the tunable
     else:
         assert main < 10 and worker < 10 and not advised and allocator.HUGETLB not in tunables.split(":")
