@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from tiers import default_tier
 
 from geojax import manifolds, quantize, search
 from train import evaluate
@@ -73,7 +74,7 @@ def test_torus_report_rows_and_consistency(torus_run):
     assert rows["4-bit"]["p_at_1"] > 0.8
 
 
-@pytest.mark.parametrize("geometry", ["torus_n", "sphere"])
+@pytest.mark.parametrize("geometry", default_tier(["torus_n", "sphere"], keep=("torus_n",)))
 def test_pq_is_fitted_on_the_8_bit_values(torus_run, geometry, monkeypatch):
     """Stowell 2026 §5: PQ is trained on the 8-bit quantised values. Every row PQ sees is an 8-bit value (a
     multiple of 1/256 turn on the torus, a grid cell centre elsewhere), and each PQ row's P@1 is that of a

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from test_index import mesh
 from test_search_kernels import hamming_numpy, pq_numpy
+from tiers import default_tier
 
 from geojax.search import (
     BinaryCodec,
@@ -68,7 +69,7 @@ def built(codec, x, nlist, *, devices=4, block=8, nprobe=None):
     return index
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", default_tier(CASES, keep=("torus8", "pq", "pq-sphere")))
 def test_full_probe_equals_flat_exactly(case):
     codec, x = codecs_and_data(np.random.default_rng(0))[case]
     index = built(codec, x, 9)
@@ -311,7 +312,7 @@ def test_the_segment_chosen_from_the_lists_gives_the_results_of_any_fixed_segmen
             np.testing.assert_array_equal(np.asarray(got), np.asarray(want_))
 
 
-@pytest.mark.parametrize("case", ["torus8", "binary", "pq"])
+@pytest.mark.parametrize("case", default_tier(["torus8", "binary", "pq"], keep=("torus8",)))
 def test_memory_is_the_codes_ids_and_at_most_10_percent_more(case):
     """``nbytes`` counts what the index holds (the device arrays' own sizes, the host's tables and the
     centroids), and that is at most (code bytes + 4-byte id) · 1.1 a row; the rows live only on the devices
@@ -332,7 +333,7 @@ def test_memory_is_the_codes_ids_and_at_most_10_percent_more(case):
     assert before == index.nbytes <= bound
 
 
-@pytest.mark.parametrize("case", ["torus8", "binary", "pq"])
+@pytest.mark.parametrize("case", default_tier(["torus8", "binary", "pq"], keep=("binary",)))
 def test_heavy_ties_go_to_the_lowest_ids(case):
     """600 rows that are 4 distinct vectors, under shuffled ids up to 2^31 − 2, in lists of several blocks
     on 4 devices: every distance is tied hundreds of times, so only a scan that ranks each block, list and

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from test_index import mesh
 from test_ivf import clustered_angles, numpy_distances, probed_numpy
+from tiers import default_tier
 
 from geojax.search import BinaryCodec, IdRanges, IndexFlat, IndexIVF, PQCodec, TorusCodec, filters, flat
 
@@ -58,7 +59,7 @@ def check(found, dist, allow, k, integer: bool):
         assert (d[row, len(want) :] == big).all()
 
 
-@pytest.mark.parametrize("case", ["torus8", "binary", "pq"])
+@pytest.mark.parametrize("case", default_tier(["torus8", "binary", "pq"], keep=("pq",)))
 def test_filtered_search_equals_numpy_by_hand(case):
     rng = np.random.default_rng(0)
     codec, x = data(case, rng)

@@ -8,6 +8,7 @@ import pytest
 from test_index import mesh, torus_bits_numpy
 from test_ivf import numpy_distances, probed_numpy
 from test_search_filters import data
+from tiers import default_tier
 
 from geojax import search
 from geojax.search import IndexFlat, IndexIVF, TorusCodec
@@ -35,7 +36,7 @@ def assert_ranges(found, want, integer: bool):
     np.testing.assert_allclose(d, want[1], rtol=1e-5)
 
 
-@pytest.mark.parametrize("case", ["torus8", "torus4-L2", "binary", "pq"])
+@pytest.mark.parametrize("case", default_tier(["torus8", "torus4-L2", "binary", "pq"], keep=("binary",)))
 def test_range_search_equals_numpy(case):
     rng = np.random.default_rng(0)
     if case == "torus4-L2":

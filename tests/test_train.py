@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from tiers import default_tier
 
 from train.app import checkpoint, cli, config, data, loop, optim, program, rundir
 from train.app.errors import UsageError
@@ -302,7 +303,9 @@ PRESETS = [
 ]
 
 
-@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize(
+    "preset", default_tier(PRESETS, keep=("supcon", "supcon_sphere", "supcon_torus_c", "mtriplet", "simo"))
+)
 def test_every_preset_runs_on_digits_and_writes_its_outputs(preset, tmp_path):
     rep = cli.run(config.make(preset=preset, workdir=str(tmp_path), **TINY, steps=2, devices=1))
     with open(tmp_path / "report.json") as f:

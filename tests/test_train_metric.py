@@ -10,6 +10,7 @@ import numpy as np
 import optax
 import pytest
 from flax import nnx
+from tiers import default_tier
 
 from geojax import geometries, losses, miners, models
 from geojax import similarity as similarity_lib
@@ -28,8 +29,16 @@ def _leaves_close(a, b, **tol):
 
 @pytest.mark.parametrize(
     "extra",
-    [{"loss": loss} for loss in NEW_LOSSES]
-    + [{"loss": "sigmoid", "sigmoid_learn": True}, {"loss": "arcface", "sub_centers": 3}],
+    default_tier(
+        [{"loss": loss} for loss in NEW_LOSSES]
+        + [{"loss": "sigmoid", "sigmoid_learn": True}, {"loss": "arcface", "sub_centers": 3}],
+        keep=(
+            {"loss": "proxy_nca"},
+            {"loss": "multi_similarity"},
+            {"loss": "sigmoid", "sigmoid_learn": True},
+            {"loss": "arcface", "sub_centers": 3},
+        ),
+    ),
     ids=lambda e: "-".join(str(v) for v in e.values()),
 )
 def test_each_new_loss_resumes_exactly_with_its_own_parameters(extra, tmp_path):
